@@ -1,0 +1,31 @@
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint bench install clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed
+
+run: $(BIN)/.installed
+	$(BIN)/python -m console.launcher
+
+test: $(BIN)/.installed
+	$(BIN)/pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python manage.py check
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/scheduler.py --nodes ../shared/traces/openb_node_list_gpu_node.csv --pods ../shared/traces/openb_pod_list_default.csv
+
+clean:
+	rm -rf var staticfiles

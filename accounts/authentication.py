@@ -1,0 +1,49 @@
+"""DRF authentication: bearer API tokens and browser sessions, both bound to one tenant."""
+
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+
+from accounts.services import TokenRejected, authenticate_token
+from accounts.tenancy import session_membership
+
+
+class TenantSuspended(exceptions.PermissionDenied):
+    default_code = "tenant_suspended"
+    default_detail = "This tenant is suspended."
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        keyword, _, raw = header.partition(" ")
+        if keyword != self.keyword:
+            return None
+        if not raw.strip():
+            raise exceptions.AuthenticationFailed("Empty bearer token.", code="invalid_token")
+        try:
+            token, membership = authenticate_token(raw.strip())
+        except TokenRejected as rejected:
+            if rejected.code == "tenant_suspended":
+                raise TenantSuspended(rejected.detail) from None
+            raise exceptions.AuthenticationFailed(rejected.detail, code=rejected.code) from None
+        request._request.membership = membership
+        return token.user, token
+
+    def authenticate_header(self, request):
+        return self.keyword
+
+
+class TenantSessionAuthentication(SessionAuthentication):
+    def authenticate(self, request):
+        result = super().authenticate(request)
+        if result is None:
+            return None
+        membership = session_membership(request._request)
+        if membership is not None and not membership.tenant.is_active:
+            raise TenantSuspended(f"Tenant {membership.tenant.slug} is suspended.")
+        request._request.membership = membership
+        return result

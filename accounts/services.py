@@ -1,0 +1,180 @@
+"""Every change to tenants, memberships and tokens goes through one of these functions."""
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import ApiToken, Membership, Quota, Tenant, hash_token
+from accounts.roles import Role
+
+User = get_user_model()
+
+
+@transaction.atomic
+def create_tenant(
+    slug: str,
+    name: str = "",
+    gpu_quota: Decimal | str = Decimal("1"),
+    max_instances: int = 4,
+    monthly_budget: Decimal | str | None = None,
+) -> Tenant:
+    tenant = Tenant(slug=slug, name=name or slug.replace("-", " ").title())
+    tenant.full_clean()
+    tenant.save()
+    quota = Quota(
+        tenant=tenant,
+        gpu_quota=gpu_quota,
+        max_instances=max_instances,
+        monthly_budget=monthly_budget,
+    )
+    quota.full_clean()
+    quota.save()
+    return tenant
+
+
+def update_quota(quota: Quota, **fields) -> Quota:
+    for name, value in fields.items():
+        setattr(quota, name, value)
+    quota.full_clean()
+    quota.save()
+    return quota
+
+
+def set_tenant_status(tenant: Tenant, status: str) -> Tenant:
+    tenant.status = status
+    tenant.suspended_at = timezone.now() if status == Tenant.Status.SUSPENDED else None
+    tenant.save(update_fields=["status", "suspended_at"])
+    return tenant
+
+
+def _check_role(role: str) -> None:
+    if role not in Role.values:
+        raise ValidationError(
+            {"role": f"Unknown role {role!r}; use one of {', '.join(Role.values)}."}
+        )
+
+
+@transaction.atomic
+def add_member(tenant: Tenant, user, role: str) -> Membership:
+    _check_role(role)
+    if Membership.objects.filter(tenant=tenant, user=user).exists():
+        raise ValidationError({"username": f"{user.username} is already a member of {tenant}."})
+    return Membership.objects.create(tenant=tenant, user=user, role=role)
+
+
+def _lock_owners(tenant: Tenant) -> list[Membership]:
+    return list(
+        Membership.objects.select_for_update().filter(tenant=tenant, role=Role.OWNER).order_by("pk")
+    )
+
+
+@transaction.atomic
+def change_role(membership: Membership, role: str) -> Membership:
+    _check_role(role)
+    owners = _lock_owners(membership.tenant)
+    membership.refresh_from_db()
+    if membership.role == Role.OWNER and role != Role.OWNER and len(owners) <= 1:
+        raise ValidationError({"role": "A tenant needs at least one owner."})
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def remove_member(membership: Membership) -> None:
+    owners = _lock_owners(membership.tenant)
+    membership.refresh_from_db()
+    if membership.role == Role.OWNER and len(owners) <= 1:
+        raise ValidationError("The last owner cannot be removed.")
+    ApiToken.objects.filter(user=membership.user, tenant=membership.tenant).update(
+        revoked_at=timezone.now()
+    )
+    membership.delete()
+
+
+@transaction.atomic
+def ensure_user(username: str, password: str | None = None, email: str = "", **extra) -> "User":
+    """Create the user if missing; set the password when one is given."""
+    user, created = User.objects.get_or_create(
+        username=username, defaults={"email": email, **extra}
+    )
+    if password:
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    elif created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return user
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    token: ApiToken
+    raw: str  # shown to the user once, never stored
+
+
+def issue_token(user, tenant: Tenant, name: str, expires_at: datetime | None = None) -> IssuedToken:
+    if not Membership.objects.filter(user=user, tenant=tenant).exists():
+        raise ValidationError(f"{user.username} is not a member of {tenant}.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": "The expiry must be in the future."})
+    prefix = secrets.token_hex(4)
+    raw = f"{ApiToken.PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    token = ApiToken(
+        user=user,
+        tenant=tenant,
+        name=name.strip(),
+        prefix=prefix,
+        token_hash=hash_token(raw),
+        expires_at=expires_at,
+    )
+    token.full_clean()
+    token.save()
+    return IssuedToken(token=token, raw=raw)
+
+
+def revoke_token(token: ApiToken) -> ApiToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+class TokenRejected(Exception):
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
+    """The token and the membership it acts as, or TokenRejected saying why."""
+    parts = raw.split("_", 2)
+    if len(parts) != 3 or parts[0] != ApiToken.PREFIX or len(parts[1]) != 8:
+        raise TokenRejected("invalid_token", "Malformed API token.")
+    token = ApiToken.objects.select_related("tenant", "user").filter(prefix=parts[1]).first()
+    if token is None or not secrets.compare_digest(token.token_hash, hash_token(raw)):
+        raise TokenRejected("invalid_token", "Unknown API token.")
+    if token.is_revoked:
+        raise TokenRejected("token_revoked", "This API token has been revoked.")
+    if token.is_expired():
+        raise TokenRejected("token_expired", "This API token has expired.")
+    membership = (
+        Membership.objects.select_related("tenant", "user")
+        .filter(user=token.user, tenant=token.tenant)
+        .first()
+    )
+    if membership is None or not token.user.is_active:
+        raise TokenRejected("invalid_token", "The token's user no longer belongs to its tenant.")
+    if not token.tenant.is_active:
+        raise TokenRejected("tenant_suspended", f"Tenant {token.tenant.slug} is suspended.")
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token, membership

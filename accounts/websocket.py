@@ -1,0 +1,53 @@
+"""Websocket authentication: a browser session or `Authorization: Bearer <token>` on the
+handshake. Sets scope["user"] and scope["membership"] (None when neither identifies a member)."""
+
+from channels.auth import AuthMiddlewareStack
+from channels.db import database_sync_to_async
+
+from accounts.models import Membership
+from accounts.services import TokenRejected, authenticate_token
+
+
+@database_sync_to_async
+def _from_token(raw: str):
+    try:
+        token, membership = authenticate_token(raw)
+    except TokenRejected:
+        return None, None
+    return token.user, membership
+
+
+@database_sync_to_async
+def _from_session(scope):
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return None
+    memberships = Membership.objects.select_related("tenant").filter(user=user)
+    chosen = scope["session"].get("tenant_id") if scope.get("session") else None
+    membership = (memberships.filter(tenant_id=chosen).first() if chosen else None) or (
+        memberships.order_by("tenant__name").first()
+    )
+    if membership is not None and not membership.tenant.is_active:
+        return None
+    return membership
+
+
+class _BearerOrSession:
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        headers = dict(scope.get("headers", []))
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        if auth.startswith("Bearer "):
+            user, membership = await _from_token(auth[len("Bearer ") :].strip())
+            scope = {**scope, "membership": membership}
+            if user is not None:
+                scope["user"] = user
+        else:
+            scope = {**scope, "membership": await _from_session(scope)}
+        return await self.inner(scope, receive, send)
+
+
+def TenantAuthMiddleware(inner):  # noqa: N802 - reads like the middleware class it builds
+    return AuthMiddlewareStack(_BearerOrSession(inner))

@@ -1,0 +1,155 @@
+"""`gpucloud-agent` / `python -m agent`: run the host agent."""
+
+import argparse
+import logging
+import socket
+import sys
+from pathlib import Path
+
+import pynvml
+
+from agent.allocations import MODES
+from agent.api import create_app
+from agent.backends.nvml import NvmlBackend
+from agent.backends.sim import SimBackend
+from agent.control import RegistrationError, Reporter, ensure_identity
+from agent.host import Host
+from agent.models import MODELS
+from agent.runtime import ProcessRuntime, SimRuntime
+from agent.service import lifespan, serve
+from agent.state import StateStore
+
+DEFAULT_SAMPLE_INTERVAL = 1.0
+DEFAULT_HEARTBEAT_INTERVAL = 5.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpucloud-agent",
+        description="gpucloud host agent: serves this host's GPUs to the control plane.",
+    )
+    p.add_argument("--server", help="control plane URL to register with, e.g. http://console:8000")
+    p.add_argument("--join-token", help="one-time token to register this host (first start)")
+    p.add_argument("--secret", help="run standalone, without --server, with this API secret")
+    p.add_argument("--backend", choices=("sim", "nvml"), default="sim")
+    p.add_argument("--gpus", type=int, default=1, help="sim: number of simulated GPUs")
+    p.add_argument("--model", choices=sorted(MODELS), default="a100-80gb", help="sim: GPU model")
+    p.add_argument(
+        "--mode",
+        help="whole, mig or shared, or one per GPU comma-separated (mig,mig,shared,…); "
+        "sim default whole; nvml: mig where MIG is enabled, else this (default whole)",
+    )
+    p.add_argument(
+        "--manage-mig",
+        action="store_true",
+        help="nvml: create and destroy MIG instances for allocations (else only use existing)",
+    )
+    p.add_argument("--runtime", choices=("sim", "process"), default="sim")
+    p.add_argument(
+        "--stop-grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL"
+    )
+    p.add_argument("--listen", default="127.0.0.1:9101", help="HOST:PORT of the agent's API")
+    p.add_argument("--advertise-url", help="URL the control plane reaches the API at")
+    p.add_argument("--hostname", default=socket.gethostname())
+    p.add_argument("--region", default="default")
+    p.add_argument("--state-dir", type=Path, default=Path("/var/lib/gpucloud-agent"))
+    p.add_argument(
+        "--sample-interval",
+        type=float,
+        help=f"seconds (default: the server's, or {DEFAULT_SAMPLE_INTERVAL})",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        help=f"seconds (default: the server's, or {DEFAULT_HEARTBEAT_INTERVAL})",
+    )
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    return p
+
+
+def _split_listen(parser: argparse.ArgumentParser, listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        parser.error(f"--listen must be HOST:PORT, not {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if bool(args.server) == bool(args.secret):
+        parser.error("give --server (and --join-token) to register, or --secret to run standalone")
+    args.modes = args.mode.split(",") if args.mode else None
+    for mode in args.modes or ():
+        if mode not in MODES:
+            parser.error(f"unknown mode {mode!r}: choose from {', '.join(MODES)}")
+    if args.backend == "sim":
+        if args.gpus < 1:
+            parser.error("--gpus must be at least 1")
+        modes = args.modes or ["whole"]
+        if len(modes) not in (1, args.gpus):
+            parser.error(f"--mode lists {len(modes)} modes for {args.gpus} GPUs")
+        args.modes = modes * args.gpus if len(modes) == 1 else modes
+        if "mig" in args.modes and not MODELS[args.model].mig_profiles:
+            parser.error(f"{args.model} has no MIG")
+    args.listen_host, args.listen_port = _split_listen(parser, args.listen)
+    if not args.advertise_url:
+        host = args.listen_host
+        if host in ("0.0.0.0", "::", ""):
+            host = args.hostname
+        elif ":" in host:
+            host = f"[{host}]"
+        args.advertise_url = f"http://{host}:{args.listen_port}"
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    store = StateStore(args.state_dir)
+    if args.backend == "sim":
+        backend = SimBackend(args.hostname, MODELS[args.model], args.modes)
+    else:
+        try:
+            backend = NvmlBackend(args.modes, args.manage_mig)
+        except (ValueError, pynvml.NVMLError) as exc:
+            sys.exit(f"gpucloud-agent: NVML: {exc}")
+    if args.runtime == "process":
+        runtime = ProcessRuntime(store.log_dir, args.stop_grace)
+    else:
+        runtime = SimRuntime()
+    host = Host(args.hostname, backend, runtime, store)
+    host.restore()
+
+    reporter = None
+    secret = args.secret
+    sample_interval = args.sample_interval or DEFAULT_SAMPLE_INTERVAL
+    if args.server:
+        server = args.server.rstrip("/")
+        registration = {
+            "hostname": args.hostname,
+            "address": args.advertise_url,
+            "region": args.region,
+            "inventory": host.inventory(),
+        }
+        try:
+            identity = ensure_identity(store, server, args.join_token, registration)
+        except RegistrationError as exc:
+            sys.exit(f"gpucloud-agent: {exc}")
+        secret = identity["secret"]
+        sample_interval = (
+            args.sample_interval or identity["sample_interval"] or DEFAULT_SAMPLE_INTERVAL
+        )
+        heartbeat_interval = (
+            args.heartbeat_interval or identity["heartbeat_interval"] or DEFAULT_HEARTBEAT_INTERVAL
+        )
+        reporter = Reporter(host, identity, heartbeat_interval)
+
+    app = create_app(host, secret, lifespan(host, sample_interval, reporter))
+    serve(app, args.listen_host, args.listen_port, args.log_level)
+
+
+if __name__ == "__main__":
+    main()

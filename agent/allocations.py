@@ -1,0 +1,200 @@
+"""Allocations: the request body they are made from, and the record the agent keeps of each."""
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from agent.errors import invalid
+from agent.mig import placement_error
+from agent.models import mig_profiles
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MODES = ("whole", "mig", "shared")
+FIELDS = frozenset({"mode", "gpus", "mig", "shared", "command", "env", "labels", "sim"})
+REQUIRED = ("mode", "gpus")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def check_id(alloc_id: str) -> None:
+    if not ID_PATTERN.fullmatch(alloc_id):
+        raise invalid(f"allocation id must match [A-Za-z0-9_-]{{1,64}}: {alloc_id!r}", "invalid_id")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _object(value, what: str, allowed: set[str], required: tuple[str, ...] = ()) -> dict:
+    if not isinstance(value, dict):
+        raise invalid(f"{what} must be a JSON object")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise invalid(f"unknown field(s) in {what}: {', '.join(unknown)}")
+    missing = [name for name in required if name not in value]
+    if missing:
+        raise invalid(f"missing field(s) in {what}: {', '.join(missing)}")
+    return value
+
+
+def _int_field(obj: dict, name: str, what: str, low: int, high: int | None = None) -> int:
+    value = obj[name]
+    if not _is_int(value) or value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise invalid(f"{what}.{name} must be an integer {bound}, not {value!r}")
+    return value
+
+
+def _gpu_indices(value, gpu_count: int) -> list[int]:
+    if not isinstance(value, list) or not value or not all(_is_int(i) for i in value):
+        raise invalid("gpus must be a non-empty list of GPU indices")
+    if len(set(value)) != len(value):
+        raise invalid(f"gpus lists a GPU twice: {value}")
+    for index in value:
+        if not 0 <= index < gpu_count:
+            raise invalid(f"no GPU {index} on this host ({gpu_count} GPUs)", "unknown_gpu")
+    return value
+
+
+def _mig(value, gpu: dict) -> dict:
+    obj = _object(value, "mig", {"profile", "start", "size"}, ("profile", "start"))
+    profiles = mig_profiles(gpu["model"])
+    name = obj["profile"]
+    if name not in profiles:
+        known = ", ".join(profiles) or "none"
+        raise invalid(
+            f"GPU {gpu['index']} ({gpu['model']}) has no MIG profile {name!r}; known: {known}",
+            "unknown_mig_profile",
+        )
+    profile = profiles[name]
+    start = _int_field(obj, "start", "mig", 0)
+    size = _int_field(obj, "size", "mig", 1) if "size" in obj else profile.size
+    error = placement_error(profile, start, size)
+    if error:
+        raise invalid(error, "illegal_mig_placement")
+    return {"profile": name, "start": start, "size": size}
+
+
+def _shared(value) -> dict:
+    obj = _object(value, "shared", {"milli", "memory_mib"}, ("milli", "memory_mib"))
+    return {
+        "milli": _int_field(obj, "milli", "shared", 1, 1000),
+        "memory_mib": _int_field(obj, "memory_mib", "shared", 1),
+    }
+
+
+def _command(value) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+        raise invalid("command must be a non-empty list of strings")
+    return value
+
+
+def _strings(value, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise invalid(f"{what} must be an object of strings")
+    return value
+
+
+def _sim(value) -> dict | None:
+    if value is None:
+        return None
+    obj = _object(value, "sim", {"util", "mem_mib"})
+    util = obj.get("util")
+    if util is not None and (not isinstance(util, int | float) or isinstance(util, bool)):
+        raise invalid(f"sim.util must be a number, not {util!r}")
+    if util is not None and not 0 <= util <= 100:
+        raise invalid(f"sim.util must be between 0 and 100, not {util}")
+    if "mem_mib" in obj:
+        _int_field(obj, "mem_mib", "sim", 0)
+    return obj
+
+
+def parse_spec(body, gpus: list[dict]) -> dict:
+    """Check a PUT body against this host's GPUs; answer the normalized allocation spec."""
+    body = _object(body, "the body", set(FIELDS), REQUIRED)
+    mode = body["mode"]
+    if mode not in MODES:
+        raise invalid(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    indices = _gpu_indices(body["gpus"], len(gpus))
+    if mode != "whole" and len(indices) != 1:
+        raise invalid(f"a {mode} allocation takes exactly one GPU, not {len(indices)}")
+    for other in ("mig", "shared"):
+        if other != mode and body.get(other) is not None:
+            raise invalid(f"{other} must be null for a {mode} allocation")
+    return {
+        "mode": mode,
+        "gpus": indices,
+        "mig": _mig(body.get("mig"), gpus[indices[0]]) if mode == "mig" else None,
+        "shared": _shared(body.get("shared")) if mode == "shared" else None,
+        "command": _command(body.get("command")),
+        "env": _strings(body.get("env"), "env"),
+        "labels": _strings(body.get("labels"), "labels"),
+        "sim": _sim(body.get("sim")),
+    }
+
+
+def cuda_env(spec: dict, gpu_uuids: list[str], mig_uuid: str | None) -> dict[str, str]:
+    """The CUDA variables that confine a workload to its slice."""
+    visible = mig_uuid if spec["mode"] == "mig" else ",".join(gpu_uuids)
+    env = {"CUDA_VISIBLE_DEVICES": visible}
+    shared = spec["shared"]
+    if shared:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{shared['milli'] / 10:g}"
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={shared['memory_mib']}M"
+    return env
+
+
+@dataclass
+class Allocation:
+    id: str
+    spec: dict
+    gpu_uuids: list[str]
+    mig_uuid: str | None
+    env: dict[str, str]
+    state: str
+    created_at: str
+    updated_at: str
+    reason: str | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    pid_start: int | None = None  # the process's start time, to recognise it after a restart
+
+    @property
+    def mode(self) -> str:
+        return self.spec["mode"]
+
+    @property
+    def gpus(self) -> list[int]:
+        return self.spec["gpus"]
+
+    def set_state(self, state: str, reason: str | None = None, exit_code: int | None = None):
+        self.state = state
+        self.reason = reason
+        self.exit_code = exit_code
+        self.updated_at = now_iso()
+
+    def view(self) -> dict:
+        """The allocation as the API shows it."""
+        mig = self.spec["mig"]
+        return {
+            "id": self.id,
+            "mode": self.mode,
+            "gpus": self.gpus,
+            "gpu_uuids": self.gpu_uuids,
+            "mig": {**mig, "uuid": self.mig_uuid} if mig else None,
+            "shared": self.spec["shared"],
+            "state": self.state,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "pid": self.pid,
+            "env": self.env,
+            "labels": self.spec["labels"],
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }

@@ -1,0 +1,136 @@
+"""The agent's HTTP API: inventory, allocations and (sim backend) fault injection.
+
+Every call but /v1/healthz carries `Authorization: Bearer <host secret>`. JSON in and out;
+errors are `{"error": code, "detail": text}`.
+"""
+
+import hmac
+import json
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent.backends.sim import FAULTS
+from agent.errors import ApiError, invalid
+from agent.host import Host
+
+OPEN_PATHS = frozenset({"/v1/healthz"})
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+def error_response(status: int, code: str, detail: str, headers=None) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
+
+
+class BearerAuth:
+    """ASGI middleware: 401 for any request but the open ones without the host secret."""
+
+    def __init__(self, app, secret: str):
+        self.app = app
+        self.secret = secret.encode()
+
+    def _authorized(self, scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    token.strip(), self.secret
+                )
+        return False
+
+    async def __call__(self, scope, receive, send):
+        if (
+            scope["type"] == "http"
+            and scope["path"] not in OPEN_PATHS
+            and not self._authorized(scope)
+        ):
+            response = error_response(
+                401,
+                "unauthorized",
+                "this call needs 'Authorization: Bearer <host secret>'",
+                {"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _json_body(request: Request):
+    try:
+        return json.loads(await request.body())
+    except ValueError as exc:
+        raise invalid(f"the body is not JSON: {exc}", "invalid_json") from exc
+
+
+async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    return error_response(exc.status, exc.code, exc.detail)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    return error_response(
+        exc.status_code, HTTP_CODES.get(exc.status_code, "http_error"), exc.detail
+    )
+
+
+def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def inventory(request: Request) -> JSONResponse:
+        return JSONResponse(host.inventory())
+
+    async def allocations(request: Request) -> JSONResponse:
+        return JSONResponse({"allocations": host.views()})
+
+    async def put_allocation(request: Request) -> JSONResponse:
+        alloc_id = request.path_params["alloc_id"]
+        created, alloc = await host.put(alloc_id, await _json_body(request))
+        return JSONResponse(alloc.view(), status_code=201 if created else 200)
+
+    async def delete_allocation(request: Request) -> Response:
+        await host.delete(request.path_params["alloc_id"])
+        return Response(status_code=204)
+
+    def action(operation):
+        async def endpoint(request: Request) -> JSONResponse:
+            alloc = await operation(request.path_params["alloc_id"])
+            return JSONResponse(alloc.view())
+
+        return endpoint
+
+    async def inject_fault(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or set(body) != {"gpu", "fault"}:
+            raise invalid('the body must be {"gpu": INDEX, "fault": "xid79" | "ecc" | "clear"}')
+        gpus = host.backend.gpus()
+        index, fault = body["gpu"], body["fault"]
+        if type(index) is not int or not 0 <= index < len(gpus):
+            raise invalid(f"no GPU {index!r} on this host ({len(gpus)} GPUs)", "unknown_gpu")
+        if fault not in FAULTS:
+            raise invalid(f"fault must be one of {', '.join(FAULTS)}, not {fault!r}")
+        host.backend.inject(index, fault)
+        host.poll()
+        return JSONResponse(host.backend.gpus()[index])
+
+    routes = [
+        Route("/v1/healthz", healthz, methods=["GET"]),
+        Route("/v1/inventory", inventory, methods=["GET"]),
+        Route("/v1/allocations", allocations, methods=["GET"]),
+        Route("/v1/allocations/{alloc_id}", put_allocation, methods=["PUT"]),
+        Route("/v1/allocations/{alloc_id}", delete_allocation, methods=["DELETE"]),
+        Route("/v1/allocations/{alloc_id}/stop", action(host.stop), methods=["POST"]),
+        Route("/v1/allocations/{alloc_id}/start", action(host.start), methods=["POST"]),
+        Route("/v1/allocations/{alloc_id}/reboot", action(host.reboot), methods=["POST"]),
+    ]
+    if host.backend.name == "sim":
+        routes.append(Route("/v1/sim/faults", inject_fault, methods=["POST"]))
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(BearerAuth, secret=secret)],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+        lifespan=lifespan,
+    )

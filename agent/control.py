@@ -1,0 +1,179 @@
+"""The agent protocol with the control plane, client side.
+
+- `POST {server}/agent/v1/register` once, with a join token, to get the host id and secret;
+- `POST {server}/agent/v1/heartbeat` every heartbeat interval with inventory and allocations;
+- `POST {server}/agent/v1/samples` every second with the samples read since the last push.
+Heartbeats and samples carry `Authorization: Bearer <secret>`.
+"""
+
+import itertools
+import logging
+import time
+from collections import deque
+
+import httpx
+
+from agent import AGENT_VERSION
+from agent.host import Host
+from agent.state import StateStore
+
+log = logging.getLogger(__name__)
+
+REGISTER_PATH = "/agent/v1/register"
+HEARTBEAT_PATH = "/agent/v1/heartbeat"
+SAMPLES_PATH = "/agent/v1/samples"
+TIMEOUT_SECONDS = 10.0
+PUSH_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+BUFFER_ROUNDS = 300  # sample rounds (one sample per GPU each) kept while the server is away
+ROUNDS_PER_POST = 60
+# answers that say a batch will never be taken: drop it rather than block the ones after it
+REJECTED = (400, 413, 422)
+
+
+class RegistrationError(Exception):
+    pass
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    if isinstance(body, dict):
+        return str(body.get("detail") or body.get("error") or body)
+    return str(body)
+
+
+def register(server: str, payload: dict) -> dict:
+    """Register until the server answers; a 4xx (a used or expired token…) is final."""
+    delay = 1.0
+    with httpx.Client(timeout=TIMEOUT_SECONDS) as client:
+        while True:
+            try:
+                response = client.post(server + REGISTER_PATH, json=payload)
+            except httpx.HTTPError as exc:
+                log.warning("cannot reach %s: %s; retrying in %.0f s", server, exc, delay)
+            else:
+                if response.status_code in (200, 201):
+                    answer = response.json()
+                    if not isinstance(answer.get("host_id"), int) or not answer.get("secret"):
+                        raise RegistrationError(f"{server} answered without host_id and secret")
+                    return answer
+                if 400 <= response.status_code < 500:
+                    raise RegistrationError(
+                        f"registration refused by {server} (HTTP {response.status_code}): "
+                        f"{_message(response)}"
+                    )
+                log.warning(
+                    "registration: HTTP %d from %s; retrying in %.0f s",
+                    response.status_code,
+                    server,
+                    delay,
+                )
+            time.sleep(delay)
+            delay = min(MAX_BACKOFF_SECONDS, delay * 2)
+
+
+def ensure_identity(
+    store: StateStore,
+    server: str,
+    join_token: str | None,
+    registration: dict,
+) -> dict:
+    """The identity from the state directory, or a new one from registering with `server`
+    (`registration` holds hostname, address, region and inventory)."""
+    identity = store.load_identity()
+    if identity:
+        if identity["server"] != server:
+            raise RegistrationError(
+                f"{store.root} holds the identity of a host of {identity['server']}; "
+                "give that --server, or another --state-dir to register anew"
+            )
+        return identity
+    if not join_token:
+        raise RegistrationError(f"{store.root} holds no identity: --join-token is needed")
+    answer = register(
+        server, {"join_token": join_token, "agent_version": AGENT_VERSION, **registration}
+    )
+    identity = {
+        "server": server,
+        "host_id": answer["host_id"],
+        "secret": answer["secret"],
+        "heartbeat_interval": answer.get("heartbeat_interval"),
+        "sample_interval": answer.get("sample_interval"),
+    }
+    store.save_identity(identity)
+    log.info("registered with %s as host %d", server, identity["host_id"])
+    return identity
+
+
+class Reporter:
+    """Heartbeats and sample pushes of a registered host."""
+
+    def __init__(self, host: Host, identity: dict, heartbeat_interval: float):
+        self.host = host
+        self.server = identity["server"]
+        self.host_id = identity["host_id"]
+        self.heartbeat_interval = heartbeat_interval
+        self.client = httpx.AsyncClient(
+            timeout=TIMEOUT_SECONDS, headers={"Authorization": f"Bearer {identity['secret']}"}
+        )
+        self._rounds: deque[tuple[int, list[dict]]] = deque(maxlen=BUFFER_ROUNDS)
+        self._serial = itertools.count(1)
+        self._failures = 0
+
+    def add(self, samples: list[dict]) -> None:
+        """Buffer a round of samples; beyond BUFFER_ROUNDS the oldest round is dropped."""
+        self._rounds.append((next(self._serial), samples))
+
+    async def heartbeat(self) -> None:
+        inventory = self.host.inventory()
+        payload = {
+            "host_id": self.host_id,
+            "agent_version": AGENT_VERSION,
+            "inventory_digest": inventory["digest"],
+            "inventory": inventory,
+            "allocations": self.host.views(),
+        }
+        try:
+            response = await self.client.post(self.server + HEARTBEAT_PATH, json=payload)
+        except httpx.HTTPError as exc:
+            log.warning("heartbeat to %s failed: %s", self.server, exc)
+            return
+        if not response.is_success:
+            log.warning("heartbeat: HTTP %d: %s", response.status_code, _message(response))
+
+    async def push(self) -> None:
+        """Send the buffered samples, oldest first; on failure keep them and back off."""
+        while self._rounds:
+            batch = list(itertools.islice(self._rounds, ROUNDS_PER_POST))
+            payload = {"host_id": self.host_id, "samples": [s for _, r in batch for s in r]}
+            try:
+                response = await self.client.post(self.server + SAMPLES_PATH, json=payload)
+            except httpx.HTTPError as exc:
+                self._failed(f"samples to {self.server} failed: {exc}")
+                return
+            if response.status_code in REJECTED:
+                log.error(
+                    "samples rejected, dropped: HTTP %d: %s",
+                    response.status_code,
+                    _message(response),
+                )
+            elif not response.is_success:
+                self._failed(f"samples: HTTP {response.status_code}: {_message(response)}")
+                return
+            sent = batch[-1][0]
+            while self._rounds and self._rounds[0][0] <= sent:
+                self._rounds.popleft()
+        self._failures = 0
+
+    def _failed(self, message: str) -> None:
+        self._failures = min(self._failures + 1, 8)
+        log.warning("%s; %d rounds buffered", message, len(self._rounds))
+
+    def push_delay(self) -> float:
+        return min(MAX_BACKOFF_SECONDS, PUSH_SECONDS * 2**self._failures)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

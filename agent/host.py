@@ -1,0 +1,250 @@
+"""One GPU host: its GPU backend, its workload runtime, and the allocations placed on it."""
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+
+from agent import AGENT_VERSION
+from agent.allocations import Allocation, check_id, cuda_env, now_iso, parse_spec
+from agent.errors import ApiError, conflict
+from agent.models import mig_profiles
+from agent.placement import check_placement
+from agent.runtime import DEFAULT_COMMAND
+from agent.state import StateStore
+
+log = logging.getLogger(__name__)
+
+
+def digest(document: dict) -> str:
+    """sha256 of a document's canonical JSON (sorted keys, no spaces)."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def memory_mib() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+
+
+def _over_cap(sample: dict) -> bool:
+    used, total = sample["mem_used_mib"], sample["mem_total_mib"]
+    return used is not None and total is not None and used > total
+
+
+class Host:
+    def __init__(self, hostname: str, backend, runtime, store: StateStore):
+        self.hostname = hostname
+        self.backend = backend
+        self.runtime = runtime
+        self.store = store
+        self.allocations: dict[str, Allocation] = {}
+        self._locks: dict[str, list] = {}  # allocation id -> [lock, holders and waiters]
+
+    def inventory(self) -> dict:
+        inventory = {
+            "hostname": self.hostname,
+            "agent_version": AGENT_VERSION,
+            "backend": self.backend.name,
+            "runtime": self.runtime.name,
+            "cpu_count": os.cpu_count(),
+            "memory_mib": memory_mib(),
+            "gpus": self.backend.gpus(),
+        }
+        return {**inventory, "digest": digest(inventory)}
+
+    def views(self) -> list[dict]:
+        return [alloc.view() for alloc in self.allocations.values()]
+
+    def _save(self) -> None:
+        self.store.save_allocations(list(self.allocations.values()))
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, alloc_id: str):
+        """Serialize the operations on one allocation; the others go on meanwhile."""
+        entry = self._locks.setdefault(alloc_id, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[alloc_id]
+
+    def _get(self, alloc_id: str) -> Allocation:
+        check_id(alloc_id)
+        alloc = self.allocations.get(alloc_id)
+        if alloc is None:
+            raise ApiError(404, "not_found", f"no allocation {alloc_id}")
+        return alloc
+
+    def _mig_profile(self, alloc_spec: dict, gpus: list[dict]):
+        gpu = gpus[alloc_spec["gpus"][0]]
+        return mig_profiles(gpu["model"])[alloc_spec["mig"]["profile"]]
+
+    def restore(self) -> None:
+        """Take back the allocations of a previous run: sim workloads as they were, process
+        workloads whose process still runs; the others are lost."""
+        gpus = self.backend.gpus()
+        for alloc in self.store.load_allocations():
+            self.allocations[alloc.id] = alloc
+            if alloc.mode == "mig":
+                profile = self._mig_profile(alloc.spec, gpus)
+                try:
+                    alloc.mig_uuid = self.backend.ensure_mig(
+                        alloc.gpus[0], profile, alloc.spec["mig"]["start"]
+                    )
+                except ApiError as exc:
+                    log.warning("allocation %s: %s", alloc.id, exc.detail)
+                    if alloc.state == "running":
+                        self.runtime.kill(alloc)
+                        self._ended(alloc, "lost", "mig_device_missing")
+                    continue
+            if alloc.state == "running" and not self.runtime.adopt(alloc):
+                self._ended(alloc, "lost", "agent_restarted")
+            log.info("allocation %s restored: %s", alloc.id, alloc.state)
+        self._save()
+
+    def _ended(self, alloc: Allocation, state: str, reason=None, exit_code=None) -> None:
+        alloc.pid = alloc.pid_start = None
+        alloc.set_state(state, reason, exit_code)
+        log.info("allocation %s: %s (%s)", alloc.id, state, reason or f"exit code {exit_code}")
+
+    def _launch(self, alloc: Allocation) -> None:
+        spec = alloc.spec
+        env = {**os.environ, **spec["env"], **alloc.env, "GPUCLOUD_ALLOCATION_ID": alloc.id}
+        try:
+            alloc.pid, alloc.pid_start = self.runtime.launch(
+                alloc, spec["command"] or DEFAULT_COMMAND, env
+            )
+        except OSError as exc:
+            self._ended(alloc, "failed", f"launch_failed: {exc.strerror or exc}")
+            return
+        alloc.set_state("running")
+
+    def _check_healthy(self, alloc: Allocation) -> None:
+        gpus = self.backend.gpus()
+        for index in alloc.gpus:
+            if not gpus[index]["healthy"]:
+                raise conflict(
+                    "gpu_unhealthy", f"GPU {index} is unhealthy: {gpus[index]['health_reason']}"
+                )
+
+    async def put(self, alloc_id: str, body) -> tuple[bool, Allocation]:
+        """Create an allocation; answer (created, allocation). Same id and body: the existing
+        one; same id, another body: 409."""
+        check_id(alloc_id)
+        gpus = self.backend.gpus()
+        spec = parse_spec(body, gpus)
+        async with self._lock(alloc_id):
+            existing = self.allocations.get(alloc_id)
+            if existing is not None:
+                if existing.spec != spec:
+                    raise conflict(
+                        "allocation_conflict", f"allocation {alloc_id} exists with another body"
+                    )
+                return False, existing
+            check_placement(spec, gpus, list(self.allocations.values()))
+            mig_uuid = None
+            if spec["mode"] == "mig":
+                profile = self._mig_profile(spec, gpus)
+                mig_uuid = self.backend.ensure_mig(spec["gpus"][0], profile, spec["mig"]["start"])
+            gpu_uuids = [gpus[index]["uuid"] for index in spec["gpus"]]
+            stamp = now_iso()
+            alloc = Allocation(
+                id=alloc_id,
+                spec=spec,
+                gpu_uuids=gpu_uuids,
+                mig_uuid=mig_uuid,
+                env=cuda_env(spec, gpu_uuids, mig_uuid),
+                state="stopped",
+                created_at=stamp,
+                updated_at=stamp,
+            )
+            self._launch(alloc)
+            self.allocations[alloc_id] = alloc
+            self._save()
+            log.info("allocation %s created on GPU %s: %s", alloc_id, spec["gpus"], alloc.state)
+            return True, alloc
+
+    async def _halt(self, alloc: Allocation) -> None:
+        if alloc.state == "running":
+            code = await self.runtime.stop(alloc)
+            self._ended(alloc, "stopped", exit_code=code)
+        else:
+            self._ended(alloc, "stopped", exit_code=alloc.exit_code)
+
+    async def stop(self, alloc_id: str) -> Allocation:
+        async with self._lock(alloc_id):
+            alloc = self._get(alloc_id)
+            if alloc.state != "stopped":
+                await self._halt(alloc)
+                self._save()
+            return alloc
+
+    async def start(self, alloc_id: str) -> Allocation:
+        async with self._lock(alloc_id):
+            alloc = self._get(alloc_id)
+            if alloc.state != "running":
+                self._check_healthy(alloc)
+                self._launch(alloc)
+                self._save()
+            return alloc
+
+    async def reboot(self, alloc_id: str) -> Allocation:
+        async with self._lock(alloc_id):
+            alloc = self._get(alloc_id)
+            self._check_healthy(alloc)
+            await self._halt(alloc)
+            self._launch(alloc)
+            self._save()
+            return alloc
+
+    async def delete(self, alloc_id: str) -> None:
+        """Stop the workload and free its slice; nothing to do for an unknown id."""
+        check_id(alloc_id)
+        async with self._lock(alloc_id):
+            alloc = self.allocations.get(alloc_id)
+            if alloc is None:
+                return
+            if alloc.state == "running":
+                await self.runtime.stop(alloc)
+            if alloc.mig_uuid:
+                self.backend.release_mig(alloc.gpus[0], alloc.mig_uuid)
+            del self.allocations[alloc_id]
+            self._save()
+            log.info("allocation %s deleted", alloc_id)
+
+    def poll(self) -> list[dict]:
+        """Read a sample of every GPU, MIG device and running allocation, and act on what it
+        shows: workloads that exited, GPUs that were lost, memory caps exceeded."""
+        allocations = list(self.allocations.values())
+        samples = self.backend.sample(allocations)
+        lost = self.backend.lost_gpus()
+        over_cap = {s["allocation"] for s in samples if s["kind"] == "allocation" and _over_cap(s)}
+        changed = False
+        for alloc in allocations:
+            if alloc.state != "running" or alloc.id in self._locks:
+                continue
+            exited, code = self.runtime.exit_status(alloc)
+            if exited and code is None:
+                self._ended(alloc, "exited", "exit_status_unknown")
+            elif exited and code == 0:
+                self._ended(alloc, "exited", exit_code=0)
+            elif exited:
+                reason = "killed_by_signal" if code < 0 else "nonzero_exit"
+                self._ended(alloc, "failed", reason, code)
+            elif lost & set(alloc.gpus):
+                self.runtime.kill(alloc)
+                self._ended(alloc, "lost", "gpu_lost")
+            elif alloc.id in over_cap:
+                self.runtime.kill(alloc)
+                self._ended(alloc, "failed", "memory_cap_exceeded")
+            else:
+                continue
+            changed = True
+        if changed:
+            self._save()
+        return samples

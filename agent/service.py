@@ -1,0 +1,67 @@
+"""The running agent: its API under uvicorn and its background loops in the same event loop.
+
+uvicorn turns SIGTERM and SIGINT into a graceful shutdown, which ends the loops through the
+app's lifespan.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+import uvicorn
+
+from agent.control import Reporter
+from agent.host import Host
+
+log = logging.getLogger(__name__)
+
+
+async def _repeat(name: str, step, delay) -> None:
+    """Run `step()` forever, `delay()` seconds apart; an error is logged, never raised."""
+    while True:
+        try:
+            await step()
+        except Exception:
+            log.exception("%s failed", name)
+        await asyncio.sleep(delay())
+
+
+def lifespan(host: Host, sample_interval: float, reporter: Reporter | None):
+    async def sample() -> None:
+        samples = host.poll()
+        if reporter:
+            reporter.add(samples)
+
+    @contextlib.asynccontextmanager
+    async def run(app):
+        loops = [_repeat("sampling", sample, lambda: sample_interval)]
+        if reporter:
+            loops.append(
+                _repeat("heartbeat", reporter.heartbeat, lambda: reporter.heartbeat_interval)
+            )
+            loops.append(_repeat("sample push", reporter.push, reporter.push_delay))
+        tasks = [asyncio.create_task(loop) for loop in loops]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if reporter:
+                await reporter.aclose()
+            log.info("agent stopped")
+
+    return run
+
+
+def serve(app, host: str, port: int, log_level: str) -> None:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    uvicorn.Server(config).run()

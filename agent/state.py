@@ -1,0 +1,52 @@
+"""The agent's state directory: its identity with the control plane, and its allocations.
+
+Every file is written atomically (a temporary file in the same directory, then os.replace).
+"""
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from agent.allocations import Allocation
+
+IDENTITY = "identity.json"
+ALLOCATIONS = "allocations.json"
+
+
+class StateStore:
+    def __init__(self, root: Path):
+        self.root = root
+        self.log_dir = root / "logs"
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def _read(self, name: str):
+        try:
+            return json.loads((self.root / name).read_text())
+        except FileNotFoundError:
+            return None
+
+    def _write(self, name: str, data) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.root)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=2, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.root / name)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def load_identity(self) -> dict | None:
+        return self._read(IDENTITY)
+
+    def save_identity(self, identity: dict) -> None:
+        self._write(IDENTITY, identity)
+
+    def load_allocations(self) -> list[Allocation]:
+        return [Allocation(**record) for record in self._read(ALLOCATIONS) or []]
+
+    def save_allocations(self, allocations: list[Allocation]) -> None:
+        self._write(ALLOCATIONS, [dataclasses.asdict(a) for a in allocations])

@@ -1,0 +1,610 @@
+"""Invoice documents: CSV, JSON and PDF renderings of an ``Invoice``, and parsers back.
+
+Pure Python (no Django): the service layer builds an ``Invoice`` from its rows and calls
+``render_invoice_csv`` / ``render_invoice_json`` / ``render_invoice_pdf``, or
+``render_month_export_csv`` for an operator's export of many invoices.
+
+Amounts are written as plain decimal strings (line amounts at 6 places, totals in cents),
+never as floats or JSON numbers; times are ISO 8601 in UTC. Rendering is deterministic:
+the same invoice always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+
+from fpdf import FPDF
+from fpdf.fonts import FontFace
+
+from billing.rating import (
+    as_decimal,
+    as_utc,
+    invoice_totals,
+    quantize_amount,
+    round_to_cents,
+)
+
+CSV_COLUMNS = (
+    "invoice_number",
+    "row_type",
+    "description",
+    "instance",
+    "spec",
+    "seconds",
+    "unit_price_per_hour",
+    "amount",
+    "currency",
+)
+MONTH_EXPORT_COLUMNS = (
+    "invoice_number",
+    "status",
+    "tenant_slug",
+    "tenant_name",
+    "period_start",
+    "period_end",
+    "currency",
+    "description",
+    "instance",
+    "spec",
+    "seconds",
+    "unit_price_per_hour",
+    "amount",
+)
+_SUMMARY_ROW_TYPES = ("subtotal", "credits", "tax", "total")
+
+
+class InvoiceStatus(StrEnum):
+    DRAFT = "draft"
+    FINALIZED = "finalized"
+    PAID = "paid"
+    VOID = "void"
+
+
+@dataclass(frozen=True)
+class Issuer:
+    """The operator who issues the invoice."""
+
+    name: str
+    address_lines: tuple[str, ...] = ()
+    tax_id: str | None = None
+
+
+@dataclass(frozen=True)
+class BillTo:
+    """The tenant billed."""
+
+    name: str
+    slug: str
+    address_lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InvoiceLine:
+    description: str
+    instance_name: str
+    spec_code: str
+    seconds: int
+    unit_price_per_hour: Decimal
+    amount: Decimal
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, int):
+            raise TypeError("seconds must be an int")
+        if self.seconds < 0:
+            raise ValueError(f"seconds must not be negative, got {self.seconds}")
+        for name in ("unit_price_per_hour", "amount"):
+            object.__setattr__(self, name, as_decimal(getattr(self, name), name))
+        if self.amount != quantize_amount(self.amount):
+            raise ValueError(f"a line amount has at most 6 places, got {self.amount}")
+
+
+@dataclass(frozen=True)
+class Invoice:
+    """One tenant's invoice for one UTC month.
+
+    ``period_end`` is exclusive (the next month's start). ``issued_at`` is None while the
+    invoice is a draft. The totals must be what ``rating.invoice_totals`` gives for the
+    lines, the credits applied and the tax rate (None: no tax).
+    """
+
+    number: str
+    status: InvoiceStatus
+    issuer: Issuer
+    tenant: BillTo
+    period_start: datetime
+    period_end: datetime
+    issued_at: datetime | None
+    lines: tuple[InvoiceLine, ...]
+    subtotal: Decimal
+    credits_applied: Decimal
+    tax_rate: Decimal | None
+    tax_amount: Decimal
+    total: Decimal
+    currency: str = "USD"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", InvoiceStatus(self.status))
+        object.__setattr__(self, "lines", tuple(self.lines))
+        object.__setattr__(self, "period_start", as_utc(self.period_start, "period_start"))
+        object.__setattr__(self, "period_end", as_utc(self.period_end, "period_end"))
+        if self.period_end <= self.period_start:
+            raise ValueError("period_end must follow period_start")
+        if self.issued_at is not None:
+            object.__setattr__(self, "issued_at", as_utc(self.issued_at, "issued_at"))
+        for name in ("subtotal", "credits_applied", "tax_amount", "total"):
+            object.__setattr__(self, name, as_decimal(getattr(self, name), name))
+        expected = invoice_totals(
+            (line.amount for line in self.lines),
+            credit_available=self.credits_applied,
+            tax_rate=self.tax_rate,
+        )
+        given = (self.subtotal, self.credits_applied, self.tax_amount, self.total)
+        if given != (expected.subtotal, expected.credits_applied, expected.tax, expected.total):
+            raise ValueError(
+                f"invoice {self.number} totals {given} do not match its lines: {expected}"
+            )
+
+
+@dataclass(frozen=True)
+class InvoiceSummary:
+    """What an invoice CSV carries: its number, currency, lines and totals."""
+
+    number: str
+    currency: str
+    lines: tuple[InvoiceLine, ...]
+    subtotal: Decimal
+    credits_applied: Decimal
+    tax_amount: Decimal
+    total: Decimal
+
+    def __post_init__(self) -> None:
+        if round_to_cents(sum((line.amount for line in self.lines), Decimal(0))) != self.subtotal:
+            raise ValueError(f"subtotal {self.subtotal} is not the lines' sum in cents")
+        if self.subtotal - self.credits_applied + self.tax_amount != self.total:
+            raise ValueError(f"total {self.total} is not subtotal - credits + tax")
+
+
+# --- text helpers ------------------------------------------------------------------------
+
+
+def _plain(value: Decimal) -> str:
+    """A Decimal as a plain string, never in exponent notation."""
+    return format(value, "f")
+
+
+def _parse_decimal(text: str, name: str) -> Decimal:
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a decimal string, got {text!r}")
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise ValueError(f"{name} is not a decimal: {text!r}") from None
+    return as_decimal(value, name)
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def _csv_text(text: str) -> str:
+    """Defuse spreadsheet formulas in tenant-chosen text by prefixing a quote.
+
+    Text that already starts with a quote is prefixed too, so ``_csv_text_back`` inverts
+    this exactly.
+    """
+    return f"'{text}" if text.startswith(_FORMULA_STARTS) else text
+
+
+def _csv_text_back(text: str) -> str:
+    return text[1:] if text.startswith("'") else text
+
+
+def _line_cells(line: InvoiceLine) -> list[str]:
+    return [
+        _csv_text(line.description),
+        _csv_text(line.instance_name),
+        _csv_text(line.spec_code),
+        str(line.seconds),
+        _plain(line.unit_price_per_hour),
+        _plain(line.amount),
+    ]
+
+
+def _write_csv(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+# --- CSV ---------------------------------------------------------------------------------
+
+
+def render_invoice_csv(invoice: Invoice) -> str:
+    """One row per line, then subtotal, credits (negative), tax and total rows."""
+    number, currency = _csv_text(invoice.number), invoice.currency
+    rows = [[number, "line", *_line_cells(line), currency] for line in invoice.lines]
+    tax_label = "Tax" if invoice.tax_rate is None else f"Tax {_percent(invoice.tax_rate)}"
+    summary = (
+        ("subtotal", "Subtotal", invoice.subtotal),
+        ("credits", "Credits applied", -invoice.credits_applied),
+        ("tax", tax_label, invoice.tax_amount),
+        ("total", "Total", invoice.total),
+    )
+    for row_type, label, amount in summary:
+        rows.append([number, row_type, label, "", "", "", "", _plain(amount), currency])
+    return _write_csv(CSV_COLUMNS, rows)
+
+
+def parse_invoice_csv(text: str) -> InvoiceSummary:
+    """Read back what ``render_invoice_csv`` wrote; raise ValueError on anything else."""
+    reader = csv.DictReader(io.StringIO(text))
+    if tuple(reader.fieldnames or ()) != CSV_COLUMNS:
+        raise ValueError(f"unexpected CSV header {reader.fieldnames}")
+    rows = list(reader)
+    if not rows:
+        raise ValueError("the CSV has no rows")
+    numbers = {row["invoice_number"] for row in rows}
+    currencies = {row["currency"] for row in rows}
+    if len(numbers) != 1 or len(currencies) != 1:
+        raise ValueError("the CSV mixes invoices or currencies")
+    lines = []
+    totals: dict[str, Decimal] = {}
+    for row in rows:
+        row_type = row["row_type"]
+        if row_type == "line":
+            lines.append(
+                InvoiceLine(
+                    description=_csv_text_back(row["description"]),
+                    instance_name=_csv_text_back(row["instance"]),
+                    spec_code=_csv_text_back(row["spec"]),
+                    seconds=int(row["seconds"]),
+                    unit_price_per_hour=_parse_decimal(row["unit_price_per_hour"], "unit price"),
+                    amount=_parse_decimal(row["amount"], "amount"),
+                )
+            )
+        elif row_type in _SUMMARY_ROW_TYPES and row_type not in totals:
+            totals[row_type] = _parse_decimal(row["amount"], row_type)
+        else:
+            raise ValueError(f"unexpected or repeated row type {row_type!r}")
+    if missing := set(_SUMMARY_ROW_TYPES) - totals.keys():
+        raise ValueError(f"the CSV lacks summary rows {sorted(missing)}")
+    return InvoiceSummary(
+        number=_csv_text_back(numbers.pop()),
+        currency=currencies.pop(),
+        lines=tuple(lines),
+        subtotal=totals["subtotal"],
+        credits_applied=-totals["credits"],
+        tax_amount=totals["tax"],
+        total=totals["total"],
+    )
+
+
+def render_month_export_csv(invoices: Iterable[Invoice]) -> str:
+    """Operators' export: one row per invoice line across all the given invoices."""
+    rows = [
+        [
+            _csv_text(invoice.number),
+            invoice.status.value,
+            _csv_text(invoice.tenant.slug),
+            _csv_text(invoice.tenant.name),
+            invoice.period_start.isoformat(),
+            invoice.period_end.isoformat(),
+            invoice.currency,
+            *_line_cells(line),
+        ]
+        for invoice in invoices
+        for line in invoice.lines
+    ]
+    return _write_csv(MONTH_EXPORT_COLUMNS, rows)
+
+
+# --- JSON --------------------------------------------------------------------------------
+
+
+def render_invoice_json(invoice: Invoice) -> str:
+    """Every field; amounts as decimal strings, times as ISO 8601."""
+    document = {
+        "number": invoice.number,
+        "status": invoice.status.value,
+        "currency": invoice.currency,
+        "issuer": {
+            "name": invoice.issuer.name,
+            "address_lines": list(invoice.issuer.address_lines),
+            "tax_id": invoice.issuer.tax_id,
+        },
+        "tenant": {
+            "name": invoice.tenant.name,
+            "slug": invoice.tenant.slug,
+            "address_lines": list(invoice.tenant.address_lines),
+        },
+        "period": {
+            "start": invoice.period_start.isoformat(),
+            "end": invoice.period_end.isoformat(),
+        },
+        "issued_at": None if invoice.issued_at is None else invoice.issued_at.isoformat(),
+        "lines": [
+            {
+                "description": line.description,
+                "instance_name": line.instance_name,
+                "spec_code": line.spec_code,
+                "seconds": line.seconds,
+                "unit_price_per_hour": _plain(line.unit_price_per_hour),
+                "amount": _plain(line.amount),
+            }
+            for line in invoice.lines
+        ],
+        "subtotal": _plain(invoice.subtotal),
+        "credits_applied": _plain(invoice.credits_applied),
+        "tax_rate": None if invoice.tax_rate is None else _plain(invoice.tax_rate),
+        "tax_amount": _plain(invoice.tax_amount),
+        "total": _plain(invoice.total),
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _parse_time(text: str, name: str) -> datetime:
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be an ISO 8601 string, got {text!r}")
+    return as_utc(datetime.fromisoformat(text), name)
+
+
+def parse_invoice_json(text: str) -> Invoice:
+    """Read back what ``render_invoice_json`` wrote; amounts must be strings."""
+    data = json.loads(text)
+    issuer, tenant = data["issuer"], data["tenant"]
+    return Invoice(
+        number=data["number"],
+        status=InvoiceStatus(data["status"]),
+        issuer=Issuer(
+            name=issuer["name"],
+            address_lines=tuple(issuer["address_lines"]),
+            tax_id=issuer["tax_id"],
+        ),
+        tenant=BillTo(
+            name=tenant["name"], slug=tenant["slug"], address_lines=tuple(tenant["address_lines"])
+        ),
+        period_start=_parse_time(data["period"]["start"], "period start"),
+        period_end=_parse_time(data["period"]["end"], "period end"),
+        issued_at=None
+        if data["issued_at"] is None
+        else _parse_time(data["issued_at"], "issued_at"),
+        lines=tuple(
+            InvoiceLine(
+                description=line["description"],
+                instance_name=line["instance_name"],
+                spec_code=line["spec_code"],
+                seconds=line["seconds"],
+                unit_price_per_hour=_parse_decimal(line["unit_price_per_hour"], "unit price"),
+                amount=_parse_decimal(line["amount"], "amount"),
+            )
+            for line in data["lines"]
+        ),
+        subtotal=_parse_decimal(data["subtotal"], "subtotal"),
+        credits_applied=_parse_decimal(data["credits_applied"], "credits_applied"),
+        tax_rate=None if data["tax_rate"] is None else _parse_decimal(data["tax_rate"], "tax_rate"),
+        tax_amount=_parse_decimal(data["tax_amount"], "tax_amount"),
+        total=_parse_decimal(data["total"], "total"),
+        currency=data["currency"],
+    )
+
+
+# --- PDF ---------------------------------------------------------------------------------
+
+_INK = (33, 37, 41)
+_MUTED = (108, 117, 125)
+_ACCENT = (31, 78, 121)
+_RULE = (206, 212, 218)
+_HEADING_FILL = (233, 238, 244)
+_ALERT = (176, 32, 32)
+_FONT = "helvetica"
+# Description, instance, spec, seconds, price per hour, amount (mm on a 180 mm table).
+_COLUMN_WIDTHS = (54, 34, 26, 20, 20, 26)
+_MAX_CELL_CHARS = (90, 40, 24)
+
+
+def _pdf_text(text: str, limit: int | None = None) -> str:
+    """Text the PDF core fonts can draw (Latin-1), cut to ``limit`` characters with '...'."""
+    text = " ".join(text.replace("\u2013", "-").replace("\u2014", "-").split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3].rstrip() + "..."
+    return text.encode("latin-1", "replace").decode("latin-1")
+
+
+def _money(value: Decimal) -> str:
+    return f"{value:,.2f}"
+
+
+def _percent(rate: Decimal) -> str:
+    return f"{_plain((rate * 100).normalize())}%"
+
+
+def _day(moment: datetime) -> str:
+    return f"{moment.day} {moment:%b %Y}"
+
+
+def _period_text(invoice: Invoice) -> str:
+    last_day = invoice.period_end - timedelta(microseconds=1)
+    return f"{_day(invoice.period_start)} - {_day(last_day)}"
+
+
+class _InvoicePDF(FPDF):
+    def __init__(self, invoice: Invoice) -> None:
+        super().__init__(format="A4")
+        self.invoice = invoice
+        self.set_margins(15, 15, 15)
+        self.set_auto_page_break(auto=True, margin=22)
+
+    def header(self) -> None:
+        if self.page_no() > 1:
+            self.set_font(_FONT, "", 8)
+            self.set_text_color(*_MUTED)
+            self.cell(0, 5, _pdf_text(f"Invoice {self.invoice.number} (continued)"))
+            self.ln(9)
+
+    def footer(self) -> None:
+        self.set_y(-15)
+        self.set_draw_color(*_RULE)
+        self.line(self.l_margin, self.get_y(), self.w - self.r_margin, self.get_y())
+        self.set_font(_FONT, "", 7.5)
+        self.set_text_color(*_MUTED)
+        issuer = self.invoice.issuer
+        left = issuer.name if issuer.tax_id is None else f"{issuer.name} - Tax ID {issuer.tax_id}"
+        self.cell(120, 7, _pdf_text(left, 80))
+        self.cell(
+            0, 7, _pdf_text(f"{self.invoice.number} - page {self.page_no()} of {{nb}}"), align="R"
+        )
+
+
+def _issuer_block(pdf: FPDF, invoice: Invoice) -> None:
+    pdf.set_xy(15, 15)
+    pdf.set_text_color(*_INK)
+    pdf.set_font(_FONT, "B", 13)
+    pdf.cell(95, 7, _pdf_text(invoice.issuer.name, 45), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font(_FONT, "", 9)
+    pdf.set_text_color(*_MUTED)
+    for line in invoice.issuer.address_lines:
+        pdf.cell(95, 4.6, _pdf_text(line, 60), new_x="LMARGIN", new_y="NEXT")
+    if invoice.issuer.tax_id is not None:
+        pdf.cell(95, 4.6, _pdf_text(f"Tax ID: {invoice.issuer.tax_id}", 60))
+
+
+def _title_block(pdf: FPDF, invoice: Invoice) -> None:
+    pdf.set_xy(115, 13)
+    pdf.set_font(_FONT, "B", 24)
+    pdf.set_text_color(*_ACCENT)
+    pdf.cell(80, 11, "INVOICE", align="R", new_x="LEFT", new_y="NEXT")
+    issued = "-" if invoice.issued_at is None else _day(invoice.issued_at)
+    facts = (
+        ("Invoice no.", invoice.number),
+        ("Date", issued),
+        ("Period", _period_text(invoice)),
+        ("Currency", invoice.currency),
+    )
+    for label, value in facts:
+        pdf.set_x(115)
+        pdf.set_font(_FONT, "", 9)
+        pdf.set_text_color(*_MUTED)
+        pdf.cell(26, 5, label, align="R")
+        pdf.set_font(_FONT, "B", 9)
+        pdf.set_text_color(*_INK)
+        pdf.cell(54, 5, _pdf_text(value, 34), align="R", new_x="LMARGIN", new_y="NEXT")
+    if invoice.status is not InvoiceStatus.FINALIZED:
+        pdf.set_x(115)
+        pdf.set_font(_FONT, "B", 11)
+        pdf.set_text_color(*(_ACCENT if invoice.status is InvoiceStatus.PAID else _ALERT))
+        pdf.cell(80, 7, invoice.status.value.upper(), align="R")
+
+
+def _bill_to_block(pdf: FPDF, invoice: Invoice) -> None:
+    pdf.set_xy(15, 52)
+    pdf.set_font(_FONT, "B", 8)
+    pdf.set_text_color(*_MUTED)
+    pdf.cell(95, 5, "BILL TO", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font(_FONT, "B", 11)
+    pdf.set_text_color(*_INK)
+    pdf.cell(95, 6, _pdf_text(invoice.tenant.name, 50), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font(_FONT, "", 9)
+    pdf.set_text_color(*_MUTED)
+    pdf.cell(95, 4.6, _pdf_text(f"Account: {invoice.tenant.slug}", 60), new_x="LMARGIN")
+    pdf.ln(4.6)
+    for line in invoice.tenant.address_lines:
+        pdf.cell(95, 4.6, _pdf_text(line, 60), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_y(max(pdf.get_y() + 6, 82))
+
+
+def _lines_table(pdf: FPDF, invoice: Invoice) -> None:
+    pdf.set_font(_FONT, "", 8)
+    pdf.set_text_color(*_INK)
+    pdf.set_draw_color(*_RULE)
+    headings = ("Description", "Instance", "Spec", "Seconds", "Price / h", "Amount")
+    with pdf.table(
+        width=sum(_COLUMN_WIDTHS),
+        col_widths=_COLUMN_WIDTHS,
+        text_align=("LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT"),
+        borders_layout="HORIZONTAL_LINES",
+        headings_style=FontFace(emphasis="BOLD", fill_color=_HEADING_FILL),
+        line_height=4.2,
+        padding=(0.9, 1.5),
+        repeat_headings=1,
+    ) as table:
+        table.row(headings)
+        for line in invoice.lines:
+            description, instance, spec = (
+                _pdf_text(text, limit)
+                for text, limit in zip(
+                    (line.description, line.instance_name, line.spec_code),
+                    _MAX_CELL_CHARS,
+                    strict=True,
+                )
+            )
+            table.row(
+                (
+                    description,
+                    instance,
+                    spec,
+                    f"{line.seconds:,}",
+                    f"{line.unit_price_per_hour:,f}",
+                    f"{line.amount:,.6f}",
+                )
+            )
+
+
+def _totals_block(pdf: FPDF, invoice: Invoice) -> None:
+    tax_label = "Tax" if invoice.tax_rate is None else f"Tax ({_percent(invoice.tax_rate)})"
+    rows = (
+        ("Subtotal", _money(invoice.subtotal)),
+        ("Credits applied", _money(-invoice.credits_applied)),
+        (tax_label, _money(invoice.tax_amount)),
+    )
+    if pdf.will_page_break(4 * 6 + 14):
+        pdf.add_page()
+    pdf.ln(4)
+    for label, value in rows:
+        pdf.set_x(115)
+        pdf.set_font(_FONT, "", 9)
+        pdf.set_text_color(*_MUTED)
+        pdf.cell(45, 6, label)
+        pdf.set_text_color(*_INK)
+        pdf.cell(35, 6, value, align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_draw_color(*_INK)
+    pdf.line(115, pdf.get_y() + 0.5, 195, pdf.get_y() + 0.5)
+    pdf.ln(1.5)
+    pdf.set_x(115)
+    pdf.set_font(_FONT, "B", 11)
+    pdf.cell(45, 8, f"Total ({invoice.currency})")
+    pdf.cell(35, 8, _money(invoice.total), align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(6)
+    pdf.set_font(_FONT, "", 7.5)
+    pdf.set_text_color(*_MUTED)
+    pdf.multi_cell(
+        0,
+        4,
+        "Usage is billed per second (rounded up, minimum per start). Line amounts are shown "
+        "to 6 decimal places; the subtotal is their sum rounded half-up to the cent. "
+        "Times are UTC.",
+    )
+
+
+def render_invoice_pdf(invoice: Invoice) -> bytes:
+    """An A4 invoice: issuer and title blocks, bill-to, the lines table (its header repeats
+    on every page), the totals block and a footer with the page number."""
+    pdf = _InvoicePDF(invoice)
+    pdf.set_title(_pdf_text(f"Invoice {invoice.number}"))
+    pdf.set_author(_pdf_text(invoice.issuer.name))
+    pdf.set_creator("gpucloud")
+    pdf.set_creation_date(invoice.issued_at or invoice.period_start)
+    pdf.add_page()
+    _issuer_block(pdf, invoice)
+    _title_block(pdf, invoice)
+    _bill_to_block(pdf, invoice)
+    _lines_table(pdf, invoice)
+    _totals_block(pdf, invoice)
+    return bytes(pdf.output())

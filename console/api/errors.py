@@ -1,0 +1,69 @@
+"""One error shape for the whole API: {"code", "detail", "errors"?}."""
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class Conflict(exceptions.APIException):
+    """A 409 with a stable code, e.g. quota_exceeded, invalid_state, budget_exceeded."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "The request conflicts with the current state."
+
+
+def _first_code(detail) -> str | None:
+    if isinstance(detail, list) and detail:
+        return _first_code(detail[0])
+    if isinstance(detail, dict) and detail:
+        return _first_code(next(iter(detail.values())))
+    return getattr(detail, "code", None)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(as_serializer_error(exc))
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        non_field = errors.get("non_field_errors")
+        detail = str(non_field[0]) if non_field else "Some fields are not valid."
+        response.data = {"code": "invalid", "detail": detail, "errors": errors}
+        return response
+    code = _first_code(exc.detail) or exc.default_code
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        response.status_code = status.HTTP_401_UNAUTHORIZED
+    response.data = {"code": code, "detail": str(exc.detail)}
+    return response
+
+
+def api_not_found(request, exception=None):
+    if request.path.startswith("/api/"):
+        return JsonResponse({"code": "not_found", "detail": "Not found."}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def api_server_error(request):
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            {"code": "server_error", "detail": "Something went wrong on our side."}, status=500
+        )
+    from django.views.defaults import server_error
+
+    return server_error(request)
+
+
+__all__ = ["Conflict", "Response", "exception_handler", "api_not_found", "api_server_error"]

@@ -1,0 +1,25 @@
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from console.api.quota import QuotaView
+from console.catalog.api import ImageViewSet, RegionViewSet, SpecViewSet
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("specs", SpecViewSet, basename="spec")
+router.register("images", ImageViewSet, basename="image")
+router.register("regions", RegionViewSet, basename="region")
+
+urlpatterns = [
+    path("", include(router.urls)),
+    path("quota/", QuotaView.as_view(), name="quota"),
+    path("", include("console.instances.api_urls")),
+    path("", include("billing.api_urls")),
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[]),
+        name="api-docs",
+    ),
+]

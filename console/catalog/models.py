@@ -1,0 +1,176 @@
+"""What tenants can rent: regions, GPU models and their MIG profiles, specs, images."""
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.utils import timezone
+
+
+class Mode(models.TextChoices):
+    WHOLE = "whole", "Whole GPUs"
+    MIG = "mig", "MIG slice"
+    SHARED = "shared", "Shared fraction"
+
+
+MIG_SLOTS = 8  # memory slices of a MIG-capable GPU
+
+
+class Region(models.Model):
+    code = models.SlugField(max_length=40, unique=True)
+    name = models.CharField(max_length=80)
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuModel(models.Model):
+    code = models.SlugField(max_length=40, unique=True, help_text="e.g. a100-80gb")
+    name = models.CharField(max_length=80, help_text="e.g. NVIDIA A100 80GB")
+    memory_mib = models.PositiveIntegerField()
+    mig_capable = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MigProfile(models.Model):
+    """A MIG instance profile and where it may start among the GPU's 8 memory slices."""
+
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="mig_profiles")
+    name = models.CharField(max_length=20, help_text="e.g. 1g.10gb")
+    compute_slices = models.PositiveSmallIntegerField()
+    size = models.PositiveSmallIntegerField(help_text="memory slices taken (1, 2, 4 or 8)")
+    starts = models.JSONField(help_text="allowed start slices, e.g. [0, 2, 4, 6]")
+    memory_mib = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["gpu_model", "size", "compute_slices"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu_model", "name"], name="unique_mig_profile")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model.code} {self.name}"
+
+    def clean(self):
+        if self.size not in (1, 2, 4, 8):
+            raise ValidationError({"size": "A MIG profile takes 1, 2, 4 or 8 memory slices."})
+        starts = self.starts if isinstance(self.starts, list) else None
+        if not starts or any(
+            not isinstance(s, int) or s < 0 or s + self.size > MIG_SLOTS for s in starts
+        ):
+            raise ValidationError({"starts": "Starts must be slice numbers that fit in 8 slices."})
+
+
+class Spec(models.Model):
+    """A flavor: what a tenant picks and pays for."""
+
+    code = models.CharField(
+        max_length=60,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9][a-z0-9._-]*$",
+                "Lower-case letters, digits, dots, dashes and underscores only.",
+            )
+        ],
+    )
+    name = models.CharField(max_length=120)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="specs")
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    gpu_count = models.PositiveSmallIntegerField(default=1)
+    mig_profile = models.ForeignKey(
+        MigProfile, on_delete=models.PROTECT, null=True, blank=True, related_name="specs"
+    )
+    milli = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="shared mode: thousandths of a GPU (250 = 1/4)"
+    )
+    gpu_memory_mib = models.PositiveIntegerField()
+    vcpus = models.PositiveSmallIntegerField()
+    ram_mib = models.PositiveIntegerField()
+    disk_gib = models.PositiveIntegerField()
+    price_per_hour = models.DecimalField(
+        max_digits=10, decimal_places=4, validators=[MinValueValidator(Decimal("0"))]
+    )
+    active = models.BooleanField(default=True, help_text="Retired specs cannot be launched.")
+
+    class Meta:
+        ordering = ["gpu_model__name", "mode", "price_per_hour"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def gpu_equivalents(self) -> Decimal:
+        """How much GPU quota one instance of this spec uses (a quarter GPU is 0.25)."""
+        if self.mode == Mode.WHOLE:
+            return Decimal(self.gpu_count)
+        if self.mode == Mode.MIG:
+            return Decimal(self.mig_profile.size) / MIG_SLOTS
+        return Decimal(self.milli) / 1000
+
+    def clean(self):
+        errors = {}
+        if self.mode == Mode.WHOLE:
+            if self.gpu_count not in (1, 2, 4, 8):
+                errors["gpu_count"] = "Whole-GPU specs have 1, 2, 4 or 8 GPUs."
+            if self.mig_profile_id or self.milli:
+                errors["mode"] = "A whole-GPU spec has no MIG profile and no fraction."
+        elif self.mode == Mode.MIG:
+            if self.mig_profile_id is None:
+                errors["mig_profile"] = "A MIG spec needs a MIG profile."
+            elif self.mig_profile.gpu_model_id != self.gpu_model_id:
+                errors["mig_profile"] = "The MIG profile belongs to another GPU model."
+            if self.gpu_model_id and not self.gpu_model.mig_capable:
+                errors["gpu_model"] = "This GPU model does not support MIG."
+            if self.gpu_count != 1 or self.milli:
+                errors["gpu_count"] = "A MIG spec is one MIG instance on one GPU."
+        elif self.mode == Mode.SHARED:
+            if not self.milli or not 0 < self.milli < 1000:
+                errors["milli"] = "A shared spec takes between 1 and 999 milli-GPU."
+            if self.gpu_count != 1 or self.mig_profile_id:
+                errors["gpu_count"] = "A shared spec is a fraction of one GPU."
+            if self.gpu_model_id and self.gpu_memory_mib > self.gpu_model.memory_mib:
+                errors["gpu_memory_mib"] = "The memory cap is larger than the GPU's memory."
+        if errors:
+            raise ValidationError(errors)
+
+
+class SpecPrice(models.Model):
+    """Price history: the price of a spec from a moment on. Billing rates usage with it."""
+
+    spec = models.ForeignKey(Spec, on_delete=models.CASCADE, related_name="prices")
+    effective_from = models.DateTimeField(default=timezone.now)
+    price_per_hour = models.DecimalField(
+        max_digits=10, decimal_places=4, validators=[MinValueValidator(Decimal("0"))]
+    )
+
+    class Meta:
+        ordering = ["spec", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["spec", "effective_from"], name="one_price_per_moment")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.spec.code} {self.price_per_hour}/h from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class Image(models.Model):
+    name = models.CharField(max_length=80, unique=True)
+    cuda_version = models.CharField(max_length=16)
+    description = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,46 @@
+from rest_framework import serializers
+
+from console.catalog.models import Image, Region, Spec
+
+
+class RegionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Region
+        fields = ["code", "name"]
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Image
+        fields = ["name", "cuda_version", "description"]
+
+
+class SpecSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.CharField(source="gpu_model.code")
+    gpu_model_name = serializers.CharField(source="gpu_model.name")
+    mig_profile = serializers.CharField(source="mig_profile.name", default=None)
+    gpu_equivalents = serializers.DecimalField(
+        max_digits=8, decimal_places=3, normalize_output=True
+    )
+    price_per_hour = serializers.DecimalField(
+        max_digits=10, decimal_places=4, normalize_output=True
+    )
+
+    class Meta:
+        model = Spec
+        fields = [
+            "code",
+            "name",
+            "mode",
+            "gpu_model",
+            "gpu_model_name",
+            "gpu_count",
+            "mig_profile",
+            "milli",
+            "gpu_equivalents",
+            "gpu_memory_mib",
+            "vcpus",
+            "ram_mib",
+            "disk_gib",
+            "price_per_hour",
+        ]

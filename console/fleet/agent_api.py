@@ -1,0 +1,249 @@
+"""The API host agents call: register (with a join token), heartbeat and samples (with the
+host's secret). Every answer is JSON; a refusal is `{"code", "detail"}` (+ `errors`)."""
+
+import hmac
+
+from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.catalog.models import Mode
+from console.fleet import samples as fleet_samples
+from console.fleet import services
+from console.fleet.models import Host, hash_secret
+
+
+class AgentPrincipal:
+    """request.user of an agent's request: a host, not a person."""
+
+    is_authenticated = True
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    def __str__(self) -> str:
+        return f"agent of {self.host.name}"
+
+
+class HostSecretAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <host secret>`. The secret's hash finds the host; the secret
+    itself is then compared in constant time."""
+
+    keyword = b"bearer"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Authorization must be 'Bearer <host secret>'.", code="invalid_secret"
+            )
+        try:
+            secret = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed(
+                "Invalid host secret.", code="invalid_secret"
+            ) from None
+        host = Host.objects.filter(secret_hash=hash_secret(secret)).first()
+        if host is None or not hmac.compare_digest(host.secret.encode(), secret.encode()):
+            raise exceptions.AuthenticationFailed("Invalid host secret.", code="invalid_secret")
+        return AgentPrincipal(host), host
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="agent"'
+
+
+class IsAgent(BasePermission):
+    def has_permission(self, request, view):
+        return isinstance(request.auth, Host)
+
+
+class SpeaksForItself(exceptions.PermissionDenied):
+    default_code = "wrong_host"
+    default_detail = "A host may only report for itself."
+
+
+# --- body shapes --------------------------------------------------------------------------
+
+
+class InventoryGpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    uuid = serializers.CharField(max_length=80)
+    name = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
+    model = serializers.CharField(max_length=40)
+    pci_bus_id = serializers.CharField(allow_blank=True, allow_null=True, required=False)
+    memory_mib = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    mode = serializers.ChoiceField(choices=Mode.values)
+    mig_enabled = serializers.BooleanField(required=False, default=False)
+    healthy = serializers.BooleanField()
+    health_reason = serializers.CharField(allow_blank=True, allow_null=True, required=False)
+    driver_version = serializers.CharField(allow_blank=True, allow_null=True, required=False)
+    cuda_version = serializers.CharField(allow_blank=True, allow_null=True, required=False)
+    mig_devices = serializers.ListField(child=serializers.DictField(), required=False, default=list)
+
+
+class InventorySerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True)
+    backend = serializers.CharField(max_length=16, required=False, allow_blank=True)
+    runtime = serializers.CharField(max_length=16, required=False, allow_blank=True)
+    cpu_count = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    memory_mib = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    gpus = InventoryGpuSerializer(many=True)
+    digest = serializers.CharField(max_length=64, required=False, allow_blank=True)
+
+    def validate_gpus(self, gpus):
+        for key in ("index", "uuid"):
+            values = [gpu[key] for gpu in gpus]
+            if len(set(values)) != len(values):
+                raise serializers.ValidationError(f"two GPUs share one {key}")
+        return gpus
+
+
+class RegisterSerializer(serializers.Serializer):
+    join_token = serializers.CharField(max_length=200)
+    hostname = serializers.CharField(max_length=100)
+    address = serializers.CharField(max_length=200)
+    region = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    agent_version = serializers.CharField(
+        max_length=40, required=False, allow_blank=True, default=""
+    )
+    inventory = InventorySerializer()
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    host_id = serializers.IntegerField()
+    agent_version = serializers.CharField(
+        max_length=40, required=False, allow_blank=True, default=""
+    )
+    inventory_digest = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, default=""
+    )
+    inventory = InventorySerializer(required=False, allow_null=True, default=None)
+    allocations = serializers.ListField(child=serializers.DictField(), required=False, default=list)
+
+
+class SamplesSerializer(serializers.Serializer):
+    host_id = serializers.IntegerField()
+    samples = serializers.JSONField()
+
+    def validate_samples(self, samples):
+        errors = fleet_samples.check_batch(samples)
+        if errors:
+            raise serializers.ValidationError(
+                [f"{where} {problem}" for where, problem in errors.items()]
+            )
+        return samples
+
+
+def _valid(serializer_class, request) -> dict:
+    if not isinstance(request.data, dict):
+        raise exceptions.ParseError("The body must be a JSON object.")
+    serializer = serializer_class(data=request.data)
+    if not serializer.is_valid():
+        detail = "; ".join(_flatten(serializer.errors))
+        raise serializers.ValidationError({"non_field_errors": [detail], **serializer.errors})
+    return serializer.validated_data
+
+
+def _flatten(errors, where: str = "") -> list[str]:
+    """`{"inventory": {"gpus": [{}, {"model": ["..."]}]}}` → `["inventory.gpus[1].model: ..."]`"""
+    if isinstance(errors, dict):
+        out = []
+        for key, value in errors.items():
+            if key == "non_field_errors":
+                name = where
+            elif isinstance(key, int):
+                name = f"{where}[{key}]"
+            else:
+                name = f"{where}.{key}" if where else key
+            out += _flatten(value, name)
+        return out
+    if isinstance(errors, list) and errors and all(isinstance(e, dict | list) for e in errors):
+        return [m for n, e in enumerate(errors) for m in _flatten(e, f"{where}[{n}]")]
+    if isinstance(errors, list):
+        return [f"{where}: {e}" if where else str(e) for e in errors]
+    return [f"{where}: {errors}" if where else str(errors)]
+
+
+# --- views ----------------------------------------------------------------------------------
+
+
+class AgentView(APIView):
+    parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+    authentication_classes = [HostSecretAuthentication]
+    permission_classes = [IsAgent]
+
+    def speaking_host(self, request, host_id: int) -> Host:
+        host = request.auth
+        if host_id != host.pk:
+            raise SpeaksForItself(
+                f"This secret belongs to host {host.pk} ({host.name}), not host {host_id}."
+            )
+        return host
+
+
+class RegisterView(APIView):
+    parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    def post(self, request):
+        data = _valid(RegisterSerializer, request)
+        try:
+            host, secret = services.register_host(
+                join_token=data["join_token"],
+                hostname=data["hostname"],
+                address=data["address"],
+                region_code=data["region"],
+                agent_version=data["agent_version"],
+                inventory=data["inventory"],
+            )
+        except services.RegistrationRefused as refused:
+            return Response({"code": refused.code, "detail": refused.detail}, refused.status)
+        return Response(
+            {
+                "host_id": host.pk,
+                "secret": secret,
+                "heartbeat_interval": services.heartbeat_interval(),
+                "sample_interval": services.SAMPLE_INTERVAL_SECONDS,
+            },
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class HeartbeatView(AgentView):
+    def post(self, request):
+        data = _valid(HeartbeatSerializer, request)
+        host = self.speaking_host(request, data["host_id"])
+        host = services.record_heartbeat(
+            host,
+            agent_version=data["agent_version"],
+            inventory_digest=data["inventory_digest"],
+            inventory=data["inventory"],
+        )
+        return Response(
+            {
+                "status": host.status,
+                "inventory_digest": host.inventory_digest,
+                "heartbeat_interval": services.heartbeat_interval(),
+            }
+        )
+
+
+class SamplesView(AgentView):
+    def post(self, request):
+        data = _valid(SamplesSerializer, request)
+        host = self.speaking_host(request, data["host_id"])
+        fleet_samples.ingest(host, data["samples"])
+        return Response({"accepted": len(data["samples"])}, status=status.HTTP_202_ACCEPTED)

@@ -1,0 +1,93 @@
+"""The only code that speaks HTTP to host agents."""
+
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+from console.fleet.models import Host
+
+
+class AgentError(Exception):
+    """A call to an agent failed. `transient` errors are worth retrying."""
+
+    transient = False
+
+    def __init__(self, host: Host, message: str, status: int | None = None, code: str = ""):
+        super().__init__(f"{host.name}: {message}")
+        self.status = status
+        self.code = code
+
+
+class AgentUnavailable(AgentError):
+    """The agent did not answer, timed out, or failed on its side (5xx)."""
+
+    transient = True
+
+
+class AgentRejected(AgentError):
+    """The agent refused the request (4xx): retrying the same call will not help."""
+
+
+def _request(host: Host, method: str, path: str, json: Any = None) -> httpx.Response:
+    try:
+        response = httpx.request(
+            method,
+            host.address.rstrip("/") + path,
+            json=json,
+            headers={"Authorization": f"Bearer {host.secret}"},
+            timeout=settings.AGENT_TIMEOUT_SECONDS,
+        )
+    except httpx.HTTPError as exc:
+        raise AgentUnavailable(host, f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
+    if response.status_code >= 500:
+        raise AgentUnavailable(
+            host, f"{method} {path}: HTTP {response.status_code}", response.status_code
+        )
+    if response.status_code >= 400 and not (method == "DELETE" and response.status_code == 404):
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        raise AgentRejected(
+            host,
+            f"{method} {path}: {body.get('detail') or response.text[:200]}",
+            response.status_code,
+            body.get("error", ""),
+        )
+    return response
+
+
+def inventory(host: Host) -> dict:
+    return _request(host, "GET", "/v1/inventory").json()
+
+
+def list_allocations(host: Host) -> list[dict]:
+    return _request(host, "GET", "/v1/allocations").json()["allocations"]
+
+
+def create_allocation(host: Host, allocation_id: str, body: dict) -> dict:
+    """Idempotent: the same id and body give the same allocation."""
+    return _request(host, "PUT", f"/v1/allocations/{allocation_id}", body).json()
+
+
+def allocation_action(host: Host, allocation_id: str, action: str) -> dict:
+    if action not in ("stop", "start", "reboot"):
+        raise ValueError(f"unknown allocation action {action!r}")
+    return _request(host, "POST", f"/v1/allocations/{allocation_id}/{action}").json()
+
+
+def delete_allocation(host: Host, allocation_id: str) -> None:
+    """Idempotent: deleting an allocation the agent does not know is fine."""
+    _request(host, "DELETE", f"/v1/allocations/{allocation_id}")
+
+
+def inject_fault(host: Host, gpu_index: int, fault: str) -> None:
+    """Simulated hosts only: make a GPU fail (xid79, ecc) or heal (clear)."""
+    _request(host, "POST", "/v1/sim/faults", {"gpu": gpu_index, "fault": fault})
+
+
+def set_gpu_mode(host: Host, gpu_index: int, mode: str) -> dict:
+    """Repartition a GPU (whole, mig, shared) that holds no allocation; answers the GPU's
+    inventory entry. The agent refuses (409) while an allocation sits on the GPU."""
+    return _request(host, "PUT", f"/v1/gpus/{gpu_index}/mode", {"mode": mode}).json()

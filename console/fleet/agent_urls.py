@@ -1,0 +1,11 @@
+"""/agent/v1/: what host agents call."""
+
+from django.urls import path
+
+from console.fleet import agent_api
+
+urlpatterns = [
+    path("register", agent_api.RegisterView.as_view(), name="agent-register"),
+    path("heartbeat", agent_api.HeartbeatView.as_view(), name="agent-heartbeat"),
+    path("samples", agent_api.SamplesView.as_view(), name="agent-samples"),
+]

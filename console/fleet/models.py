@@ -1,0 +1,186 @@
+"""The operator's hardware: hosts running the agent, their GPUs, and join tokens."""
+
+import hashlib
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from console.catalog.models import MIG_SLOTS, GpuModel, Mode, Region
+
+
+def hash_secret(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class Host(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        CORDONED = "cordoned", "Cordoned"
+        DRAINING = "draining", "Draining"
+        MAINTENANCE = "maintenance", "Maintenance"
+        UNREACHABLE = "unreachable", "Unreachable"
+        RETIRED = "retired", "Retired"
+
+    SCHEDULABLE = (Status.ACTIVE,)
+    # What an operator may choose. `unreachable` is the watchdog's, never an operator's.
+    OPERATOR_STATUSES = (
+        Status.ACTIVE,
+        Status.CORDONED,
+        Status.DRAINING,
+        Status.MAINTENANCE,
+        Status.RETIRED,
+    )
+    # Legal operator transitions of admin_status. Retired is final: a retired machine joins
+    # again as a new host, with a new join token.
+    TRANSITIONS = {
+        Status.ACTIVE: {Status.CORDONED, Status.DRAINING, Status.MAINTENANCE, Status.RETIRED},
+        Status.CORDONED: {Status.ACTIVE, Status.DRAINING, Status.MAINTENANCE, Status.RETIRED},
+        Status.DRAINING: {Status.ACTIVE, Status.CORDONED, Status.MAINTENANCE, Status.RETIRED},
+        Status.MAINTENANCE: {Status.ACTIVE, Status.CORDONED, Status.DRAINING, Status.RETIRED},
+        Status.RETIRED: set(),
+    }
+
+    name = models.CharField(max_length=100, unique=True)
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="hosts")
+    address = models.URLField(help_text="Base URL of the host agent's API")
+    secret = models.CharField(
+        max_length=80,
+        help_text="Shared with the agent: it signs the agent's calls and ours to it.",
+    )
+    # sha256 of the secret: how an agent's bearer secret finds its host (then compared in
+    # constant time with `secret`).
+    secret_hash = models.CharField(max_length=64, db_index=True, blank=True, editable=False)
+    agent_version = models.CharField(max_length=40, blank=True)
+    backend = models.CharField(max_length=16, blank=True)
+    runtime = models.CharField(max_length=16, blank=True)
+    vcpus = models.PositiveIntegerField(default=0)
+    ram_mib = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    # The status an operator chose; `unreachable` overlays it and goes away with heartbeats.
+    admin_status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    status_changed_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    unreachable_since = models.DateTimeField(null=True, blank=True)
+    inventory_digest = models.CharField(max_length=64, blank=True)
+    registered_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def schedulable(self) -> bool:
+        return self.status in self.SCHEDULABLE
+
+    def set_secret(self, raw: str) -> None:
+        self.secret = raw
+        self.secret_hash = hash_secret(raw)
+
+    def can_become(self, status: str) -> bool:
+        return status in self.TRANSITIONS.get(self.admin_status, set())
+
+
+class Gpu(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=80, unique=True)
+    model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
+    name = models.CharField(max_length=80, help_text="as the driver names it")
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    memory_mib = models.PositiveIntegerField()
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.WHOLE)
+    mig_enabled = models.BooleanField(default=False)
+    mig_devices = models.JSONField(default=list, blank=True, help_text="as the agent reports them")
+    driver_version = models.CharField(max_length=32, blank=True)
+    cuda_version = models.CharField(max_length=16, blank=True)
+    healthy = models.BooleanField(default=True)
+    health_reason = models.CharField(max_length=200, blank=True)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
+
+    MISSING = "missing from inventory"
+
+    class Meta:
+        ordering = ["host", "index"]
+        constraints = [models.UniqueConstraint(fields=["host", "index"], name="gpu_index_per_host")]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}/gpu{self.index}"
+
+    @property
+    def usage_label(self) -> str:
+        """Slices in use, for operators. Needs the annotations of `with_usage()`."""
+        if self.mode == Mode.WHOLE:
+            return "in use" if self.claim_count else "free"
+        if self.mode == Mode.MIG:
+            return f"{self.slot_count}/{MIG_SLOTS} slices"
+        return f"{self.milli_used or 0}/1000 milli"
+
+    @classmethod
+    def with_usage(cls) -> models.QuerySet:
+        return cls.objects.select_related("model").annotate(
+            claim_count=models.Count("claims"),
+            slot_count=models.Count("claims__slot"),
+            milli_used=models.Sum("claims__milli"),
+        )
+
+
+class HostEvent(models.Model):
+    """One change of a host's status: who (an operator, or `system`), when, why."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor_label = models.CharField(max_length=80, help_text="a username or 'system'")
+    from_status = models.CharField(max_length=16, choices=Host.Status.choices, blank=True)
+    to_status = models.CharField(max_length=16, choices=Host.Status.choices)
+    message = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}: {self.from_status or '∅'} → {self.to_status}"
+
+
+class JoinToken(models.Model):
+    """A one-time secret an operator hands to a new host so that its agent can register."""
+
+    PREFIX = "gpj"
+
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="join_tokens")
+    note = models.CharField(max_length=120, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    host = models.OneToOneField(
+        Host, on_delete=models.SET_NULL, null=True, blank=True, related_name="join_token"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"join token {self.prefix}…"
+
+    @staticmethod
+    def hash(raw: str) -> str:
+        return hash_secret(raw)
+
+    @property
+    def state(self) -> str:
+        if self.used_at is not None:
+            return "used"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "unused"

@@ -1,0 +1,494 @@
+"""Every change to the fleet goes through one of these functions: join tokens, registration,
+heartbeats, host status, GPU modes. The agent API, the fleet page, the admin, the management
+command and the watchdog call them and stay thin."""
+
+import logging
+import re
+import secrets
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from console.catalog.models import GpuModel, Mode, Region
+from console.fleet import agent_client
+from console.fleet.models import Gpu, Host, HostEvent, JoinToken
+from console.instances.models import GpuClaim
+
+log = logging.getLogger(__name__)
+
+SYSTEM = "system"
+HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# The agent samples every second; it heartbeats a few times per grace period so that one lost
+# heartbeat never makes a host unreachable.
+SAMPLE_INTERVAL_SECONDS = 1.0
+
+
+def heartbeat_interval() -> float:
+    return max(0.5, min(5.0, settings.HOST_HEARTBEAT_GRACE_SECONDS / 3))
+
+
+class RegistrationRefused(Exception):
+    """Why an agent may not join; `status` and `code` are what the agent API answers."""
+
+    def __init__(self, code: str, detail: str, status: int = 400):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.status = status
+
+
+def _event(host: Host, from_status: str, to_status: str, message: str, actor=None) -> HostEvent:
+    label = actor.get_username() if actor is not None else SYSTEM
+    return HostEvent.objects.create(
+        host=host,
+        actor=actor,
+        actor_label=label,
+        from_status=from_status,
+        to_status=to_status,
+        message=message[:300],
+    )
+
+
+# --- join tokens -------------------------------------------------------------------------
+
+
+def issue_join_token(token: JoinToken, ttl_hours: float | None = None) -> str:
+    """Give `token` (region, note, created_by set) a fresh secret and an expiry, save it, and
+    answer the raw token: it is shown once and only its hash is kept."""
+    ttl = settings.JOIN_TOKEN_TTL_HOURS if ttl_hours is None else ttl_hours
+    if ttl <= 0:
+        raise ValidationError({"ttl_hours": "A join token must live for some time (hours > 0)."})
+    prefix = f"{JoinToken.PREFIX}_{secrets.token_hex(4)}"
+    raw = f"{prefix}_{secrets.token_urlsafe(32)}"
+    token.prefix = prefix
+    token.token_hash = JoinToken.hash(raw)
+    token.created_at = timezone.now()
+    token.expires_at = token.created_at + timedelta(hours=ttl)
+    token.note = (token.note or "").strip()
+    token.full_clean()
+    token.save()
+    return raw
+
+
+def create_join_token(
+    region: Region | str, note: str = "", created_by=None, ttl_hours: float | None = None
+) -> tuple[JoinToken, str]:
+    """A one-time token that lets one new host join `region` (a Region or its code)."""
+    if isinstance(region, str):
+        found = Region.objects.filter(code=region).first()
+        if found is None:
+            known = ", ".join(Region.objects.values_list("code", flat=True)) or "none"
+            raise ValidationError({"region": f"Unknown region {region!r}; known: {known}."})
+        region = found
+    token = JoinToken(region=region, note=note, created_by=created_by)
+    raw = issue_join_token(token, ttl_hours)
+    return token, raw
+
+
+def revoke_join_token(token: JoinToken) -> JoinToken:
+    """An unused token stops working now (a used one has done its job already)."""
+    now = timezone.now()
+    JoinToken.objects.filter(pk=token.pk, used_at__isnull=True, expires_at__gt=now).update(
+        expires_at=now
+    )
+    token.refresh_from_db()
+    return token
+
+
+def _token_refusal(token_hash: str, now) -> RegistrationRefused:
+    token = JoinToken.objects.filter(token_hash=token_hash).select_related("host").first()
+    if token is None:
+        return RegistrationRefused(
+            "invalid_join_token", "This join token is not valid: ask the operator for one.", 403
+        )
+    if token.used_at is not None:
+        by = f" by host {token.host.name}" if token.host else ""
+        return RegistrationRefused(
+            "join_token_used",
+            f"Join token {token.prefix}… was already used{by} on {token.used_at:%Y-%m-%d %H:%M} "
+            "UTC; a join token registers one host once. Ask the operator for a new one.",
+            403,
+        )
+    return RegistrationRefused(
+        "join_token_expired",
+        f"Join token {token.prefix}… expired on {token.expires_at:%Y-%m-%d %H:%M} UTC; "
+        "ask the operator for a new one.",
+        403,
+    )
+
+
+# --- registration and heartbeats --------------------------------------------------------
+
+
+def _check_address(address: str) -> str:
+    parts = urlsplit(address)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RegistrationRefused(
+            "invalid_address", f"address must be the agent's http(s) base URL, not {address!r}"
+        )
+    return address.rstrip("/")
+
+
+def _gpu_models(gpus: list[dict]) -> dict[str, GpuModel]:
+    codes = {gpu["model"] for gpu in gpus}
+    return {m.code: m for m in GpuModel.objects.filter(code__in=codes)}
+
+
+def _gpu_fields(item: dict, model: GpuModel) -> dict:
+    return {
+        "index": item["index"],
+        "model": model,
+        "name": (item.get("name") or model.name)[:80],
+        "pci_bus_id": (item.get("pci_bus_id") or "")[:32],
+        "memory_mib": item.get("memory_mib") or model.memory_mib,
+        "mode": item["mode"],
+        "mig_enabled": bool(item.get("mig_enabled")),
+        "mig_devices": item.get("mig_devices") or [],
+        "driver_version": (item.get("driver_version") or "")[:32],
+        "cuda_version": (item.get("cuda_version") or "")[:16],
+        "healthy": item["healthy"],
+        "health_reason": ""
+        if item["healthy"]
+        else (item.get("health_reason") or "unhealthy")[:200],
+    }
+
+
+def _host_fields(inventory: dict) -> dict:
+    return {
+        "backend": (inventory.get("backend") or "")[:16],
+        "runtime": (inventory.get("runtime") or "")[:16],
+        "vcpus": inventory.get("cpu_count") or 0,
+        "ram_mib": inventory.get("memory_mib") or 0,
+    }
+
+
+@transaction.atomic
+def register_host(
+    *,
+    join_token: str,
+    hostname: str,
+    address: str,
+    region_code: str = "",
+    agent_version: str = "",
+    inventory: dict,
+) -> tuple[Host, str]:
+    """Consume the join token and create the host and its GPUs; answer the host and the secret
+    it shares with its agent. Any refusal rolls everything back, the token included."""
+    now = timezone.now()
+    token_hash = JoinToken.hash(join_token)
+    # One UPDATE consumes the token: of two agents racing with it, exactly one changes the row.
+    claimed = JoinToken.objects.filter(
+        token_hash=token_hash, used_at__isnull=True, expires_at__gt=now
+    ).update(used_at=now)
+    if not claimed:
+        raise _token_refusal(token_hash, now)
+    token = JoinToken.objects.select_related("region").get(token_hash=token_hash)
+    region = token.region
+    if region_code and region_code != region.code:
+        raise RegistrationRefused(
+            "region_mismatch",
+            f"This join token is for region {region.code}, but the agent says {region_code}.",
+        )
+    if not HOSTNAME_RE.fullmatch(hostname):
+        raise RegistrationRefused(
+            "invalid_hostname", f"hostname must match {HOSTNAME_RE.pattern}, not {hostname!r}"
+        )
+    address = _check_address(address)
+    gpus = inventory["gpus"]
+    models = _gpu_models(gpus)
+    unknown = sorted({gpu["model"] for gpu in gpus} - set(models))
+    if unknown:
+        known = ", ".join(GpuModel.objects.values_list("code", flat=True)) or "none"
+        raise RegistrationRefused(
+            "unknown_gpu_model",
+            f"Unknown GPU model {', '.join(map(repr, unknown))}: add it to the catalog first "
+            f"(known: {known}).",
+        )
+    taken = Host.objects.filter(name=hostname).first()
+    if taken is not None:
+        raise _hostname_taken(taken)
+    secret = secrets.token_urlsafe(32)
+    host = Host(
+        name=hostname,
+        region=region,
+        address=address,
+        agent_version=(agent_version or inventory.get("agent_version") or "")[:40],
+        status=Host.Status.ACTIVE,
+        admin_status=Host.Status.ACTIVE,
+        status_changed_at=now,
+        last_heartbeat_at=now,
+        registered_at=now,
+        inventory_digest=(inventory.get("digest") or "")[:64],
+        **_host_fields(inventory),
+    )
+    host.set_secret(secret)
+    try:
+        with transaction.atomic():
+            host.save()
+            Gpu.objects.bulk_create(
+                Gpu(host=host, uuid=gpu["uuid"], **_gpu_fields(gpu, models[gpu["model"]]))
+                for gpu in gpus
+            )
+    except IntegrityError:
+        taken = Host.objects.filter(name=hostname).first()
+        if taken is not None:
+            raise _hostname_taken(taken) from None
+        raise RegistrationRefused(
+            "gpu_already_registered",
+            "A GPU of this inventory is already registered to another host (same UUID).",
+            409,
+        ) from None
+    JoinToken.objects.filter(pk=token.pk).update(host=host)
+    _event(host, "", Host.Status.ACTIVE, f"registered with join token {token.prefix}…")
+    log.info("host %s registered in %s with %d GPU(s)", host.name, region.code, len(gpus))
+    return host, secret
+
+
+def _hostname_taken(host: Host) -> RegistrationRefused:
+    return RegistrationRefused(
+        "hostname_taken",
+        f"A host named {host.name!r} is already registered (status {host.status}, since "
+        f"{host.registered_at:%Y-%m-%d %H:%M} UTC). Give this machine another --hostname, or "
+        "delete the old host in the admin first.",
+        409,
+    )
+
+
+def sync_inventory(host: Host, inventory: dict) -> bool:
+    """Make the host's GPUs what the inventory says (the caller holds the host row's lock).
+    Answer whether every GPU could be synced; if not, the next heartbeat tries again."""
+    try:
+        with transaction.atomic():
+            return _sync_gpus(host, inventory)
+    except IntegrityError as exc:
+        log.error("host %s: inventory not synced: %s", host.name, exc)
+        return False
+
+
+def _sync_gpus(host: Host, inventory: dict) -> bool:
+    now = timezone.now()
+    items = {item["uuid"]: item for item in inventory["gpus"]}
+    models = _gpu_models(inventory["gpus"])
+    existing = {gpu.uuid: gpu for gpu in Gpu.objects.select_for_update().filter(host=host)}
+    missing = {gpu.index: gpu for uuid, gpu in existing.items() if uuid not in items}
+    complete = True
+    wanted = []
+    for uuid, item in items.items():
+        if item["model"] not in models:
+            log.warning("host %s: GPU %s has unknown model %r", host.name, uuid, item["model"])
+            complete = False
+            continue
+        holder = missing.get(item["index"])
+        if holder is not None:
+            if GpuClaim.objects.filter(gpu=holder).exists():
+                log.warning(
+                    "host %s: GPU %s cannot take index %d, still claimed by missing GPU %s",
+                    host.name, uuid, item["index"], holder.uuid,
+                )  # fmt: skip
+                complete = False
+                continue
+            holder.delete()  # replaced: another GPU sits in its slot now
+            del missing[item["index"]]
+        wanted.append(item)
+    # GPUs that changed index move out of the way first: (host, index) is unique.
+    moving = [existing[i["uuid"]] for i in wanted if i["uuid"] in existing]
+    moving = [gpu for gpu in moving if gpu.index != items[gpu.uuid]["index"]]
+    for n, gpu in enumerate(moving):
+        Gpu.objects.filter(pk=gpu.pk).update(index=20000 + n)
+    for item in wanted:
+        fields = _gpu_fields(item, models[item["model"]])
+        gpu = existing.get(item["uuid"])
+        if gpu is not None:
+            if gpu.healthy != fields["healthy"]:
+                fields["health_changed_at"] = now
+            Gpu.objects.filter(pk=gpu.pk).update(**fields)
+            continue
+        elsewhere = Gpu.objects.filter(uuid=item["uuid"]).select_related("host").first()
+        if elsewhere is not None:
+            log.warning("host %s: GPU %s belongs to %s", host.name, item["uuid"], elsewhere.host)
+            complete = False
+            continue
+        Gpu.objects.create(host=host, uuid=item["uuid"], health_changed_at=now, **fields)
+        log.info("host %s: new GPU %d (%s)", host.name, item["index"], item["uuid"])
+    for gpu in missing.values():
+        if gpu.healthy or gpu.health_reason != Gpu.MISSING:
+            Gpu.objects.filter(pk=gpu.pk).update(
+                healthy=False, health_reason=Gpu.MISSING, health_changed_at=now
+            )
+            log.warning("host %s: GPU %d (%s) is missing", host.name, gpu.index, gpu.uuid)
+    return complete
+
+
+def record_heartbeat(
+    host: Host,
+    *,
+    agent_version: str = "",
+    inventory_digest: str = "",
+    inventory: dict | None = None,
+) -> Host:
+    """An agent is alive: note it, sync its GPUs when its inventory changed, and bring an
+    unreachable host back to the status its operator chose."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Host.objects.select_for_update().get(pk=host.pk)
+        updates: dict = {"last_heartbeat_at": now}
+        if agent_version:
+            updates["agent_version"] = agent_version[:40]
+        digest = inventory_digest or (inventory or {}).get("digest") or ""
+        if inventory is not None and (not digest or digest != locked.inventory_digest):
+            complete = sync_inventory(locked, inventory)
+            updates.update(
+                _host_fields(inventory), inventory_digest=digest[:64] if complete else ""
+            )
+        Host.objects.filter(pk=host.pk).update(**updates)
+        if locked.status == Host.Status.UNREACHABLE:
+            back = Host.objects.filter(pk=host.pk, status=Host.Status.UNREACHABLE).update(
+                status=F("admin_status"), unreachable_since=None, status_changed_at=now
+            )
+            if back:
+                silent = (now - (locked.unreachable_since or now)).total_seconds()
+                _event(
+                    locked,
+                    Host.Status.UNREACHABLE,
+                    locked.admin_status,
+                    f"heartbeats resumed (unreachable for {silent:.0f} s)",
+                )
+                log.info("host %s is back: %s", locked.name, locked.admin_status)
+    host.refresh_from_db()
+    return host
+
+
+# --- the watchdog ----------------------------------------------------------------------
+
+
+def mark_silent_hosts_unreachable(grace_seconds: float | None = None) -> list[Host]:
+    """Hosts whose agent has not been heard of for the grace period become `unreachable`.
+    Compare-and-swap: a heartbeat (or another watchdog) that came first wins."""
+    grace = settings.HOST_HEARTBEAT_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=grace)
+    silent = Host.objects.exclude(status__in=[Host.Status.UNREACHABLE, Host.Status.RETIRED]).filter(
+        Q(last_heartbeat_at__lt=cutoff)
+        | Q(last_heartbeat_at__isnull=True, registered_at__lt=cutoff)
+    )
+    marked = []
+    for host in silent:
+        with transaction.atomic():
+            changed = Host.objects.filter(
+                pk=host.pk, status=host.status, last_heartbeat_at=host.last_heartbeat_at
+            ).update(status=Host.Status.UNREACHABLE, unreachable_since=now, status_changed_at=now)
+            if not changed:
+                continue
+            seen = host.last_heartbeat_at or host.registered_at
+            _event(
+                host,
+                host.status,
+                Host.Status.UNREACHABLE,
+                f"no heartbeat for {(now - seen).total_seconds():.0f} s",
+            )
+        log.warning("host %s is unreachable (was %s)", host.name, host.status)
+        marked.append(host)
+    return marked
+
+
+def hosts_unreachable_longer_than(seconds: float) -> QuerySet[Host]:
+    """Hosts unreachable for at least `seconds`: what instance failover acts on (see
+    settings.HOST_FAILOVER_SECONDS)."""
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    return Host.objects.filter(status=Host.Status.UNREACHABLE, unreachable_since__lte=cutoff)
+
+
+# --- operators -------------------------------------------------------------------------
+
+
+def set_host_status(host: Host, status: str, actor=None, message: str = "") -> Host:
+    """An operator's choice: active (uncordon), cordoned, draining, maintenance, retired.
+    While a host is unreachable the choice is kept and takes effect when it comes back."""
+    if status not in Host.OPERATOR_STATUSES:
+        allowed = ", ".join(Host.OPERATOR_STATUSES)
+        raise ValidationError({"status": f"An operator can set {allowed}; not {status!r}."})
+    with transaction.atomic():
+        locked = Host.objects.select_for_update().get(pk=host.pk)
+        if locked.admin_status == status:
+            return locked
+        if not locked.can_become(status):
+            raise ValidationError(
+                f"{locked.name} is {locked.admin_status}; it cannot become {status}."
+            )
+        if status == Host.Status.RETIRED:
+            held = GpuClaim.objects.filter(gpu__host=locked).count()
+            if held:
+                raise ValidationError(
+                    f"{locked.name} still holds {held} GPU slice(s); drain it and wait for its "
+                    "instances to leave before retiring it."
+                )
+        now = timezone.now()
+        keep_unreachable = (
+            locked.status == Host.Status.UNREACHABLE and status != Host.Status.RETIRED
+        )
+        new_status = Host.Status.UNREACHABLE if keep_unreachable else status
+        changed = Host.objects.filter(
+            pk=locked.pk, status=locked.status, admin_status=locked.admin_status
+        ).update(
+            admin_status=status,
+            status=new_status,
+            status_changed_at=now if new_status != locked.status else locked.status_changed_at,
+            unreachable_since=locked.unreachable_since if keep_unreachable else None,
+        )
+        if not changed:
+            raise ValidationError(f"{locked.name} changed meanwhile; try again.")
+        note = message or f"operator set {status}"
+        if keep_unreachable:
+            note += " (takes effect when the host is reachable again)"
+        _event(locked, locked.status, new_status, note, actor=actor)
+    host.refresh_from_db()
+    return host
+
+
+def set_gpu_mode(gpu: Gpu, mode: str, actor=None) -> Gpu:
+    """Change how a GPU is partitioned: only while nothing is allocated on it. The agent
+    switches the GPU first; the control plane follows."""
+    if mode not in Mode.values:
+        raise ValidationError(
+            {"mode": f"Unknown mode {mode!r}; use one of {', '.join(Mode.values)}."}
+        )
+    with transaction.atomic():
+        locked = Gpu.objects.select_for_update().select_related("host", "model").get(pk=gpu.pk)
+        if locked.mode == mode:
+            return locked
+        if mode == Mode.MIG and not locked.model.mig_capable:
+            raise ValidationError(f"{locked.model.name} does not support MIG.")
+        if locked.host.status == Host.Status.RETIRED:
+            raise ValidationError(f"{locked.host.name} is retired.")
+        held = GpuClaim.objects.filter(gpu=locked).count()
+        if held:
+            raise ValidationError(
+                f"{locked} has {held} slice(s) allocated; its mode can change only when nothing "
+                "is allocated on it."
+            )
+        try:
+            reported = agent_client.set_gpu_mode(locked.host, locked.index, mode)
+        except agent_client.AgentRejected as exc:
+            if exc.status in (404, 405):
+                raise ValidationError(
+                    f"The agent of {locked.host.name} (version {locked.host.agent_version or '?'}) "
+                    "cannot change GPU modes; restart it with the new --mode."
+                ) from exc
+            raise ValidationError(f"The agent refused: {exc}") from exc
+        except agent_client.AgentUnavailable as exc:
+            raise ValidationError(
+                f"The agent of {locked.host.name} did not answer; try again later. ({exc})"
+            ) from exc
+        locked.mode = mode
+        locked.mig_enabled = bool(reported.get("mig_enabled", mode == Mode.MIG))
+        locked.save(update_fields=["mode", "mig_enabled"])
+        # The inventory changed on the agent: take the next heartbeat's as it comes.
+        Host.objects.filter(pk=locked.host_id).update(inventory_digest="")
+        who = actor.get_username() if actor is not None else SYSTEM
+        log.info("%s: mode set to %s by %s", locked, mode, who)
+    return locked

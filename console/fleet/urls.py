@@ -1,0 +1,16 @@
+"""/fleet/: the operators' fleet page (staff only)."""
+
+from django.urls import path
+
+from console.fleet import views
+
+app_name = "fleet"
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("hosts/<int:pk>/", views.host_detail, name="host"),
+    path("hosts/<int:pk>/status/", views.host_status, name="host-status"),
+    path("gpus/<int:pk>/mode/", views.gpu_mode, name="gpu-mode"),
+    path("join-tokens/", views.join_token_create, name="join-token-create"),
+    path("join-tokens/<int:pk>/revoke/", views.join_token_revoke, name="join-token-revoke"),
+]

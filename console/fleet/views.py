@@ -1,0 +1,189 @@
+"""The operators' fleet page: hosts, GPUs, slices in use, and what operators do to them."""
+
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import ValidationError
+from django.db.models import Prefetch
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console.catalog.models import MIG_SLOTS, Mode
+from console.fleet import services
+from console.fleet.forms import GpuModeForm, HostStatusForm, JoinTokenForm
+from console.fleet.models import Gpu, Host, JoinToken
+
+# The buttons each operator-chosen status offers: (target status, label, danger).
+ACTIONS = {
+    Host.Status.ACTIVE: [("cordoned", "Cordon", False), ("draining", "Drain", False),
+                         ("maintenance", "Maintenance", False), ("retired", "Retire", True)],
+    Host.Status.CORDONED: [("active", "Uncordon", False), ("draining", "Drain", False),
+                           ("maintenance", "Maintenance", False), ("retired", "Retire", True)],
+    Host.Status.DRAINING: [("active", "Activate", False), ("cordoned", "Cordon", False),
+                           ("maintenance", "Maintenance", False), ("retired", "Retire", True)],
+    Host.Status.MAINTENANCE: [("active", "Activate", False), ("cordoned", "Cordon", False),
+                              ("draining", "Drain", False), ("retired", "Retire", True)],
+    Host.Status.RETIRED: [],
+}  # fmt: skip
+
+
+def staff_view(view):
+    """Operators only; to anyone else signed in, the page does not exist."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not request.user.is_staff:
+            raise Http404
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _error_text(error: ValidationError) -> str:
+    return " ".join(error.messages)
+
+
+def _hosts():
+    return (
+        Host.objects.select_related("region")
+        .prefetch_related(Prefetch("gpus", queryset=Gpu.with_usage().order_by("index")))
+        .order_by("region__code", "name")
+    )
+
+
+def _summary(hosts: list[Host]) -> dict:
+    gpus = [gpu for host in hosts if host.status != Host.Status.RETIRED for gpu in host.gpus.all()]
+    by_mode = {mode: [g for g in gpus if g.mode == mode] for mode in Mode.values}
+    return {
+        "hosts": len([h for h in hosts if h.status != Host.Status.RETIRED]),
+        "unreachable": len([h for h in hosts if h.status == Host.Status.UNREACHABLE]),
+        "gpus": len(gpus),
+        "unhealthy": len([g for g in gpus if not g.healthy]),
+        "whole_used": len([g for g in by_mode[Mode.WHOLE] if g.claim_count]),
+        "whole_total": len(by_mode[Mode.WHOLE]),
+        "mig_used": sum(g.slot_count for g in by_mode[Mode.MIG]),
+        "mig_total": MIG_SLOTS * len(by_mode[Mode.MIG]),
+        "shared_used": sum(g.milli_used or 0 for g in by_mode[Mode.SHARED]) / 1000,
+        "shared_total": len(by_mode[Mode.SHARED]),
+    }
+
+
+def _index(request, issued=None, form=None, status=200):
+    hosts = list(_hosts())
+    for host in hosts:
+        host.actions = ACTIONS.get(host.admin_status, [])
+    tokens = JoinToken.objects.select_related("region", "host", "created_by")[:10]
+    context = {
+        "hosts": hosts,
+        "summary": _summary(hosts),
+        "tokens": tokens,
+        "form": form or JoinTokenForm(),
+        "issued": issued,
+        "modes": Mode.choices,
+    }
+    return render(request, "fleet/index.html", context, status=status)
+
+
+@staff_view
+def index(request):
+    return _index(request)
+
+
+@staff_view
+def host_detail(request, pk):
+    host = get_object_or_404(
+        Host.objects.select_related("region").prefetch_related(
+            Prefetch("gpus", queryset=Gpu.with_usage().order_by("index"))
+        ),
+        pk=pk,
+    )
+    host.actions = ACTIONS.get(host.admin_status, [])
+    return render(
+        request,
+        "fleet/host.html",
+        {
+            "host": host,
+            "events": host.events.select_related("actor")[:30],
+            "join_token": JoinToken.objects.filter(host=host).first(),
+            "modes": Mode.choices,
+        },
+    )
+
+
+def _back(request, fallback: str = "fleet:index"):
+    target = request.POST.get("next", "")
+    if target.startswith("/fleet/") and "//" not in target:
+        return redirect(target)
+    return redirect(fallback)
+
+
+@require_POST
+@staff_view
+def host_status(request, pk):
+    host = get_object_or_404(Host, pk=pk)
+    form = HostStatusForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Unknown status.")
+        return _back(request)
+    try:
+        host = services.set_host_status(host, form.cleaned_data["status"], actor=request.user)
+    except ValidationError as error:
+        messages.error(request, _error_text(error))
+    else:
+        note = (
+            " (it takes effect when the host is back)" if host.status != host.admin_status else ""
+        )
+        messages.success(request, f"{host.name} is now {host.admin_status}{note}.")
+    return _back(request)
+
+
+@require_POST
+@staff_view
+def gpu_mode(request, pk):
+    gpu = get_object_or_404(Gpu.objects.select_related("host"), pk=pk)
+    form = GpuModeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Unknown mode.")
+        return _back(request)
+    try:
+        gpu = services.set_gpu_mode(gpu, form.cleaned_data["mode"], actor=request.user)
+    except ValidationError as error:
+        messages.error(request, _error_text(error))
+    else:
+        messages.success(request, f"{gpu} is now in {gpu.get_mode_display().lower()} mode.")
+    return _back(request)
+
+
+@require_POST
+@staff_view
+def join_token_create(request):
+    form = JoinTokenForm(request.POST)
+    if not form.is_valid():
+        return _index(request, form=form, status=400)
+    try:
+        token, raw = services.create_join_token(
+            form.cleaned_data["region"],
+            note=form.cleaned_data["note"],
+            created_by=request.user,
+            ttl_hours=form.cleaned_data["ttl_hours"],
+        )
+    except ValidationError as error:
+        messages.error(request, _error_text(error))
+        return redirect("fleet:index")
+    # Rendered, not redirected: the raw token is never stored, not even in a message.
+    return _index(
+        request,
+        issued={"token": token, "raw": raw, "server": request.build_absolute_uri("/").rstrip("/")},
+    )
+
+
+@require_POST
+@staff_view
+def join_token_revoke(request, pk):
+    token = services.revoke_join_token(get_object_or_404(JoinToken, pk=pk))
+    messages.success(request, f"Join token {token.prefix}… is {token.state}.")
+    return redirect("fleet:index")

@@ -1,0 +1,69 @@
+"""GET /healthz: each component's status; 503 when one is down."""
+
+import asyncio
+from datetime import timedelta
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from console.fleet.models import Host
+
+
+def _database() -> dict:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return {"status": "ok", "vendor": connection.vendor}
+
+
+def _broker() -> dict:
+    from console.celery import app
+
+    if settings.CELERY_BROKER_URL.startswith("memory://"):
+        return {"status": "ok", "kind": "in-process"}
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+    return {"status": "ok", "kind": conn.transport_cls}
+
+
+def _channel_layer() -> dict:
+    layer = get_channel_layer()
+
+    async def roundtrip():
+        channel = await layer.new_channel()
+        await layer.send(channel, {"type": "health.ping"})
+        return await asyncio.wait_for(layer.receive(channel), timeout=2)
+
+    async_to_sync(roundtrip)()
+    return {"status": "ok", "kind": layer.__class__.__name__}
+
+
+def _agents() -> dict:
+    grace = timedelta(seconds=settings.HOST_HEARTBEAT_GRACE_SECONDS)
+    hosts = Host.objects.exclude(status=Host.Status.RETIRED)
+    fresh = hosts.filter(last_heartbeat_at__gte=timezone.now() - grace).count()
+    return {"status": "ok", "hosts": hosts.count(), "seen_recently": fresh}
+
+
+CHECKS = {"database": _database, "broker": _broker, "channel_layer": _channel_layer}
+
+
+@require_GET
+def healthz(request):
+    components = {}
+    for name, check in CHECKS.items():
+        try:
+            components[name] = check()
+        except Exception as exc:  # noqa: BLE001 - any failure means the component is down
+            components[name] = {"status": "down", "error": f"{exc.__class__.__name__}: {exc}"}
+    if components["database"]["status"] == "ok":
+        components["agents"] = _agents()
+    healthy = all(c["status"] == "ok" for c in components.values())
+    return JsonResponse(
+        {"status": "ok" if healthy else "down", "components": components},
+        status=200 if healthy else 503,
+    )

@@ -1,0 +1,138 @@
+"""REST API of instances: /api/v1/instances/…"""
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from accounts.permissions import request_membership
+from accounts.roles import OPERATE, READ
+from console.api.errors import Conflict
+from console.instances import services
+from console.instances.lifecycle import InvalidTransition
+from console.instances.models import Allocation, Instance, State
+from console.instances.serializers import (
+    InstanceEventSerializer,
+    InstanceSerializer,
+    LaunchSerializer,
+    ResizeSerializer,
+)
+
+
+def _conflict(exc: services.InstanceError | InvalidTransition) -> Conflict:
+    return Conflict(detail=str(getattr(exc, "detail", exc)), code=exc.code)
+
+
+class InstanceViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """The tenant's instances. Writes answer 202: the work goes on in the background; watch
+    `state` (or /ws/events/) for the outcome."""
+
+    serializer_class = InstanceSerializer
+    read_role = READ
+    write_role = OPERATE
+
+    def get_queryset(self):
+        tenant = request_membership(self.request).tenant
+        queryset = Instance.objects.filter(tenant=tenant).select_related(
+            "spec__mig_profile", "image", "region"
+        )
+        if self.request.user.is_staff:
+            queryset = queryset.prefetch_related(
+                Prefetch(
+                    "allocations",
+                    queryset=Allocation.objects.filter(released_at__isnull=True).select_related(
+                        "host"
+                    ),
+                )
+            )
+        if self.action == "list":
+            states = [s for s in self.request.query_params.get("state", "").split(",") if s]
+            unknown = sorted(set(states) - set(State.values))
+            if unknown:
+                raise ValidationError({"state": [f"Unknown state(s): {', '.join(unknown)}."]})
+            if states:
+                queryset = queryset.filter(state__in=states)
+            name = self.request.query_params.get("name")
+            if name:
+                queryset = queryset.filter(name=name)
+        return queryset
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, description="one state or several, comma-separated"),
+            OpenApiParameter("name", str),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    def _respond(self, instance, code=status.HTTP_202_ACCEPTED):
+        instance = self.get_queryset().get(pk=instance.pk)
+        return Response(self.get_serializer(instance).data, status=code)
+
+    @extend_schema(request=LaunchSerializer, responses={202: InstanceSerializer})
+    def create(self, request):
+        body = LaunchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        membership = request_membership(request)
+        try:
+            instance = services.launch_instance(
+                membership.tenant,
+                name=body.validated_data["name"],
+                spec=body.validated_data["spec"],
+                image=body.validated_data["image"],
+                region=body.validated_data.get("region"),
+                actor=request.user,
+            )
+        except services.InstanceError as exc:
+            raise _conflict(exc) from exc
+        return self._respond(instance)
+
+    def _act(self, function, *args):
+        instance = self.get_object()
+        try:
+            instance = function(instance, *args, actor=self.request.user)
+        except (services.InstanceError, InvalidTransition) as exc:
+            raise _conflict(exc) from exc
+        return self._respond(instance)
+
+    @extend_schema(request=None, responses={202: InstanceSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        return self._act(services.stop_instance)
+
+    @extend_schema(request=None, responses={202: InstanceSerializer})
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        return self._act(services.start_instance)
+
+    @extend_schema(request=None, responses={202: InstanceSerializer})
+    @action(detail=True, methods=["post"])
+    def reboot(self, request, pk=None):
+        return self._act(services.reboot_instance)
+
+    @extend_schema(request=None, responses={202: InstanceSerializer})
+    @action(detail=True, methods=["post"])
+    def terminate(self, request, pk=None):
+        return self._act(services.terminate_instance)
+
+    @extend_schema(request=ResizeSerializer, responses={202: InstanceSerializer})
+    @action(detail=True, methods=["post"])
+    def resize(self, request, pk=None):
+        body = ResizeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(services.resize_instance, body.validated_data["spec"])
+
+    @extend_schema(request=None, responses=InstanceEventSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        instance = self.get_object()
+        events = instance.events.order_by("at", "pk")
+        page = self.paginate_queryset(events)
+        if page is not None:
+            return self.get_paginated_response(InstanceEventSerializer(page, many=True).data)
+        return Response(InstanceEventSerializer(events, many=True).data)

@@ -1,0 +1,34 @@
+"""/ws/events/: the state changes of the tenant's instances, live, for the console."""
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from accounts.roles import READ
+from console.instances.lifecycle import events_group
+
+
+class TenantEventsConsumer(AsyncJsonWebsocketConsumer):
+    """Joins the group of the tenant the socket's membership belongs to; every transition of
+    that tenant's instances arrives as {"type": "instance.state", "instance": {...}}."""
+
+    group = None
+
+    async def connect(self):
+        membership = self.scope.get("membership")
+        if membership is None or not membership.can(READ) or not membership.tenant.is_active:
+            await self.close(code=4403)
+            return
+        self.group = events_group(membership.tenant_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self.send_json({"type": "hello", "tenant": membership.tenant.slug})
+
+    async def disconnect(self, code):
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        if content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def instance_state(self, event):
+        await self.send_json(event["payload"])

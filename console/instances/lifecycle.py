@@ -1,0 +1,188 @@
+"""An instance's life: the legal transitions, in one table, and the one function that moves
+an instance from a state to the next (with its event row, its signal and its websocket
+message, the last two after commit).
+
+    pending ──► provisioning ──► running ──► stopping ──► stopped ──► starting ──► running
+       ▲  └──► stopped             │ ▲                       │  └──► pending (nothing fits)
+       │                           ▼ │                       │
+       └── (start, nothing fits)  rebooting (reboot, resize in place)
+    any live state ──► terminating ──► terminated;   host-touching states ──► failed
+"""
+
+import logging
+from datetime import datetime
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection, transaction
+from django.utils import timezone
+
+from console.instances.models import Instance, InstanceEvent, State
+from console.instances.signals import instance_state_changed
+
+log = logging.getLogger(__name__)
+
+S = State
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.PROVISIONING, S.STOPPED, S.TERMINATING, S.FAILED}),
+    S.PROVISIONING: frozenset({S.RUNNING, S.TERMINATING, S.FAILED}),
+    S.RUNNING: frozenset({S.STOPPING, S.REBOOTING, S.TERMINATING, S.FAILED}),
+    S.STOPPING: frozenset({S.STOPPED, S.TERMINATING, S.FAILED}),
+    S.STOPPED: frozenset({S.STARTING, S.PENDING, S.TERMINATING}),
+    S.STARTING: frozenset({S.RUNNING, S.TERMINATING, S.FAILED}),
+    S.REBOOTING: frozenset({S.RUNNING, S.TERMINATING, S.FAILED}),
+    S.TERMINATING: frozenset({S.TERMINATED, S.FAILED}),
+    S.TERMINATED: frozenset(),
+    S.FAILED: frozenset({S.STARTING, S.PENDING, S.TERMINATING}),
+}
+
+# What a tenant may ask for, and from which states. The services check these before they
+# transition, so that the API can answer 409 invalid_state with a clear message.
+ACTIONS: dict[str, frozenset[str]] = {
+    "stop": frozenset({S.RUNNING, S.PENDING}),
+    "start": frozenset({S.STOPPED, S.FAILED}),
+    "reboot": frozenset({S.RUNNING}),
+    "resize": frozenset({S.RUNNING, S.STOPPED}),
+    "terminate": frozenset(set(State.values) - {S.TERMINATING, S.TERMINATED}),
+}
+
+# States in which the instance holds (or is getting) a slice on a host.
+ON_HOST = frozenset({S.PROVISIONING, S.RUNNING, S.STOPPING, S.STARTING, S.REBOOTING, S.TERMINATING})
+
+
+class InvalidTransition(Exception):
+    code = "invalid_state"
+
+    def __init__(self, from_state: str, to_state: str):
+        super().__init__(f"An instance cannot go from {from_state} to {to_state}.")
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+def can(from_state: str, to_state: str) -> bool:
+    return to_state in TRANSITIONS.get(from_state, frozenset())
+
+
+def allowed_actions(state: str) -> list[str]:
+    return [action for action, states in ACTIONS.items() if state in states]
+
+
+def actor_label(actor) -> str:
+    return getattr(actor, "username", None) or "system"
+
+
+def transition(
+    instance: Instance,
+    to_state: str,
+    *,
+    actor=None,
+    message: str = "",
+    reason: str | None = None,
+    at: datetime | None = None,
+) -> InstanceEvent:
+    """Move `instance` (locked by the caller, inside its transaction) to `to_state`.
+
+    `reason` becomes the instance's state_reason (cleared when None). The write is a
+    compare-and-swap on the old state, so a caller that works from a stale row fails loudly
+    instead of overwriting someone else's transition."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("transition() runs inside the caller's transaction")
+    from_state = instance.state
+    if not can(from_state, to_state):
+        raise InvalidTransition(from_state, to_state)
+    now = timezone.now()
+    at = at or now
+    fields = {"state": to_state, "state_reason": (reason or "")[:200], "updated_at": now}
+    if to_state == S.TERMINATED:
+        fields["terminated_at"] = at
+    changed = Instance.objects.filter(pk=instance.pk, state=from_state).update(**fields)
+    if changed != 1:
+        raise InvalidTransition(from_state, to_state)
+    for name, value in fields.items():
+        setattr(instance, name, value)
+    event = InstanceEvent.objects.create(
+        instance=instance,
+        at=at,
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_label=actor_label(actor),
+        from_state=from_state,
+        to_state=to_state,
+        message=message[:300],
+    )
+    payload = state_payload(instance, from_state, at)
+    transaction.on_commit(
+        lambda: _announce(instance, from_state, to_state, at, payload), robust=True
+    )
+    return event
+
+
+def record_created(instance: Instance, *, actor=None, message: str = "") -> InstanceEvent:
+    """The first event of an instance: from nothing to its first state."""
+    event = InstanceEvent.objects.create(
+        instance=instance,
+        at=instance.created_at,
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_label=actor_label(actor),
+        from_state="",
+        to_state=instance.state,
+        message=message[:300],
+    )
+    payload = state_payload(instance, "", instance.created_at)
+    transaction.on_commit(
+        lambda: _announce(instance, "", instance.state, instance.created_at, payload),
+        robust=True,
+    )
+    return event
+
+
+def note(instance: Instance, message: str, *, actor=None) -> InstanceEvent:
+    """An event that changes no state (a resize of a stopped instance)."""
+    return InstanceEvent.objects.create(
+        instance=instance,
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_label=actor_label(actor),
+        from_state=instance.state,
+        to_state=instance.state,
+        message=message[:300],
+    )
+
+
+def events_group(tenant_id: int) -> str:
+    """The Channels group of a tenant's /ws/events/ sockets."""
+    return f"events.tenant.{tenant_id}"
+
+
+def state_payload(instance: Instance, from_state: str, at: datetime) -> dict:
+    spec = instance.spec
+    return {
+        "type": "instance.state",
+        "instance": {
+            "id": instance.pk,
+            "name": instance.name,
+            "state": instance.state,
+            "from_state": from_state,
+            "state_reason": instance.state_reason,
+            "spec": spec.code,
+            "spec_name": spec.name,
+            "region": instance.region.code,
+            "at": at.isoformat(),
+            "actions": allowed_actions(instance.state),
+        },
+    }
+
+
+def _announce(instance, from_state, to_state, at, payload) -> None:
+    """After commit: tell billing (the signal) and the tenant's browsers (the group)."""
+    instance_state_changed.send(
+        sender=Instance, instance=instance, from_state=from_state, to_state=to_state, at=at
+    )
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(
+            events_group(instance.tenant_id), {"type": "instance.state", "payload": payload}
+        )
+    except Exception:  # the database is the truth; a lost live update is not worth a failure
+        log.warning("could not broadcast the state of instance %s", instance.pk, exc_info=True)

@@ -1,0 +1,116 @@
+"""Tenants' instances, the events of their lives, and the GPU slices they hold."""
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from accounts.models import Tenant
+from console.catalog.models import Image, Mode, Region, Spec
+from console.fleet.models import Gpu, Host
+
+
+class State(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PROVISIONING = "provisioning", "Provisioning"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    STARTING = "starting", "Starting"
+    REBOOTING = "rebooting", "Rebooting"
+    TERMINATING = "terminating", "Terminating"
+    TERMINATED = "terminated", "Terminated"
+    FAILED = "failed", "Failed"
+
+
+class Instance(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="instances")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    name = models.CharField(max_length=63)
+    spec = models.ForeignKey(Spec, on_delete=models.PROTECT, related_name="instances")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="instances")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="instances")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    state_reason = models.CharField(max_length=200, blank=True)
+    priority = models.SmallIntegerField(default=0, help_text="higher starts first when queued")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    terminated_at = models.DateTimeField(null=True, blank=True)
+    # Set while a resize that could not happen in place stops the instance: when the stop is
+    # done it starts again by itself, and its quota stays taken meanwhile (see quota.usage).
+    resume_after_stop = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "state"]), models.Index(fields=["state"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"
+
+    @property
+    def is_live(self) -> bool:
+        return self.state != State.TERMINATED
+
+    def current_allocation(self) -> "Allocation | None":
+        """The allocation that holds the instance's slice now (None while it holds none)."""
+        return self.allocations.filter(released_at__isnull=True).select_related("host").first()
+
+
+class InstanceEvent(models.Model):
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor_label = models.CharField(max_length=80, help_text="who: a username or 'system'")
+    from_state = models.CharField(max_length=16, choices=State.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=State.choices)
+    message = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}: {self.from_state or '∅'} → {self.to_state}"
+
+
+class Allocation(models.Model):
+    """An instance's slice on one host; the agent knows it by the same id."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="allocations")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="allocations")
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    # The body of the agent's PUT /v1/allocations/{id}: fixed when placed, so that every
+    # retry and redelivery sends the same request.
+    request = models.JSONField(default=dict)
+    vcpus = models.PositiveIntegerField(default=0)
+    ram_mib = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["host", "released_at"])]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class GpuClaim(models.Model):
+    """One claim on a GPU. Whole GPUs and MIG instances claim numbered memory slices, and the
+    unique (gpu, slot) constraint makes the database itself refuse a double allocation. Shared
+    fractions claim no slot (NULL), and are summed under a lock of the GPU row."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="claims")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="claims")
+    slot = models.PositiveSmallIntegerField(null=True, blank=True)
+    milli = models.PositiveSmallIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["gpu", "slot"], name="one_claim_per_slot")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} slot {self.slot}" if self.slot is not None else f"{self.gpu} {self.milli}m"

@@ -1,0 +1,566 @@
+"""Every change to an instance goes through one of these functions: one transaction, the
+event rows (lifecycle.transition), and the Celery work queued after commit.
+
+Locks are always taken in the same order: the tenant's Quota row, then Instance rows (in pk
+order when several), then the Host row, then Gpu rows in pk order (placement.allocate).
+Nothing that talks to a host runs inside a transaction: the Celery tasks in tasks.py read
+what to do under a lock, call the agent, and come back here to record the outcome."""
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import Quota, Tenant
+from console.catalog.models import Image, Region, Spec
+from console.fleet.models import Host
+from console.instances import lifecycle, placement
+from console.instances.lifecycle import InvalidTransition
+from console.instances.models import Allocation, Instance, State
+from console.instances.quota import usage
+
+log = logging.getLogger(__name__)
+
+S = State
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class InstanceError(Exception):
+    code = "conflict"
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+class QuotaExceeded(InstanceError):
+    code = "quota_exceeded"
+
+
+class InvalidState(InstanceError):
+    code = "invalid_state"
+
+
+def _enqueue(task_name: str, *args) -> None:
+    """Queue a task of tasks.py once the current transaction commits."""
+    from console.instances import tasks
+
+    task = getattr(tasks, task_name)
+    transaction.on_commit(lambda: task.delay(*args))
+
+
+def kick_scheduler() -> None:
+    """Capacity was released: let the queue move now rather than at the next beat."""
+    _enqueue("schedule_pending")
+
+
+# --- quota --------------------------------------------------------------------------------
+
+
+def _lock_quota(tenant: Tenant) -> Quota:
+    """Lock the tenant's quota row. The lock serialises every launch, start and resize of
+    the tenant (on SQLite the IMMEDIATE transaction already does), so two of them can never
+    both pass the check below. Taken first, before any instance row."""
+    quota = Quota.objects.select_for_update().get(tenant_id=tenant.pk)
+    quota.tenant = tenant
+    return quota
+
+
+def _check_quota(quota: Quota, spec: Spec, exclude_instance_id: int | None = None) -> None:
+    """One more instance of `spec` (instead of the excluded one) must fit in the quota."""
+    tenant = quota.tenant
+    used = usage(tenant, exclude_instance_id=exclude_instance_id)
+    wanted = spec.gpu_equivalents
+    if used.gpu_used + wanted > quota.gpu_quota:
+        raise QuotaExceeded(
+            f"{spec.code} needs {_num(wanted)} GPU; {tenant.name} already uses "
+            f"{_num(used.gpu_used)} of its {_num(quota.gpu_quota)} GPU quota."
+        )
+    if used.instances_used + 1 > quota.max_instances:
+        raise QuotaExceeded(
+            f"{tenant.name} already has {used.instances_used} of its {quota.max_instances} "
+            "instances running or queued."
+        )
+
+
+def _num(value) -> str:
+    return f"{value.normalize():f}" if value else "0"
+
+
+# --- locking and guards -------------------------------------------------------------------
+
+
+def _lock(instance_pk: int, *, skip_locked: bool = False) -> Instance | None:
+    return (
+        Instance.objects.select_for_update(skip_locked=skip_locked)
+        .select_related("spec__mig_profile", "region", "tenant")
+        .filter(pk=instance_pk)
+        .first()
+    )
+
+
+def _lock_for(instance: Instance, action: str) -> Instance:
+    locked = _lock(instance.pk)
+    if locked is None:
+        raise InvalidState("This instance no longer exists.")
+    if locked.state not in lifecycle.ACTIONS[action]:
+        raise InvalidState(f"Cannot {action} an instance that is {locked.state}.")
+    return locked
+
+
+def _waiting_reason(instance: Instance) -> str:
+    return f"Waiting for capacity: no {instance.spec.name} free in {instance.region.name}."
+
+
+def _place(instance: Instance, to_state: str, *, actor=None, message: str) -> bool:
+    """Try to give `instance` (locked) a slice now; on success move it to `to_state` and
+    queue its provisioning. Answers whether it was placed."""
+    allocation = placement.allocate(instance, instance.spec)
+    if allocation is None:
+        return False
+    lifecycle.transition(instance, to_state, actor=actor, message=message)
+    _enqueue("provision", instance.pk)
+    return True
+
+
+def _wait(instance: Instance) -> None:
+    """Leave a pending instance waiting, saying why."""
+    reason = _waiting_reason(instance)
+    if instance.state_reason != reason:
+        instance.state_reason = reason
+        Instance.objects.filter(pk=instance.pk).update(state_reason=reason)
+
+
+# --- what tenants do ----------------------------------------------------------------------
+
+
+def default_region(spec: Spec) -> Region | None:
+    """Where a launch without a region goes: a region where the spec fits now, else one
+    that has GPUs of its model, else the first region."""
+    regions = list(
+        Region.objects.filter(hosts__gpus__model_id=spec.gpu_model_id).distinct().order_by("code")
+    )
+    for region in regions:
+        if placement.fits_now(spec, placement.snapshot(region.pk)):
+            return region
+    return regions[0] if regions else Region.objects.order_by("code").first()
+
+
+def validate_launch(tenant: Tenant, name: str, spec: Spec, image: Image) -> None:
+    errors = {}
+    if not NAME_PATTERN.match(name or ""):
+        errors["name"] = (
+            "Use 1 to 63 lowercase letters, digits and hyphens, starting and ending with a "
+            "letter or digit."
+        )
+    elif Instance.objects.filter(tenant=tenant, name=name).exclude(state=S.TERMINATED).exists():
+        errors["name"] = f"An instance named {name} already exists."
+    if not spec.active:
+        errors["spec"] = f"{spec.code} is retired and cannot be launched."
+    if not image.active:
+        errors["image"] = f"{image.name} is retired and cannot be launched."
+    if errors:
+        raise ValidationError(errors)
+
+
+def launch_instance(
+    tenant: Tenant,
+    *,
+    name: str,
+    spec: Spec,
+    image: Image,
+    region: Region | None = None,
+    actor=None,
+) -> Instance:
+    """Accept a launch: within quota, it is placed at once when a slice is free (and goes on
+    to provisioning) or waits in `pending` for the scheduler."""
+    with transaction.atomic():
+        _check_quota(_lock_quota(tenant), spec)
+        validate_launch(tenant, name, spec, image)
+        region = region or default_region(spec)
+        if region is None:
+            raise ValidationError({"region": "There is no region to launch in yet."})
+        now = timezone.now()
+        instance = Instance.objects.create(
+            tenant=tenant,
+            created_by=actor if getattr(actor, "pk", None) else None,
+            name=name,
+            spec=spec,
+            image=image,
+            region=region,
+            state=S.PENDING,
+            created_at=now,
+            updated_at=now,
+        )
+        lifecycle.record_created(instance, actor=actor, message=f"Launch of {spec.name}")
+        if not _place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved"):
+            _wait(instance)
+    return instance
+
+
+def stop_instance(instance: Instance, *, actor=None) -> Instance:
+    """Stop: the slice goes back to the pool, the disk stays. A queued instance just stops
+    waiting."""
+    with transaction.atomic():
+        instance = _lock_for(instance, "stop")
+        if instance.state == S.PENDING:
+            lifecycle.transition(instance, S.STOPPED, actor=actor, message="Stopped while queued")
+        else:
+            lifecycle.transition(instance, S.STOPPING, actor=actor, message="Stop requested")
+            _enqueue("stop", instance.pk)
+    return instance
+
+
+def start_instance(instance: Instance, *, actor=None) -> Instance:
+    """Start a stopped (or failed) instance: placed again, or queued when nothing fits."""
+    with transaction.atomic():
+        quota = _lock_quota(instance.tenant)
+        instance = _lock_for(instance, "start")
+        _check_quota(quota, instance.spec, exclude_instance_id=instance.pk)
+        if not _place(
+            instance, S.STARTING, actor=actor, message="Start requested; GPU slice reserved"
+        ):
+            lifecycle.transition(
+                instance,
+                S.PENDING,
+                actor=actor,
+                message="Start requested; waiting for capacity",
+                reason=_waiting_reason(instance),
+            )
+    return instance
+
+
+def reboot_instance(instance: Instance, *, actor=None) -> Instance:
+    with transaction.atomic():
+        instance = _lock_for(instance, "reboot")
+        lifecycle.transition(instance, S.REBOOTING, actor=actor, message="Reboot requested")
+        _enqueue("reboot", instance.pk)
+    return instance
+
+
+def terminate_instance(instance: Instance, *, actor=None) -> Instance:
+    with transaction.atomic():
+        instance = _lock_for(instance, "terminate")
+        lifecycle.transition(instance, S.TERMINATING, actor=actor, message="Terminate requested")
+        _enqueue("terminate", instance.pk)
+    return instance
+
+
+def resize_instance(instance: Instance, spec: Spec, *, actor=None) -> Instance:
+    """Change the spec. Quota first; a running instance is resized in place when its GPU
+    (for whole GPUs: its host) has room, else stopped, placed again and started."""
+    if not spec.active:
+        raise ValidationError({"spec": f"{spec.code} is retired."})
+    with transaction.atomic():
+        quota = _lock_quota(instance.tenant)
+        instance = _lock_for(instance, "resize")
+        old = instance.spec
+        if spec.pk == old.pk:
+            raise ValidationError({"spec": f"The instance already is a {spec.code}."})
+        if instance.state != S.STOPPED:  # a stopped instance's quota is checked when it starts
+            _check_quota(quota, spec, exclude_instance_id=instance.pk)
+        message = f"Resize from {old.code} to {spec.code}"
+        if instance.state == S.STOPPED:
+            Instance.objects.filter(pk=instance.pk).update(spec=spec, updated_at=timezone.now())
+            instance.spec = spec
+            lifecycle.note(instance, message, actor=actor)
+            return instance
+        current = instance.current_allocation()
+        allocation = None
+        if current is not None and spec.mode == old.mode and spec.gpu_model_id == old.gpu_model_id:
+            same_gpus = None
+            if spec.mode != "whole":
+                same_gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
+            allocation = placement.allocate(
+                instance, spec, host_pk=current.host_id, gpu_pks=same_gpus, replacing=current
+            )
+        instance.spec = spec
+        if allocation is not None:
+            Instance.objects.filter(pk=instance.pk).update(spec=spec)
+            lifecycle.transition(instance, S.REBOOTING, actor=actor, message=f"{message}, in place")
+            _enqueue("resize", instance.pk, current.pk)
+        else:
+            instance.resume_after_stop = True
+            Instance.objects.filter(pk=instance.pk).update(spec=spec, resume_after_stop=True)
+            lifecycle.transition(
+                instance,
+                S.STOPPING,
+                actor=actor,
+                message=f"{message}: no room on its GPU, stopping to place it again",
+            )
+            _enqueue("stop", instance.pk)
+    return instance
+
+
+# --- what the workers record --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a task has to do on a host, read under the instance's lock."""
+
+    instance_pk: int
+    state: str
+    allocation_id: str | None
+    host: Host | None
+    request: dict
+
+
+def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
+    """The instance's current allocation if the instance is in one of `states`, else None
+    (the task was redelivered, or the instance moved on: nothing to do)."""
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None or instance.state not in states:
+            return None
+        allocation = instance.current_allocation()
+        return Job(
+            instance_pk=instance.pk,
+            state=instance.state,
+            allocation_id=allocation.pk if allocation else None,
+            host=allocation.host if allocation else None,
+            request=allocation.request if allocation else {},
+        )
+
+
+def mark_running(instance_pk: int, allocation_id: str, message: str = "Running") -> bool:
+    """The agent runs the allocation: provisioning/starting/rebooting → running."""
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
+            return False
+        allocation = instance.current_allocation()
+        if allocation is None or allocation.pk != allocation_id:
+            return False
+        lifecycle.transition(instance, S.RUNNING, message=message)
+    return True
+
+
+def finish_stop(instance_pk: int) -> bool:
+    """The agent let go of the slice: release it; stopped (and, for a resize, start again)."""
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None or instance.state != S.STOPPING:
+            return False
+        _stop_here(instance, message="Stopped; GPU slice released")
+    return True
+
+
+def _stop_here(instance: Instance, message: str) -> None:
+    for allocation in instance.allocations.filter(released_at__isnull=True):
+        placement.release(allocation)
+    resume = instance.resume_after_stop
+    if resume:
+        instance.resume_after_stop = False
+        Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
+    lifecycle.transition(instance, S.STOPPED, message=message)
+    if resume and not _place(
+        instance, S.STARTING, message=f"Starting again as {instance.spec.code}"
+    ):
+        lifecycle.transition(
+            instance,
+            S.PENDING,
+            message=f"Waiting for capacity to start again as {instance.spec.code}",
+            reason=_waiting_reason(instance),
+        )
+    kick_scheduler()
+
+
+def finish_terminate(instance_pk: int, message: str = "Terminated") -> bool:
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None or instance.state != S.TERMINATING:
+            return False
+        _terminate_here(instance, message)
+    return True
+
+
+def _terminate_here(instance: Instance, message: str) -> None:
+    for allocation in instance.allocations.filter(released_at__isnull=True):
+        placement.release(allocation)
+    if instance.resume_after_stop:
+        Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
+    lifecycle.transition(instance, S.TERMINATED, message=message)
+    kick_scheduler()
+
+
+def allocations_to_tear_down(instance_pk: int) -> list[Allocation]:
+    """Every allocation of a terminating instance that may still exist on a host."""
+    return list(
+        Allocation.objects.filter(instance_id=instance_pk, released_at__isnull=True).select_related(
+            "host"
+        )
+    )
+
+
+def fail_instance(
+    instance_pk: int,
+    reason: str,
+    *,
+    allocation_id: str | None = None,
+    at: datetime | None = None,
+    only_states: tuple[str, ...] | None = None,
+) -> bool:
+    """Something went wrong on the host side: failed, with the reason, and its slice freed
+    (the agent's copy, if any, is torn down by reconcile). With `allocation_id`, only if
+    that is still the instance's current allocation."""
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None or not lifecycle.can(instance.state, S.FAILED):
+            return False
+        if only_states is not None and instance.state not in only_states:
+            return False
+        current = instance.current_allocation()
+        if allocation_id is not None and (current is None or current.pk != allocation_id):
+            return False
+        for allocation in instance.allocations.filter(released_at__isnull=True):
+            placement.release(allocation)
+        if instance.resume_after_stop:
+            instance.resume_after_stop = False
+            Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
+        last = instance.events.order_by("-at").values_list("at", flat=True).first()
+        if at is not None and last is not None and at < last:
+            at = last
+        lifecycle.transition(instance, S.FAILED, message=reason, reason=reason, at=at)
+        kick_scheduler()
+    return True
+
+
+def note_retry(instance_pk: int, detail: str) -> None:
+    """A host call is being retried: say so on the instance (no transition)."""
+    Instance.objects.filter(pk=instance_pk).update(state_reason=detail[:200])
+
+
+def place_pending(instance_pk: int) -> bool | None:
+    """Give one queued instance a slice if one is free. None: not pending (any more)."""
+    with transaction.atomic():
+        instance = _lock(instance_pk, skip_locked=True)
+        if instance is None or instance.state != S.PENDING:
+            return None
+        if _place(instance, S.PROVISIONING, message="GPU slice reserved"):
+            return True
+        _wait(instance)
+        return False
+
+
+def schedule_pending() -> int:
+    """Place queued instances, highest priority first, then oldest. An instance that does not
+    fit does not hold back smaller ones behind it (backfill); one spec that does not fit in
+    a region is not tried again in the same pass. Answers how many were placed."""
+    queue = (
+        Instance.objects.filter(state=S.PENDING)
+        .order_by("-priority", "created_at", "pk")
+        .values_list("pk", "spec_id", "region_id")
+    )
+    blocked: set[tuple[int, int]] = set()
+    placed = 0
+    for pk, spec_id, region_id in queue:
+        if (spec_id, region_id) in blocked:
+            continue
+        outcome = place_pending(pk)
+        if outcome:
+            placed += 1
+        elif outcome is False:
+            blocked.add((spec_id, region_id))
+    return placed
+
+
+# --- hosts that went silent ---------------------------------------------------------------
+
+HOST_UNREACHABLE = "host_unreachable"
+
+
+def fail_over_hosts(now: datetime | None = None) -> int:
+    """Instances on hosts unreachable for longer than HOST_FAILOVER_SECONDS: failed (reason
+    host_unreachable, at the host's last heartbeat, where billing stops) and their slices
+    freed. A stop or a terminate that was under way completes instead. Answers how many
+    instances were moved."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.HOST_FAILOVER_SECONDS)
+    moved = 0
+    hosts = Host.objects.filter(status=Host.Status.UNREACHABLE, unreachable_since__lte=cutoff)
+    for host in hosts:
+        at = host.last_heartbeat_at or host.unreachable_since
+        rows = (
+            Allocation.objects.filter(host=host, released_at__isnull=True)
+            .order_by("instance_id")
+            .values_list("instance_id", "pk")
+        )
+        for instance_pk, allocation_id in rows:
+            if _fail_over(instance_pk, allocation_id, host, at):
+                moved += 1
+    return moved
+
+
+def _fail_over(instance_pk: int, allocation_id: str, host: Host, at: datetime) -> bool:
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None:
+            return False
+        current = instance.current_allocation()
+        if current is None or current.pk != allocation_id:
+            # a released allocation that reconcile will tear down; nothing to do here
+            return False
+        detail = f"{HOST_UNREACHABLE}: host stopped answering at {at:%Y-%m-%d %H:%M:%S} UTC"
+        if instance.state == S.STOPPING:
+            _stop_here(instance, message=f"Stopped; {detail}")
+            return True
+        if instance.state == S.TERMINATING:
+            _terminate_here(instance, message=f"Terminated; {detail}")
+            return True
+    return fail_instance(instance_pk, HOST_UNREACHABLE, allocation_id=allocation_id, at=at)
+
+
+# --- reconcile ----------------------------------------------------------------------------
+
+RECONCILE_STUCK_SECONDS = 300
+STUCK_TASKS = {
+    S.PROVISIONING: "provision",
+    S.STARTING: "provision",
+    S.STOPPING: "stop",
+    S.TERMINATING: "terminate",
+}
+
+
+def owned_allocations(host: Host) -> dict[str, Allocation]:
+    return {
+        a.pk: a
+        for a in Allocation.objects.filter(host=host, released_at__isnull=True).select_related(
+            "instance"
+        )
+    }
+
+
+def requeue_stuck(now: datetime | None = None) -> int:
+    """Instances in a transitional state for long: their task was lost (a broker restart);
+    queue it again (tasks are idempotent, so a late original is harmless)."""
+    now = now or timezone.now()
+    stuck = Instance.objects.filter(
+        state__in=list(STUCK_TASKS),
+        updated_at__lt=now - timedelta(seconds=RECONCILE_STUCK_SECONDS),
+    ).values_list("pk", "state")
+    count = 0
+    for pk, state in stuck:
+        with transaction.atomic():
+            _enqueue(STUCK_TASKS[state], pk)
+        count += 1
+    return count
+
+
+__all__ = [
+    "InstanceError",
+    "InvalidState",
+    "InvalidTransition",
+    "QuotaExceeded",
+    "launch_instance",
+    "stop_instance",
+    "start_instance",
+    "reboot_instance",
+    "resize_instance",
+    "terminate_instance",
+]

@@ -1,0 +1,237 @@
+"""Celery tasks: every transition that touches a host, the scheduler and reconcile.
+
+Host tasks take the instance's primary key, read what to do under the instance's lock
+(services.job), return quietly when the instance has moved on (a redelivery), call the agent
+outside any transaction with the allocation id (so a repeated call is harmless), and record
+the outcome through services. Transient agent errors are retried with exponential backoff;
+when the retries run out, or the agent refuses, the instance ends `failed` with the reason.
+acks_late + reject_on_worker_lost (global settings) bring a task back when a worker dies."""
+
+import logging
+
+from celery import Task, shared_task
+from celery.utils.time import get_exponential_backoff_interval
+from django.conf import settings
+
+from console.fleet import agent_client
+from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
+from console.fleet.models import Host
+from console.instances import services
+from console.instances.models import Allocation, State
+
+log = logging.getLogger(__name__)
+
+S = State
+BAD_AGENT_STATES = ("failed", "lost")
+
+
+class HostTask(Task):
+    """Base of the tasks that call an agent for one instance (first argument: its pk)."""
+
+    autoretry_for = (AgentUnavailable,)
+    retry_backoff = settings.INSTANCE_AGENT_RETRY_BACKOFF
+    retry_backoff_max = settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX
+    retry_jitter = True
+    max_retries = settings.INSTANCE_AGENT_MAX_RETRIES
+    acks_late = True
+    reject_on_worker_lost = True
+    queue = "provisioning"
+
+    def retry_later(self, exc: Exception):
+        """Retry like autoretry does, for errors that are transient only here (a 409 while
+        an earlier allocation of the same slice is being torn down)."""
+        countdown = get_exponential_backoff_interval(
+            factor=self.retry_backoff,
+            retries=self.request.retries,
+            maximum=self.retry_backoff_max,
+            full_jitter=self.retry_jitter,
+        )
+        return self.retry(exc=exc, countdown=countdown)
+
+    def on_retry(self, exc, task_id, args, kwargs, einfo):
+        attempt = self.request.retries + 1
+        services.note_retry(
+            args[0], f"Host not answering, retry {attempt} of {self.max_retries}: {exc}"
+        )
+
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        if isinstance(exc, AgentUnavailable):
+            reason = f"agent_unavailable: gave up after {self.max_retries} retries: {exc}"
+        elif isinstance(exc, AgentRejected):
+            reason = f"agent_rejected: {exc}"
+        else:
+            reason = f"internal_error: {exc.__class__.__name__} in {self.name.rsplit('.', 1)[-1]}"
+        log.warning("instance %s failed in %s: %s", args[0], self.name, exc)
+        services.fail_instance(args[0], reason)
+
+
+def _host_failed(result: dict) -> str | None:
+    if result.get("state") in BAD_AGENT_STATES:
+        return f"allocation_{result['state']}: {result.get('reason') or 'reported by the agent'}"
+    return None
+
+
+def _put(task: HostTask, job: services.Job) -> dict:
+    try:
+        return agent_client.create_allocation(job.host, job.allocation_id, job.request)
+    except AgentRejected as exc:
+        if exc.status == 409:
+            raise task.retry_later(exc) from exc
+        raise
+
+
+def _discard(allocation_id: str) -> None:
+    """Best effort: an allocation the database no longer owns leaves its host (reconcile
+    would remove it otherwise)."""
+    allocation = Allocation.objects.select_related("host").filter(pk=allocation_id).first()
+    if allocation is None or allocation.released_at is None:
+        return
+    try:
+        agent_client.delete_allocation(allocation.host, allocation.pk)
+    except AgentError as exc:
+        log.info("could not remove released allocation %s: %s", allocation_id, exc)
+
+
+@shared_task(base=HostTask, bind=True)
+def provision(self, instance_pk: int) -> None:
+    """provisioning/starting → running: create the allocation on its host."""
+    job = services.job(instance_pk, (S.PROVISIONING, S.STARTING))
+    if job is None or job.allocation_id is None:
+        return
+    result = _put(self, job)
+    failure = _host_failed(result)
+    if failure:
+        services.fail_instance(instance_pk, failure, allocation_id=job.allocation_id)
+        return
+    if not services.mark_running(instance_pk, job.allocation_id):
+        _discard(job.allocation_id)
+
+
+@shared_task(base=HostTask, bind=True)
+def stop(self, instance_pk: int) -> None:
+    """stopping → stopped: stop the workload, then delete the allocation so that the slice
+    is free on the host too."""
+    job = services.job(instance_pk, (S.STOPPING,))
+    if job is None:
+        return
+    if job.allocation_id is not None:
+        try:
+            agent_client.allocation_action(job.host, job.allocation_id, "stop")
+        except AgentRejected as exc:
+            if exc.status != 404:  # already gone: a redelivery after the delete below
+                raise
+        agent_client.delete_allocation(job.host, job.allocation_id)
+    services.finish_stop(instance_pk)
+
+
+@shared_task(base=HostTask, bind=True)
+def reboot(self, instance_pk: int) -> None:
+    """rebooting → running."""
+    job = services.job(instance_pk, (S.REBOOTING,))
+    if job is None or job.allocation_id is None:
+        return
+    result = agent_client.allocation_action(job.host, job.allocation_id, "reboot")
+    failure = _host_failed(result)
+    if failure:
+        services.fail_instance(instance_pk, failure, allocation_id=job.allocation_id)
+        return
+    services.mark_running(instance_pk, job.allocation_id, "Running after reboot")
+
+
+@shared_task(base=HostTask, bind=True)
+def resize(self, instance_pk: int, old_allocation_id: str) -> None:
+    """A resize in place (rebooting → running): the old allocation leaves the GPU, the new
+    one, already committed on the same GPU, takes its place."""
+    job = services.job(instance_pk, (S.REBOOTING,))
+    if job is None or job.allocation_id is None:
+        return
+    old = Allocation.objects.select_related("host").filter(pk=old_allocation_id).first()
+    if old is not None and old.pk != job.allocation_id:
+        agent_client.delete_allocation(old.host, old.pk)
+    result = _put(self, job)
+    failure = _host_failed(result)
+    if failure:
+        services.fail_instance(instance_pk, failure, allocation_id=job.allocation_id)
+        return
+    services.mark_running(instance_pk, job.allocation_id, "Running, resized")
+
+
+@shared_task(base=HostTask, bind=True)
+def terminate(self, instance_pk: int) -> None:
+    """terminating → terminated: every allocation of the instance leaves its host."""
+    job = services.job(instance_pk, (S.TERMINATING,))
+    if job is None:
+        return
+    for allocation in services.allocations_to_tear_down(instance_pk):
+        agent_client.delete_allocation(allocation.host, allocation.pk)
+    services.finish_terminate(instance_pk)
+
+
+@shared_task(queue="default")
+def schedule_pending() -> int:
+    """Fail over silent hosts, then place queued instances (priority, then age)."""
+    services.fail_over_hosts()
+    return services.schedule_pending()
+
+
+@shared_task(queue="provisioning")
+def reconcile() -> None:
+    """Compare the database with every reachable agent, one task per host."""
+    services.fail_over_hosts()
+    services.requeue_stuck()
+    hosts = Host.objects.exclude(
+        status__in=(Host.Status.UNREACHABLE, Host.Status.RETIRED)
+    ).values_list("pk", flat=True)
+    for host_pk in hosts:
+        reconcile_host.delay(host_pk)
+
+
+@shared_task(queue="provisioning")
+def reconcile_host(host_pk: int) -> dict:
+    """Mend drift between one agent and the database: an allocation on the agent that no
+    instance owns is deleted; a running instance whose allocation vanished from the agent
+    (or that the agent reports failed or lost) is marked failed with the reason."""
+    from django.utils import timezone
+
+    host = Host.objects.filter(pk=host_pk).first()
+    if host is None or host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
+        return {}
+    # List the agent before reading the database: any allocation the agent lists had its row
+    # committed before it was created, so it is either owned below or truly released.
+    listed_at = timezone.now()
+    try:
+        reported = agent_client.list_allocations(host)
+    except AgentError as exc:
+        log.info("reconcile: %s", exc)
+        return {}
+    owned = services.owned_allocations(host)
+    removed, failed = [], []
+    for item in reported:
+        alloc_id = item.get("id")
+        allocation = owned.get(alloc_id)
+        if allocation is None:
+            try:
+                agent_client.delete_allocation(host, alloc_id)
+                removed.append(alloc_id)
+                log.info("reconcile: removed orphan allocation %s from %s", alloc_id, host.name)
+            except AgentError as exc:
+                log.info("reconcile: could not remove %s: %s", alloc_id, exc)
+            continue
+        failure = _host_failed(item)
+        if failure and services.fail_instance(
+            allocation.instance_id, failure, allocation_id=alloc_id, only_states=(S.RUNNING,)
+        ):
+            failed.append(allocation.instance_id)
+    seen = {item.get("id") for item in reported}
+    for alloc_id, allocation in owned.items():
+        instance = allocation.instance
+        if alloc_id in seen or instance.state != S.RUNNING or instance.updated_at >= listed_at:
+            continue
+        if services.fail_instance(
+            instance.pk,
+            f"allocation_vanished: allocation {alloc_id} is no longer on its host",
+            allocation_id=alloc_id,
+            only_states=(S.RUNNING,),
+        ):
+            failed.append(instance.pk)
+    return {"removed": removed, "failed": failed}

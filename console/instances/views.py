@@ -1,0 +1,205 @@
+"""Console pages of instances: the list (live), the launch form, the detail page."""
+
+from collections import OrderedDict
+from decimal import Decimal
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from accounts.roles import OPERATE, READ
+from console.catalog.models import Region, Spec
+from console.instances import lifecycle, placement, services
+from console.instances.forms import LaunchForm, ResizeForm
+from console.instances.lifecycle import InvalidTransition
+from console.instances.models import Allocation, Instance, State
+from console.instances.quota import usage
+from console.web.access import tenant_view
+
+HOURS_PER_MONTH = Decimal(730)
+LIVE_FILTERS = {
+    "live": "All but terminated",
+    "running": "Running",
+    "pending": "Queued",
+    "stopped": "Stopped",
+    "failed": "Failed",
+    "terminated": "Terminated",
+    "all": "All",
+}
+
+
+def _instances(request):
+    return Instance.objects.filter(tenant=request.membership.tenant).select_related(
+        "spec__gpu_model", "spec__mig_profile", "image", "region"
+    )
+
+
+@tenant_view(READ)
+def instance_list(request):
+    shown = request.GET.get("state", "live")
+    if shown not in LIVE_FILTERS:
+        shown = "live"
+    instances = _instances(request)
+    if shown == "live":
+        instances = instances.exclude(state=State.TERMINATED)
+    elif shown != "all":
+        instances = instances.filter(state=shown)
+    page = Paginator(instances, 50).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "instances/list.html",
+        {
+            "page": page,
+            "instances": page.object_list,
+            "shown": shown,
+            "filters": LIVE_FILTERS.items(),
+            "can_operate": request.membership.can(OPERATE),
+        },
+    )
+
+
+def _spec_groups(regions, specs):
+    """Specs grouped by GPU model and mode, each with whether it fits now in each region."""
+    fits = {}
+    for region in regions:
+        hosts = placement.snapshot(region.pk)
+        fits[region.code] = {spec.pk: placement.fits_now(spec, hosts) for spec in specs}
+    groups: OrderedDict = OrderedDict()
+    for spec in specs:
+        key = (spec.gpu_model.name, spec.get_mode_display())
+        groups.setdefault(key, []).append(
+            {
+                "spec": spec,
+                "per_month": (spec.price_per_hour * HOURS_PER_MONTH).quantize(Decimal("0.01")),
+                "gpu_memory_gib": round(spec.gpu_memory_mib / 1024, 1),
+                "ram_gib": round(spec.ram_mib / 1024, 1),
+                "fits": " ".join(code for code, by_spec in fits.items() if by_spec[spec.pk]),
+            }
+        )
+    return [{"model": k[0], "mode": k[1], "specs": v} for k, v in groups.items()]
+
+
+@tenant_view(OPERATE)
+def launch(request):
+    tenant = request.membership.tenant
+    form = LaunchForm(request.POST or None, initial={"region": Region.objects.first()})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            instance = services.launch_instance(
+                tenant,
+                name=data["name"],
+                spec=data["spec"],
+                image=data["image"],
+                region=data["region"],
+                actor=request.user,
+            )
+        except ValidationError as error:
+            for field, errors in error.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        except services.InstanceError as error:
+            form.add_error(None, error.detail)
+        else:
+            if instance.state == State.PENDING:
+                messages.info(request, f"{instance.name} is queued: {instance.state_reason}")
+            else:
+                messages.success(request, f"{instance.name} is being provisioned.")
+            return redirect("instances:detail", pk=instance.pk)
+    regions = list(Region.objects.all())
+    specs = list(
+        Spec.objects.filter(active=True)
+        .select_related("gpu_model", "mig_profile")
+        .order_by("gpu_model__name", "mode", "price_per_hour", "code")
+    )
+    quota = tenant.quota
+    used = usage(tenant)
+    return render(
+        request,
+        "instances/launch.html",
+        {
+            "form": form,
+            "groups": _spec_groups(regions, specs),
+            "regions": regions,
+            "quota": quota,
+            "used": used,
+            "selected_spec": form["spec"].value(),
+        },
+    )
+
+
+def _detail_context(request, instance):
+    allocation = None
+    if request.user.is_staff:
+        allocation = instance.allocations.select_related("host").first()
+    return {
+        "instance": instance,
+        "events": instance.events.order_by("-at", "-pk")[:100],
+        "actions": lifecycle.allowed_actions(instance.state),
+        "can_operate": request.membership.can(OPERATE),
+        "resize_form": ResizeForm(instance=instance),
+        "allocation": allocation,
+        "placement": placement.describe(allocation) if allocation else None,
+        "per_month": (instance.spec.price_per_hour * HOURS_PER_MONTH).quantize(Decimal("0.01")),
+    }
+
+
+@tenant_view(READ)
+def detail(request, pk):
+    instance = get_object_or_404(
+        _instances(request).prefetch_related(
+            Prefetch("allocations", queryset=Allocation.objects.select_related("host"))
+        ),
+        pk=pk,
+    )
+    template = "instances/_live.html" if request.GET.get("partial") else "instances/detail.html"
+    return render(request, template, _detail_context(request, instance))
+
+
+ACTIONS = {
+    "stop": services.stop_instance,
+    "start": services.start_instance,
+    "reboot": services.reboot_instance,
+}
+
+
+@require_POST
+@tenant_view(OPERATE)
+def act(request, pk, action):
+    instance = get_object_or_404(_instances(request), pk=pk)
+    try:
+        if action == "resize":
+            form = ResizeForm(request.POST, instance=instance)
+            if not form.is_valid():
+                messages.error(request, "Choose a spec to resize to.")
+                return redirect("instances:detail", pk=pk)
+            services.resize_instance(instance, form.cleaned_data["spec"], actor=request.user)
+            messages.success(request, f"Resizing {instance.name} to {form.cleaned_data['spec']}.")
+        else:
+            ACTIONS[action](instance, actor=request.user)
+            messages.success(request, f"{action.capitalize()} of {instance.name} requested.")
+    except (services.InstanceError, InvalidTransition) as error:
+        messages.error(request, str(getattr(error, "detail", error)))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    return redirect("instances:detail", pk=pk)
+
+
+@tenant_view(OPERATE)
+def terminate(request, pk):
+    """Terminating asks first: this page, then a POST."""
+    instance = get_object_or_404(_instances(request), pk=pk)
+    if request.method == "POST":
+        try:
+            services.terminate_instance(instance, actor=request.user)
+        except (services.InstanceError, InvalidTransition) as error:
+            messages.error(request, str(getattr(error, "detail", error)))
+        else:
+            messages.success(request, f"{instance.name} is being terminated.")
+        return redirect("instances:detail", pk=pk)
+    if "terminate" not in lifecycle.allowed_actions(instance.state):
+        messages.error(request, f"{instance.name} is {instance.state}; it cannot be terminated.")
+        return redirect("instances:detail", pk=pk)
+    return render(request, "instances/terminate.html", {"instance": instance})

@@ -1,0 +1,118 @@
+"""`make run`: the whole console on one machine — migrations, the demo, the ASGI server, a Celery
+worker, Celery beat and two simulated host agents. Embedded by default (SQLite and a Redis-protocol
+server inside this process); with DATABASE_URL and REDIS_URL it runs on those. Ctrl-C stops all."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from console import processes
+
+ROOT = Path(__file__).resolve().parent.parent
+REGION = "local-1"
+DEMO_AGENTS = [
+    # hostname, GPUs, model, per-GPU modes
+    ("host-a", 8, "a100-80gb", "mig,mig,mig,mig,shared,shared,shared,shared"),
+    ("host-b", 8, "h100-80gb", "whole"),
+]
+
+
+def manage(*args: str, env: dict[str, str]) -> str:
+    result = subprocess.run(
+        [processes.PYTHON, str(ROOT / "manage.py"), *args],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return result.stdout
+
+
+def main() -> int:
+    port = int(os.environ.get("PORT", "8000"))
+    var_dir = Path(os.environ.get("GPUCLOUD_VAR_DIR", ROOT / "var"))
+    var_dir.mkdir(parents=True, exist_ok=True)
+    redis_url = os.environ.get("REDIS_URL") or processes.start_embedded_redis()
+    embedded = not os.environ.get("REDIS_URL")
+    env = processes.child_env(REDIS_URL=redis_url, GPUCLOUD_VAR_DIR=str(var_dir))
+    url = f"http://127.0.0.1:{port}"
+
+    manage("migrate", "--noinput", "-v0", env=env)
+    demo = manage("seed_demo", env=env)
+
+    children: list[tuple[str, subprocess.Popen]] = []
+
+    def start(name: str, cmd: list[str]) -> None:
+        log = (var_dir / f"{name}.log").open("ab")
+        children.append(
+            (name, subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+        )
+
+    start("web", processes.web_cmd(port))
+    start("worker", processes.worker_cmd())
+    start("beat", processes.beat_cmd(var_dir))
+    processes.wait_http(f"{url}/healthz", timeout=60, proc=children[0][1])
+    for hostname, gpus, model, mode in DEMO_AGENTS:
+        state_dir = var_dir / "agents" / hostname
+        token = None
+        if not (state_dir / "identity.json").exists():
+            token = (
+                manage(
+                    "create_join_token", "--region", REGION, "--note", f"demo {hostname}", env=env
+                )
+                .strip()
+                .splitlines()[-1]
+            )
+        listen = f"127.0.0.1:{processes.free_port()}"
+        start(
+            f"agent-{hostname}",
+            processes.agent_cmd(
+                url, state_dir, listen, join_token=token, hostname=hostname, region=REGION,
+                gpus=gpus, model=model, mode=mode,
+            ),
+        )  # fmt: skip
+
+    print(
+        f"\ngpucloud is running at {url}\n"
+        f"  database: {'PostgreSQL' if os.environ.get('DATABASE_URL') else 'SQLite (embedded)'}; "
+        f"broker and channel layer: {'embedded Redis-protocol server' if embedded else redis_url}\n"
+        f"  processes: web, worker, beat, agent-host-a, agent-host-b (logs in {var_dir})\n"
+        f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
+        + "".join(f"  {line.strip()}\n" for line in demo.splitlines() if "login" in line)
+        + "Press Ctrl-C to stop.",
+        flush=True,
+    )
+
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    exit_code = 0
+    while not stopping:
+        for name, proc in children:
+            if proc.poll() is not None:
+                print(f"{name} exited with {proc.returncode}; see {var_dir / name}.log", flush=True)
+                stopping, exit_code = True, 1
+        time.sleep(0.5)
+    print("Stopping…", flush=True)
+    for _, proc in reversed(children):
+        if proc.poll() is None:
+            proc.terminate()
+    for _, proc in children:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The processes that make up a running gpucloud, as command lines, shared by `make run`
+(console.launcher) and the integration tests so that both start exactly the same things."""
+
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+PYTHON = sys.executable
+QUEUES = "default,provisioning,metrics,billing"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_embedded_redis(port: int = 0) -> str:
+    """A Redis-protocol server inside this process (fakeredis), for the embedded mode: the
+    Celery broker, the Channels layer and the live cache need no installed server."""
+    from fakeredis import TcpFakeServer
+
+    server = TcpFakeServer(("127.0.0.1", port or free_port()), server_type="redis")
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="embedded-redis", daemon=True).start()
+    host, bound = server.server_address[:2]
+    return f"redis://{host}:{bound}/0"
+
+
+def web_cmd(port: int, host: str = "127.0.0.1") -> list[str]:
+    return [
+        PYTHON, "-m", "uvicorn", "console.asgi:application",
+        "--host", host, "--port", str(port), "--no-access-log", "--ws", "websockets",
+    ]  # fmt: skip
+
+
+def worker_cmd(concurrency: int = 2, name: str = "worker") -> list[str]:
+    return [
+        PYTHON, "-m", "celery", "-A", "console", "worker", "-Q", QUEUES,
+        "-n", f"{name}@%h", "--concurrency", str(concurrency), "-l", "INFO",
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ]  # fmt: skip
+
+
+def beat_cmd(schedule_dir: Path) -> list[str]:
+    return [
+        PYTHON, "-m", "celery", "-A", "console", "beat", "-l", "INFO",
+        "--schedule", str(schedule_dir / "celerybeat-schedule"),
+    ]  # fmt: skip
+
+
+def agent_cmd(
+    server: str,
+    state_dir: Path,
+    listen: str,
+    *,
+    join_token: str | None = None,
+    hostname: str,
+    region: str,
+    gpus: int,
+    model: str,
+    mode: str,
+    runtime: str = "sim",
+    sample_interval: float = 1.0,
+    heartbeat_interval: float = 5.0,
+) -> list[str]:
+    cmd = [
+        PYTHON, "-m", "agent", "--server", server, "--state-dir", str(state_dir),
+        "--listen", listen, "--hostname", hostname, "--region", region,
+        "--backend", "sim", "--gpus", str(gpus), "--model", model, "--mode", mode,
+        "--runtime", runtime, "--sample-interval", str(sample_interval),
+        "--heartbeat-interval", str(heartbeat_interval),
+    ]  # fmt: skip
+    if join_token:
+        cmd += ["--join-token", join_token]
+    return cmd
+
+
+def wait_http(url: str, timeout: float = 30.0, proc=None) -> None:
+    """Wait until `url` answers (any status below 500), or fail."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout}s ({last})")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env

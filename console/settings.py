@@ -1,0 +1,235 @@
+"""Settings for gpucloud. Everything comes from the environment; the defaults run a fresh clone
+as-is (embedded: SQLite, in-process layers). See README.md for the variables."""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+import plotly
+
+from console.env import env_bool, env_decimal, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("GPUCLOUD_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    path = VAR_DIR / "secret-key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "accounts",
+    "console.catalog",
+    "console.fleet",
+    "console.instances",
+    "console.metrics",
+    "console.web",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "accounts.middleware.CurrentTenantMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "accounts.context_processors.tenancy",
+            ],
+        },
+    },
+]
+
+# Database: PostgreSQL from DATABASE_URL, else an embedded SQLite file. SQLite runs in WAL mode
+# with IMMEDIATE transactions so that concurrent writers (web, worker, beat) serialise instead of
+# failing, which is also what makes quota checks atomic there.
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env_str("GPUCLOUD_SQLITE_PATH", str(VAR_DIR / "gpucloud.sqlite3")),
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": str(VAR_DIR / "test-gpucloud.sqlite3")},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis carries the Celery broker, the Channels layer and the live cache. Without REDIS_URL
+# everything stays in-process (a single process: tests and `manage.py` one-offs); `make run`
+# starts an embedded Redis-protocol server and hands its URL to every process it starts.
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "gpucloud",
+        }
+    }
+    CELERY_BROKER_URL = REDIS_URL
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CELERY_BROKER_URL = "memory://"
+
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 300)}
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE = {
+    "fleet-watchdog": {"task": "console.fleet.tasks.watchdog", "schedule": 5.0},
+    "instances-schedule-pending": {
+        "task": "console.instances.tasks.schedule_pending",
+        "schedule": 5.0,
+    },
+    "instances-reconcile": {"task": "console.instances.tasks.reconcile", "schedule": 30.0},
+    "metrics-downsample": {"task": "console.metrics.tasks.downsample", "schedule": 60.0},
+    "billing-meter": {"task": "billing.tasks.meter", "schedule": 60.0},
+    "billing-finalize": {"task": "billing.tasks.finalize_invoices", "schedule": 3600.0},
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
+]
+WHITENOISE_USE_FINDERS = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.authentication.BearerTokenAuthentication",
+        "accounts.authentication.TenantSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["accounts.permissions.TenantRole"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpucloud API",
+    "DESCRIPTION": "Rent whole GPUs, MIG slices and GPU fractions; pay per second.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "billing@gpucloud.local")
+
+# Fleet
+HOST_HEARTBEAT_GRACE_SECONDS = env_float("HOST_HEARTBEAT_GRACE_SECONDS", 15.0)
+HOST_FAILOVER_SECONDS = env_float("HOST_FAILOVER_SECONDS", 60.0)
+AGENT_TIMEOUT_SECONDS = env_float("AGENT_TIMEOUT_SECONDS", 5.0)
+JOIN_TOKEN_TTL_HOURS = env_int("JOIN_TOKEN_TTL_HOURS", 24)
+
+# Instances: how host calls are retried before an instance turns `failed` (seconds double
+# from INSTANCE_AGENT_RETRY_BACKOFF up to INSTANCE_AGENT_RETRY_BACKOFF_MAX).
+INSTANCE_AGENT_MAX_RETRIES = env_int("INSTANCE_AGENT_MAX_RETRIES", 6)
+INSTANCE_AGENT_RETRY_BACKOFF = env_int("INSTANCE_AGENT_RETRY_BACKOFF", 2)
+INSTANCE_AGENT_RETRY_BACKOFF_MAX = env_int("INSTANCE_AGENT_RETRY_BACKOFF_MAX", 60)
+
+# Billing
+BILLING_MINIMUM_SECONDS = env_int("BILLING_MINIMUM_SECONDS", 60)
+BILLING_DISK_PRICE_PER_GIB_MONTH = env_decimal("BILLING_DISK_PRICE_PER_GIB_MONTH", "0.10")
+BILLING_CURRENCY = env_str("BILLING_CURRENCY", "USD")
+BILLING_TAX_RATE = env_decimal("BILLING_TAX_RATE", "0")
+BILLING_ISSUER_NAME = env_str("BILLING_ISSUER_NAME", "gpucloud operator")
+BILLING_ISSUER_ADDRESS = env_list("BILLING_ISSUER_ADDRESS", "1 Datacenter Way,Springfield")
+
+# Metrics
+METRICS_LIVE_WINDOW_SECONDS = env_int("METRICS_LIVE_WINDOW_SECONDS", 600)
+METRICS_HISTORY_DAYS = env_int("METRICS_HISTORY_DAYS", 30)
+METRICS_SCRAPE_TOKEN = env_str("METRICS_SCRAPE_TOKEN")
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", "127.0.0.1,::1")

@@ -1,0 +1,19 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from console.health import healthz
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("console.api.urls")),
+    path("agent/v1/", include("console.fleet.agent_urls")),
+    path("healthz", healthz, name="healthz"),
+    path("", include("console.metrics.urls")),
+    path("fleet/", include("console.fleet.urls")),
+    path("instances/", include("console.instances.urls")),
+    path("billing/", include("billing.urls")),
+    path("", include("console.web.urls")),
+]
+
+handler404 = "console.api.errors.api_not_found"
+handler500 = "console.api.errors.api_server_error"

@@ -1,0 +1,37 @@
+"""Guards for console pages: signed in, a member, an active tenant, the right role."""
+
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.shortcuts import redirect, render
+
+from accounts.roles import READ
+
+
+def tenant_view(needed: str = READ, write_needed: str | None = None):
+    """Page guard. `needed` applies to every request, `write_needed` to POSTs as well.
+
+    A role too low for a POST gets a message and goes back to the page, as the API's 403 would."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            membership = request.membership
+            if not membership:
+                return render(request, "web/no_tenant.html", status=403)
+            if not membership.tenant.is_active:
+                return render(request, "web/suspended.html", status=403)
+            role = write_needed if request.method == "POST" and write_needed else needed
+            if not membership.can(role):
+                messages.error(
+                    request, f"Your role ({membership.role}) cannot do this; it needs {role}."
+                )
+                return redirect(request.META.get("HTTP_REFERER") or "dashboard")
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator

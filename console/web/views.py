@@ -1,0 +1,168 @@
+from datetime import timedelta
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from accounts import services
+from accounts.models import ApiToken, Membership
+from accounts.roles import MANAGE, Role
+from accounts.tenancy import switch_tenant
+from console.instances.models import Instance, State
+from console.instances.quota import usage
+from console.web.access import tenant_view
+from console.web.forms import AddMemberForm, RoleForm, TokenForm
+
+NEW_TOKEN_KEY = "new_api_token"  # noqa: S105 - a session key, not a secret
+
+
+def _error_text(error: ValidationError) -> str:
+    return " ".join(error.messages)
+
+
+@tenant_view()
+def dashboard(request):
+    tenant = request.membership.tenant
+    quota = tenant.quota
+    used = usage(tenant)
+    counts = dict(
+        Instance.objects.filter(tenant=tenant)
+        .exclude(state=State.TERMINATED)
+        .values_list("state")
+        .annotate(n=Count("pk"))
+    )
+    by_state = [(label, counts.get(value, 0), value) for value, label in State.choices]
+    gpu_pct = int(used.gpu_used * 100 / quota.gpu_quota) if quota.gpu_quota else 0
+    inst_pct = int(used.instances_used * 100 / quota.max_instances) if quota.max_instances else 0
+    return render(
+        request,
+        "web/dashboard.html",
+        {
+            "quota": quota,
+            "used": used,
+            "gpu_pct": min(gpu_pct, 100),
+            "inst_pct": min(inst_pct, 100),
+            "by_state": [row for row in by_state if row[2] != State.TERMINATED],
+            "recent": Instance.objects.filter(tenant=tenant)
+            .exclude(state=State.TERMINATED)
+            .select_related("spec", "region")[:8],
+        },
+    )
+
+
+@require_POST
+def switch(request):
+    if not request.user.is_authenticated:
+        return redirect("login")
+    membership = switch_tenant(request, int(request.POST.get("tenant", "0") or 0))
+    if membership is None:
+        messages.error(request, "You are not a member of that tenant.")
+    else:
+        messages.success(request, f"Now working in {membership.tenant.name}.")
+    return redirect("dashboard")
+
+
+@tenant_view(write_needed=MANAGE)
+def members(request):
+    tenant = request.membership.tenant
+    form = AddMemberForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.add_member(tenant, form.cleaned_data["user"], form.cleaned_data["role"])
+        except ValidationError as error:
+            messages.error(request, _error_text(error))
+        else:
+            messages.success(request, f"{form.cleaned_data['username']} added.")
+            return redirect("members")
+    return render(
+        request,
+        "web/members.html",
+        {
+            "form": form,
+            "memberships": Membership.objects.filter(tenant=tenant).select_related("user"),
+            "roles": Role.choices,
+            "can_manage": request.membership.can(MANAGE),
+        },
+    )
+
+
+@require_POST
+@tenant_view(MANAGE)
+def member_role(request, pk):
+    membership = get_object_or_404(Membership, pk=pk, tenant=request.membership.tenant)
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Unknown role.")
+        return redirect("members")
+    role = form.cleaned_data["role"]
+    if Role.OWNER in (membership.role, role) and not request.membership.can(Role.OWNER):
+        messages.error(request, "Only an owner can grant or take the owner role.")
+        return redirect("members")
+    try:
+        services.change_role(membership, role)
+    except ValidationError as error:
+        messages.error(request, _error_text(error))
+    else:
+        messages.success(request, f"{membership.user.username} is now {membership.role}.")
+    return redirect("members")
+
+
+@require_POST
+@tenant_view(MANAGE)
+def member_remove(request, pk):
+    membership = get_object_or_404(Membership, pk=pk, tenant=request.membership.tenant)
+    if membership.role == Role.OWNER and not request.membership.can(Role.OWNER):
+        messages.error(request, "Only an owner can remove an owner.")
+        return redirect("members")
+    try:
+        services.remove_member(membership)
+    except ValidationError as error:
+        messages.error(request, _error_text(error))
+    else:
+        messages.success(request, f"{membership.user.username} removed.")
+    return redirect("members")
+
+
+@tenant_view(write_needed=MANAGE)
+def tokens(request):
+    """Lists tokens; a POST issues one and redirects, the secret riding along in the session
+    for exactly one display (a reload neither shows it again nor issues another)."""
+    tenant = request.membership.tenant
+    form = TokenForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        days = form.cleaned_data["expires_in_days"]
+        expires_at = timezone.now() + timedelta(days=days) if days else None
+        try:
+            issued = services.issue_token(
+                request.user, tenant, form.cleaned_data["name"], expires_at
+            )
+        except ValidationError as error:
+            messages.error(request, _error_text(error))
+        else:
+            request.session[NEW_TOKEN_KEY] = {"name": issued.token.name, "raw": issued.raw}
+            return redirect("tokens")
+    visible = ApiToken.objects.filter(tenant=tenant).select_related("user")
+    if not request.membership.can(MANAGE):
+        visible = visible.filter(user=request.user)
+    return render(
+        request,
+        "web/tokens.html",
+        {
+            "form": form,
+            "issued": request.session.pop(NEW_TOKEN_KEY, None),
+            "tokens": visible,
+            "can_manage": request.membership.can(MANAGE),
+        },
+    )
+
+
+@require_POST
+@tenant_view(MANAGE)
+def token_revoke(request, pk):
+    token = get_object_or_404(ApiToken, pk=pk, tenant=request.membership.tenant)
+    services.revoke_token(token)
+    messages.success(request, f"Token {token.name} revoked.")
+    return redirect("tokens")

@@ -1,0 +1,22 @@
+// Small behaviours shared by every console page.
+document.addEventListener("DOMContentLoaded", () => {
+  const toggle = document.querySelector("[data-nav-toggle]");
+  if (toggle) {
+    toggle.addEventListener("click", () => document.querySelector(".sidebar").classList.toggle("open"));
+  }
+  const switcher = document.querySelector("[data-tenant-switch] select");
+  if (switcher) {
+    switcher.addEventListener("change", () => switcher.form.submit());
+  }
+  document.querySelectorAll("[data-confirm]").forEach((form) => {
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  });
+  document.querySelectorAll("[data-copy]").forEach((button) => {
+    button.addEventListener("click", async () => {
+      await navigator.clipboard.writeText(document.querySelector(button.dataset.copy).textContent.trim());
+      button.textContent = "Copied";
+    });
+  });
+});

@@ -1,0 +1,1 @@
+"""Tests of the host agent (plain pytest; no Django)."""

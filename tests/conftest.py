@@ -1,0 +1,112 @@
+import os
+
+import pytest
+from rest_framework.test import APIClient
+
+from accounts import services
+from accounts.roles import Role
+from console import processes
+from tests.factories import MembershipFactory, TenantFactory, UserFactory
+from tests.harness import Stack
+
+ROLES = [Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER]
+
+
+@pytest.fixture
+def tenant(db):
+    return TenantFactory(slug="acme", name="Acme AI")
+
+
+@pytest.fixture
+def other_tenant(db):
+    return TenantFactory(slug="globex", name="Globex")
+
+
+@pytest.fixture
+def make_member(db):
+    def make(tenant, role=Role.MEMBER, username=None):
+        user = UserFactory(username=username) if username else UserFactory()
+        return MembershipFactory(user=user, tenant=tenant, role=role)
+
+    return make
+
+
+@pytest.fixture
+def token_client():
+    """An APIClient authenticated with a fresh API token of the given membership."""
+
+    def make(membership):
+        issued = services.issue_token(membership.user, membership.tenant, "test")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.raw}")
+        client.raw_token = issued.raw
+        return client
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """REDIS_URL when set (CI: a real Redis), else an embedded Redis-protocol server."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        import redis
+
+        redis.Redis.from_url(url).flushdb()
+        return url
+    return processes.start_embedded_redis()
+
+
+@pytest.fixture
+def stack(transactional_db, redis_url, tmp_path, request):
+    """The real control plane: an ASGI server and a Celery worker on the test database."""
+    running = Stack(redis_url, tmp_path)
+    yield running
+    running.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(running.logs())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by Playwright (never a downloaded browser)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does it)")
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls the tests make
+    # around it are still plain synchronous calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    yield page
+    context.close()

@@ -1,0 +1,41 @@
+import pytest
+
+
+@pytest.mark.django_db
+def test_healthz_reports_each_component(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert set(body["components"]) == {"database", "broker", "channel_layer", "agents"}
+
+
+@pytest.mark.django_db
+def test_healthz_is_503_when_the_channel_layer_is_down(client, settings):
+    from console.processes import free_port
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
+        }
+    }
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "down"
+    assert body["components"]["channel_layer"]["status"] == "down"
+    assert body["components"]["database"]["status"] == "ok"
+
+
+@pytest.mark.django_db
+def test_healthz_is_503_when_the_broker_is_down(client, settings, monkeypatch):
+    from console.celery import app
+    from console.processes import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    settings.CELERY_BROKER_URL = url
+    monkeypatch.setattr(app.conf, "broker_url", url)
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["components"]["broker"]["status"] == "down"

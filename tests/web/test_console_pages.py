@@ -1,0 +1,167 @@
+import pytest
+from django.contrib.messages import get_messages
+
+from accounts import services
+from accounts.models import ApiToken, Membership, Tenant
+from accounts.roles import Role
+from tests.conftest import ROLES
+
+pytestmark = pytest.mark.django_db
+
+
+def login(client, membership):
+    client.force_login(membership.user)
+    client.post("/tenant/switch/", {"tenant": membership.tenant_id})
+    return client
+
+
+def flash(response) -> str:
+    return " ".join(str(m) for m in get_messages(response.wsgi_request))
+
+
+def test_anonymous_goes_to_login(client):
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+def test_login_form_signs_in(client, tenant, make_member):
+    make_member(tenant, Role.MEMBER, username="erin")
+    response = client.post("/login/", {"username": "erin", "password": "correct-horse-battery"})
+    assert response.status_code == 302
+    page = client.get("/")
+    assert b"Acme AI" in page.content
+    assert b"GPU quota used" in page.content
+
+
+def test_wrong_password_shows_error(client, tenant, make_member):
+    make_member(tenant, Role.MEMBER, username="erin")
+    response = client.post("/login/", {"username": "erin", "password": "nope"})
+    assert response.status_code == 200
+    assert b"correct username and password" in response.content
+
+
+def test_dashboard_shows_quota(client, tenant, make_member):
+    page = login(client, make_member(tenant, Role.VIEWER)).get("/")
+    assert b"0 / 2" in page.content  # GPU-equivalents used / quota
+    assert b"Launch instance" not in page.content  # viewers cannot launch
+
+
+def test_switching_to_a_tenant_you_do_not_belong_to_is_refused(
+    client, tenant, other_tenant, make_member
+):
+    login(client, make_member(tenant))
+    response = client.post("/tenant/switch/", {"tenant": other_tenant.pk})
+    assert "not a member" in flash(response)
+    assert b"Acme AI" in client.get("/").content
+
+
+def test_suspended_tenant_console_is_refused(client, tenant, make_member):
+    login(client, make_member(tenant))
+    services.set_tenant_status(tenant, Tenant.Status.SUSPENDED)
+    response = client.get("/")
+    assert response.status_code == 403
+    assert b"tenant_suspended" in response.content
+
+
+# Roles × console actions: (action, minimum role)
+ACTIONS = {
+    "add_member": Role.ADMIN,
+    "change_role": Role.ADMIN,
+    "remove_member": Role.ADMIN,
+    "create_token": Role.ADMIN,
+    "revoke_token": Role.ADMIN,
+}
+RANK = {r: i for i, r in enumerate(ROLES)}
+
+
+def perform(client, action, tenant, make_member):
+    target = make_member(tenant, Role.VIEWER, username=f"target-{action}")
+    if action == "add_member":
+        from tests.factories import UserFactory
+
+        UserFactory(username="newbie")
+        client.post("/members/", {"username": "newbie", "role": Role.MEMBER})
+        return Membership.objects.filter(user__username="newbie", tenant=tenant).exists()
+    if action == "change_role":
+        client.post(f"/members/{target.pk}/role/", {"role": Role.MEMBER})
+        target.refresh_from_db()
+        return target.role == Role.MEMBER
+    if action == "remove_member":
+        client.post(f"/members/{target.pk}/remove/")
+        return not Membership.objects.filter(pk=target.pk).exists()
+    if action == "create_token":
+        client.post("/tokens/", {"name": "from-test"})
+        return ApiToken.objects.filter(name="from-test").exists()
+    if action == "revoke_token":
+        owner = make_member(tenant, Role.OWNER, username="token-owner")
+        issued = services.issue_token(owner.user, tenant, "victim")
+        client.post(f"/tokens/{issued.token.pk}/revoke/")
+        issued.token.refresh_from_db()
+        return issued.token.is_revoked
+    raise AssertionError(action)
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("action", ACTIONS)
+def test_roles_by_console_action(client, tenant, make_member, role, action):
+    login(client, make_member(tenant, role))
+    allowed = RANK[role] >= RANK[ACTIONS[action]]
+    assert perform(client, action, tenant, make_member) is allowed
+
+
+def test_members_of_another_tenant_are_404(client, tenant, other_tenant, make_member):
+    login(client, make_member(tenant, Role.OWNER))
+    foreign = make_member(other_tenant, Role.MEMBER)
+    assert client.post(f"/members/{foreign.pk}/role/", {"role": Role.VIEWER}).status_code == 404
+    assert client.post(f"/members/{foreign.pk}/remove/").status_code == 404
+    issued = services.issue_token(foreign.user, other_tenant, "theirs")
+    assert client.post(f"/tokens/{issued.token.pk}/revoke/").status_code == 404
+    foreign.refresh_from_db()
+    assert foreign.role == Role.MEMBER
+
+
+def test_last_owner_cannot_be_removed_from_the_page(client, tenant, make_member):
+    owner = make_member(tenant, Role.OWNER)
+    login(client, owner)
+    response = client.post(f"/members/{owner.pk}/remove/")
+    assert "last owner" in flash(response)
+    assert Membership.objects.filter(pk=owner.pk).exists()
+
+
+def test_admin_cannot_make_an_owner(client, tenant, make_member):
+    login(client, make_member(tenant, Role.ADMIN))
+    target = make_member(tenant, Role.MEMBER)
+    response = client.post(f"/members/{target.pk}/role/", {"role": Role.OWNER})
+    assert "Only an owner" in flash(response)
+    target.refresh_from_db()
+    assert target.role == Role.MEMBER
+
+
+def test_adding_an_unknown_user_shows_a_field_error(client, tenant, make_member):
+    login(client, make_member(tenant, Role.ADMIN))
+    response = client.post("/members/", {"username": "ghost", "role": Role.MEMBER})
+    assert b"No user named" in response.content
+    assert Membership.objects.filter(tenant=tenant).count() == 1
+
+
+def test_token_is_shown_once(client, tenant, make_member):
+    login(client, make_member(tenant, Role.ADMIN))
+    created = client.post("/tokens/", {"name": "ci", "expires_in_days": "30"}, follow=True)
+    token = ApiToken.objects.get(name="ci")
+    assert f"gpc_{token.prefix}_".encode() in created.content
+    assert token.expires_at is not None
+    listed = client.get("/tokens/")
+    assert b"ci" in listed.content
+    assert f"gpc_{token.prefix}_…".encode() in listed.content
+    assert b'data-testid="new-token"' not in listed.content
+
+
+def test_members_see_only_their_own_tokens(client, tenant, make_member):
+    admin = make_member(tenant, Role.ADMIN)
+    services.issue_token(admin.user, tenant, "admins-token")
+    member = make_member(tenant, Role.MEMBER)
+    services.issue_token(member.user, tenant, "my-token")
+    page = login(client, member).get("/tokens/")
+    assert b"my-token" in page.content
+    assert b"admins-token" not in page.content
