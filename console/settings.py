@@ -1,6 +1,7 @@
 """Settings for gpucloud. Everything comes from the environment; the defaults run a fresh clone
 as-is (embedded: SQLite, in-process layers). See README.md for the variables."""
 
+import os
 import secrets
 from pathlib import Path
 
@@ -98,7 +99,9 @@ else:
                 "transaction_mode": "IMMEDIATE",
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
-            "TEST": {"NAME": str(VAR_DIR / "test-gpucloud.sqlite3")},
+            # A file (not memory) so that the processes integration tests start can open it;
+            # one per test run so that runs side by side do not share it.
+            "TEST": {"NAME": str(VAR_DIR / f"test-gpucloud-{os.getpid()}.sqlite3")},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -135,6 +138,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 300)}
 CELERY_TIMEZONE = "UTC"
+CELERY_TASK_ROUTES = {
+    "console.instances.tasks.schedule_pending": {"queue": "default"},
+    "console.instances.tasks.*": {"queue": "provisioning"},
+}
 CELERY_BEAT_SCHEDULE = {
     "fleet-watchdog": {"task": "console.fleet.tasks.watchdog", "schedule": 5.0},
     "instances-schedule-pending": {

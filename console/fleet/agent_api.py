@@ -128,6 +128,14 @@ class HeartbeatSerializer(serializers.Serializer):
         max_length=64, required=False, allow_blank=True, default=""
     )
     inventory = InventorySerializer(required=False, allow_null=True, default=None)
+    # Optional: an agent that moved (restarted on another port or address) says where it is.
+    address = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+    def validate_address(self, address):
+        if address and not services.valid_address(address):
+            raise serializers.ValidationError("must be the agent's http(s) base URL")
+        return address
+
     allocations = serializers.ListField(child=serializers.DictField(), required=False, default=list)
 
 
@@ -231,6 +239,7 @@ class HeartbeatView(AgentView):
             agent_version=data["agent_version"],
             inventory_digest=data["inventory_digest"],
             inventory=data["inventory"],
+            address=data["address"],
         )
         return Response(
             {

@@ -125,9 +125,14 @@ def _token_refusal(token_hash: str, now) -> RegistrationRefused:
 # --- registration and heartbeats --------------------------------------------------------
 
 
-def _check_address(address: str) -> str:
+def valid_address(address: str) -> bool:
+    """An agent's base URL: http(s) and a host name (short cluster names are fine)."""
     parts = urlsplit(address)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _check_address(address: str) -> str:
+    if not valid_address(address):
         raise RegistrationRefused(
             "invalid_address", f"address must be the agent's http(s) base URL, not {address!r}"
         )
@@ -330,6 +335,7 @@ def record_heartbeat(
     agent_version: str = "",
     inventory_digest: str = "",
     inventory: dict | None = None,
+    address: str = "",
 ) -> Host:
     """An agent is alive: note it, sync its GPUs when its inventory changed, and bring an
     unreachable host back to the status its operator chose."""
@@ -337,6 +343,11 @@ def record_heartbeat(
     with transaction.atomic():
         locked = Host.objects.select_for_update().get(pk=host.pk)
         updates: dict = {"last_heartbeat_at": now}
+        if address and valid_address(address):
+            address = address.rstrip("/")
+            if address != locked.address:
+                log.info("host %s moved: %s -> %s", locked.name, locked.address, address)
+                updates["address"] = address
         if agent_version:
             updates["agent_version"] = agent_version[:40]
         digest = inventory_digest or (inventory or {}).get("digest") or ""

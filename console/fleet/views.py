@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import Resolver404, resolve, reverse
 from django.views.decorators.http import require_POST
 
 from console.catalog.models import MIG_SLOTS, Mode
@@ -84,6 +85,7 @@ def _index(request, issued=None, form=None, status=200):
         "form": form or JoinTokenForm(),
         "issued": issued,
         "modes": Mode.choices,
+        "back_url": reverse("fleet:index"),
     }
     return render(request, "fleet/index.html", context, status=status)
 
@@ -110,15 +112,21 @@ def host_detail(request, pk):
             "events": host.events.select_related("actor")[:30],
             "join_token": JoinToken.objects.filter(host=host).first(),
             "modes": Mode.choices,
+            "back_url": reverse("fleet:host", args=[host.pk]),
         },
     )
 
 
-def _back(request, fallback: str = "fleet:index"):
+def _back(request):
+    """Back to the page the button was on: the fleet page or a host's page."""
     target = request.POST.get("next", "")
-    if target.startswith("/fleet/") and "//" not in target:
+    try:
+        match = resolve(target)
+    except Resolver404:
+        match = None
+    if match is not None and match.view_name in ("fleet:index", "fleet:host"):
         return redirect(target)
-    return redirect(fallback)
+    return redirect("fleet:index")
 
 
 @require_POST

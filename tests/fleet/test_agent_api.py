@@ -6,7 +6,7 @@ from django.test import Client
 
 from console.catalog.models import Mode
 from console.fleet import services
-from console.fleet.models import Gpu, Host, HostEvent, JoinToken
+from console.fleet.models import Gpu, Host, HostEvent
 from tests.fleet.conftest import agent_client_for, make_inventory, post_json
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +134,10 @@ def test_register_detail_names_the_bad_field(region, a100):
 
 def test_register_rejects_non_json_and_broken_json(region):
     client = Client()
-    assert client.post("/agent/v1/register", data="{nope", content_type="application/json").status_code == 400
+    assert (
+        client.post("/agent/v1/register", data="{nope", content_type="application/json").status_code
+        == 400
+    )
     assert client.post("/agent/v1/register", data={"join_token": "x"}).status_code == 415
     assert client.get("/agent/v1/register").status_code == 405
 

@@ -49,7 +49,9 @@ def test_same_digest_does_not_sync(register):
     inventory = make_inventory("host-x", gpus=2)
     inventory["gpus"][0]["healthy"] = False  # but the digest says nothing changed
     services.record_heartbeat(
-        host, inventory_digest=host.inventory_digest, inventory={**inventory, "digest": host.inventory_digest}
+        host,
+        inventory_digest=host.inventory_digest,
+        inventory={**inventory, "digest": host.inventory_digest},
     )
     assert Gpu.objects.filter(host=host, healthy=False).count() == 0
 
@@ -117,7 +119,9 @@ def test_watchdog_marks_silent_hosts_and_heartbeat_brings_them_back(register, se
     )
     assert "no heartbeat for 11 s" in event.message
 
-    Host.objects.filter(pk=quiet.pk).update(unreachable_since=timezone.now() - timedelta(seconds=90))
+    Host.objects.filter(pk=quiet.pk).update(
+        unreachable_since=timezone.now() - timedelta(seconds=90)
+    )
     assert list(services.hosts_unreachable_longer_than(60)) == [quiet]
     assert list(services.hosts_unreachable_longer_than(120)) == []
 
@@ -144,7 +148,9 @@ def test_watchdog_loses_to_a_heartbeat_that_came_first(register, settings, monke
 
     marked = services.mark_silent_hosts_unreachable()
     assert [h.name for h in marked] == ["host-x"]  # sanity: without the race it marks
-    Host.objects.filter(pk=host.pk).update(status="active", last_heartbeat_at=timezone.now() - timedelta(seconds=30))
+    Host.objects.filter(pk=host.pk).update(
+        status="active", last_heartbeat_at=timezone.now() - timedelta(seconds=30)
+    )
     monkeypatch.setattr(Host.objects, "filter", filter_then_heartbeat)
     assert services.mark_silent_hosts_unreachable() == []
     monkeypatch.undo()

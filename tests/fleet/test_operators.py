@@ -174,14 +174,23 @@ def test_fleet_page_shows_hosts_gpus_and_slices(register, claim, staff_client):
 
 def test_fleet_page_buttons_change_status(register, staff_client):
     host, _ = register()
-    response = staff_client.post(f"/fleet/hosts/{host.pk}/status/", {"status": "draining"}, follow=True)
+    response = staff_client.post(
+        f"/fleet/hosts/{host.pk}/status/", {"status": "draining"}, follow=True
+    )
     assert response.status_code == 200
     assert "host-x is now draining" in response.content.decode()
     host.refresh_from_db()
     assert host.status == "draining"
     assert HostEvent.objects.filter(host=host, actor_label="operator").exists()
+    page = f"/fleet/hosts/{host.pk}/"
+    back = staff_client.post(f"{page}status/", {"status": "cordoned", "next": page})
+    assert back["Location"] == page
+    away = staff_client.post(f"{page}status/", {"status": "active", "next": "//evil.example/"})
+    assert away["Location"] == "/fleet/"
     staff_client.post(f"/fleet/hosts/{host.pk}/status/", {"status": "retired"})
-    response = staff_client.post(f"/fleet/hosts/{host.pk}/status/", {"status": "active"}, follow=True)
+    response = staff_client.post(
+        f"/fleet/hosts/{host.pk}/status/", {"status": "active"}, follow=True
+    )
     assert "cannot become active" in response.content.decode()
 
 
@@ -221,8 +230,13 @@ def test_admin_actions(register, staff_client, claim):
     a, _ = register("host-a")
     b, _ = register("host-b")
     url = "/admin/fleet/host/"
-    for action, status in [("set_cordoned", "cordoned"), ("set_active", "active"),
-                           ("set_draining", "draining"), ("set_maintenance", "maintenance")]:  # fmt: skip
+    steps = [
+        ("set_cordoned", "cordoned"),
+        ("set_active", "active"),
+        ("set_draining", "draining"),
+        ("set_maintenance", "maintenance"),
+    ]
+    for action, status in steps:
         response = staff_client.post(url, {"action": action, "_selected_action": [a.pk, b.pk]})
         assert response.status_code == 302
         assert set(Host.objects.values_list("status", flat=True)) == {status}
@@ -234,8 +248,17 @@ def test_admin_actions(register, staff_client, claim):
     assert "still holds 1 GPU slice" in page
     assert Host.objects.get(pk=a.pk).status == "retired"
     assert Host.objects.get(pk=b.pk).status == "maintenance"
-    for path in (url, f"{url}{a.pk}/change/", "/admin/fleet/gpu/", "/admin/fleet/jointoken/",
-                 "/admin/fleet/hostevent/", f"{url}?q=host-a", "/admin/fleet/gpu/?healthy__exact=0"):  # fmt: skip
+    pages = [
+        url,
+        f"{url}{a.pk}/change/",
+        f"{url}?q=host-a",
+        "/admin/fleet/gpu/",
+        "/admin/fleet/gpu/?healthy__exact=0",
+        "/admin/fleet/jointoken/",
+        "/admin/fleet/jointoken/add/",
+        "/admin/fleet/hostevent/",
+    ]
+    for path in pages:
         assert staff_client.get(path).status_code == 200, path
 
 
@@ -265,7 +288,9 @@ def test_admin_creates_join_token_and_shows_it_once(region, staff_client):
     token = JoinToken.objects.get()
     assert token.token_hash == JoinToken.hash(raw) and token.note == "from admin"
     assert round((token.expires_at - token.created_at).total_seconds()) == 5 * 3600
-    assert raw not in staff_client.get(f"/admin/fleet/jointoken/{token.pk}/change/").content.decode()
+    assert (
+        raw not in staff_client.get(f"/admin/fleet/jointoken/{token.pk}/change/").content.decode()
+    )
 
 
 # --- the management command -----------------------------------------------------------
@@ -273,7 +298,9 @@ def test_admin_creates_join_token_and_shows_it_once(region, staff_client):
 
 def test_create_join_token_command(region):
     out = StringIO()
-    call_command("create_join_token", "--region", "local-1", "--note", "n1", "--ttl-hours", "1", stdout=out)
+    call_command(
+        "create_join_token", "--region", "local-1", "--note", "n1", "--ttl-hours", "1", stdout=out
+    )
     raw = out.getvalue().strip().splitlines()[-1]
     token = JoinToken.objects.get()
     assert token.token_hash == JoinToken.hash(raw) and token.note == "n1"
