@@ -21,6 +21,16 @@ from agent.state import StateStore
 
 DEFAULT_SAMPLE_INTERVAL = 1.0
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
+# A simulated host offers what a typical 8-GPU server has per GPU.
+SIM_CPUS_PER_GPU = 16
+SIM_MEMORY_MIB_PER_GPU = 128 * 1024
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,21 +56,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runtime", choices=("sim", "process"), default="sim")
     p.add_argument(
-        "--stop-grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL"
+        "--stop-grace", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL"
     )
     p.add_argument("--listen", default="127.0.0.1:9101", help="HOST:PORT of the agent's API")
     p.add_argument("--advertise-url", help="URL the control plane reaches the API at")
     p.add_argument("--hostname", default=socket.gethostname())
-    p.add_argument("--region", default="default")
+    p.add_argument("--region", default="", help="region code (default: the join token's)")
+    p.add_argument(
+        "--cpus",
+        type=int,
+        help="vCPUs offered to workloads (default: this machine's; sim: 16 per GPU)",
+    )
+    p.add_argument(
+        "--memory-mib",
+        type=int,
+        help="RAM offered to workloads in MiB (default: this machine's; sim: 128 GiB per GPU)",
+    )
     p.add_argument("--state-dir", type=Path, default=Path("/var/lib/gpucloud-agent"))
     p.add_argument(
         "--sample-interval",
-        type=float,
+        type=_seconds,
         help=f"seconds (default: the server's, or {DEFAULT_SAMPLE_INTERVAL})",
     )
     p.add_argument(
         "--heartbeat-interval",
-        type=float,
+        type=_seconds,
         help=f"seconds (default: the server's, or {DEFAULT_HEARTBEAT_INTERVAL})",
     )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
@@ -120,7 +140,10 @@ def main(argv: list[str] | None = None) -> None:
         runtime = ProcessRuntime(store.log_dir, args.stop_grace)
     else:
         runtime = SimRuntime()
-    host = Host(args.hostname, backend, runtime, store)
+    if args.backend == "sim":
+        args.cpus = args.cpus or SIM_CPUS_PER_GPU * args.gpus
+        args.memory_mib = args.memory_mib or SIM_MEMORY_MIB_PER_GPU * args.gpus
+    host = Host(args.hostname, backend, runtime, store, args.cpus, args.memory_mib)
     host.restore()
 
     reporter = None
@@ -145,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         heartbeat_interval = (
             args.heartbeat_interval or identity["heartbeat_interval"] or DEFAULT_HEARTBEAT_INTERVAL
         )
-        reporter = Reporter(host, identity, heartbeat_interval)
+        reporter = Reporter(host, identity, heartbeat_interval, args.advertise_url)
 
     app = create_app(host, secret, lifespan(host, sample_interval, reporter))
     serve(app, args.listen_host, args.listen_port, args.log_level)

@@ -1,4 +1,4 @@
-"""The agent's HTTP API: inventory, allocations and (sim backend) fault injection.
+"""The agent's HTTP API: inventory, allocations, GPU modes and (sim backend) fault injection.
 
 Every call but /v1/healthz carries `Authorization: Bearer <host secret>`. JSON in and out;
 errors are `{"error": code, "detail": text}`.
@@ -102,6 +102,12 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
 
         return endpoint
 
+    async def set_mode(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or set(body) != {"mode"}:
+            raise invalid('the body must be {"mode": "whole" | "mig" | "shared"}')
+        return JSONResponse(host.set_mode(request.path_params["index"], body["mode"]))
+
     async def inject_fault(request: Request) -> JSONResponse:
         body = await _json_body(request)
         if not isinstance(body, dict) or set(body) != {"gpu", "fault"}:
@@ -125,6 +131,7 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
         Route("/v1/allocations/{alloc_id}/stop", action(host.stop), methods=["POST"]),
         Route("/v1/allocations/{alloc_id}/start", action(host.start), methods=["POST"]),
         Route("/v1/allocations/{alloc_id}/reboot", action(host.reboot), methods=["POST"]),
+        Route("/v1/gpus/{index:int}/mode", set_mode, methods=["PUT"]),
     ]
     if host.backend.name == "sim":
         routes.append(Route("/v1/sim/faults", inject_fault, methods=["POST"]))

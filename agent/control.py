@@ -1,7 +1,8 @@
 """The agent protocol with the control plane, client side.
 
 - `POST {server}/agent/v1/register` once, with a join token, to get the host id and secret;
-- `POST {server}/agent/v1/heartbeat` every heartbeat interval with inventory and allocations;
+- `POST {server}/agent/v1/heartbeat` every heartbeat interval with the API's address,
+  inventory and allocations;
 - `POST {server}/agent/v1/samples` every second with the samples read since the last push.
 Heartbeats and samples carry `Authorization: Bearer <secret>`.
 """
@@ -39,10 +40,22 @@ def _message(response: httpx.Response) -> str:
     try:
         body = response.json()
     except ValueError:
-        return response.text.strip() or response.reason_phrase
+        return response.text.strip()[:200] or response.reason_phrase
     if isinstance(body, dict):
         return str(body.get("detail") or body.get("error") or body)
     return str(body)
+
+
+def _identity_answer(server: str, response: httpx.Response) -> dict:
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or type(answer.get("host_id")) is not int:
+        raise RegistrationError(f"{server} answered without a host_id: {_message(response)}")
+    if not isinstance(answer.get("secret"), str) or not answer["secret"]:
+        raise RegistrationError(f"{server} answered without a secret")
+    return answer
 
 
 def register(server: str, payload: dict) -> dict:
@@ -56,10 +69,7 @@ def register(server: str, payload: dict) -> dict:
                 log.warning("cannot reach %s: %s; retrying in %.0f s", server, exc, delay)
             else:
                 if response.status_code in (200, 201):
-                    answer = response.json()
-                    if not isinstance(answer.get("host_id"), int) or not answer.get("secret"):
-                        raise RegistrationError(f"{server} answered without host_id and secret")
-                    return answer
+                    return _identity_answer(server, response)
                 if 400 <= response.status_code < 500:
                     raise RegistrationError(
                         f"registration refused by {server} (HTTP {response.status_code}): "
@@ -111,8 +121,9 @@ def ensure_identity(
 class Reporter:
     """Heartbeats and sample pushes of a registered host."""
 
-    def __init__(self, host: Host, identity: dict, heartbeat_interval: float):
+    def __init__(self, host: Host, identity: dict, heartbeat_interval: float, address: str):
         self.host = host
+        self.address = address
         self.server = identity["server"]
         self.host_id = identity["host_id"]
         self.heartbeat_interval = heartbeat_interval
@@ -132,6 +143,7 @@ class Reporter:
         payload = {
             "host_id": self.host_id,
             "agent_version": AGENT_VERSION,
+            "address": self.address,  # where the API is now: it may move between restarts
             "inventory_digest": inventory["digest"],
             "inventory": inventory,
             "allocations": self.host.views(),

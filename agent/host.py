@@ -8,8 +8,8 @@ import logging
 import os
 
 from agent import AGENT_VERSION
-from agent.allocations import Allocation, check_id, cuda_env, now_iso, parse_spec
-from agent.errors import ApiError, conflict
+from agent.allocations import MODES, Allocation, check_id, cuda_env, now_iso, parse_spec
+from agent.errors import ApiError, conflict, invalid
 from agent.models import mig_profiles
 from agent.placement import check_placement
 from agent.runtime import DEFAULT_COMMAND
@@ -34,13 +34,26 @@ def _over_cap(sample: dict) -> bool:
 
 
 class Host:
-    def __init__(self, hostname: str, backend, runtime, store: StateStore):
+    def __init__(
+        self,
+        hostname: str,
+        backend,
+        runtime,
+        store: StateStore,
+        cpu_count: int | None = None,
+        memory: int | None = None,
+    ):
+        """`cpu_count` and `memory` (MiB) are the capacity offered to workloads; by default
+        this machine's."""
         self.hostname = hostname
+        self.cpu_count = cpu_count or os.cpu_count()
+        self.memory_mib = memory or memory_mib()
         self.backend = backend
         self.runtime = runtime
         self.store = store
         self.allocations: dict[str, Allocation] = {}
         self._locks: dict[str, list] = {}  # allocation id -> [lock, holders and waiters]
+        self.gpu_modes: dict[int, str] = {}  # modes set through the API; they outlast restarts
 
     def inventory(self) -> dict:
         inventory = {
@@ -48,8 +61,8 @@ class Host:
             "agent_version": AGENT_VERSION,
             "backend": self.backend.name,
             "runtime": self.runtime.name,
-            "cpu_count": os.cpu_count(),
-            "memory_mib": memory_mib(),
+            "cpu_count": self.cpu_count,
+            "memory_mib": self.memory_mib,
             "gpus": self.backend.gpus(),
         }
         return {**inventory, "digest": digest(inventory)}
@@ -80,37 +93,52 @@ class Host:
             raise ApiError(404, "not_found", f"no allocation {alloc_id}")
         return alloc
 
-    def _mig_profile(self, alloc_spec: dict, gpus: list[dict]):
-        gpu = gpus[alloc_spec["gpus"][0]]
-        return mig_profiles(gpu["model"])[alloc_spec["mig"]["profile"]]
-
     def restore(self) -> None:
-        """Take back the allocations of a previous run: sim workloads as they were, process
-        workloads whose process still runs; the others are lost."""
+        """Take back the GPU modes and allocations of a previous run: sim workloads as they
+        were, process workloads whose process still runs; the others are lost."""
+        count = len(self.backend.gpus())
+        for index, mode in self.store.load_gpu_modes().items():
+            if index < count:
+                try:
+                    self.backend.set_mode(index, mode)
+                except ApiError as exc:
+                    log.warning("GPU %d stays in its --mode: %s", index, exc.detail)
+                    continue
+                self.gpu_modes[index] = mode
+                log.info("GPU %d: %s mode, as set through the API", index, mode)
         gpus = self.backend.gpus()
         for alloc in self.store.load_allocations():
             self.allocations[alloc.id] = alloc
-            if alloc.mode == "mig":
-                profile = self._mig_profile(alloc.spec, gpus)
-                try:
-                    alloc.mig_uuid = self.backend.ensure_mig(
-                        alloc.gpus[0], profile, alloc.spec["mig"]["start"]
-                    )
-                except ApiError as exc:
-                    log.warning("allocation %s: %s", alloc.id, exc.detail)
-                    if alloc.state == "running":
-                        self.runtime.kill(alloc)
-                        self._ended(alloc, "lost", "mig_device_missing")
-                    continue
-            if alloc.state == "running" and not self.runtime.adopt(alloc):
-                self._ended(alloc, "lost", "agent_restarted")
+            reason = self._reattach(alloc, gpus)
+            if reason:
+                self.runtime.kill(alloc)
+                self._ended(alloc, "lost", reason)
             log.info("allocation %s restored: %s", alloc.id, alloc.state)
         self._save()
+
+    def _reattach(self, alloc: Allocation, gpus: list[dict]) -> str | None:
+        """Why an allocation of a previous run cannot be taken back, or None when it is."""
+        if any(index >= len(gpus) for index in alloc.gpus):
+            return "gpu_missing"
+        if alloc.mode == "mig":
+            mig = alloc.spec["mig"]
+            profile = mig_profiles(gpus[alloc.gpus[0]]["model"]).get(mig["profile"])
+            if profile is None:
+                return "mig_device_missing"
+            try:
+                alloc.mig_uuid = self.backend.ensure_mig(alloc.gpus[0], profile, mig["start"])
+            except ApiError as exc:
+                log.warning("allocation %s: %s", alloc.id, exc.detail)
+                return "mig_device_missing"
+        if alloc.state == "running" and not self.runtime.adopt(alloc):
+            return "agent_restarted"
+        return None
 
     def _ended(self, alloc: Allocation, state: str, reason=None, exit_code=None) -> None:
         alloc.pid = alloc.pid_start = None
         alloc.set_state(state, reason, exit_code)
-        log.info("allocation %s: %s (%s)", alloc.id, state, reason or f"exit code {exit_code}")
+        detail = reason or (f"exit code {exit_code}" if exit_code is not None else "")
+        log.info("allocation %s: %s %s", alloc.id, state, detail)
 
     def _launch(self, alloc: Allocation) -> None:
         spec = alloc.spec
@@ -149,8 +177,9 @@ class Host:
             check_placement(spec, gpus, list(self.allocations.values()))
             mig_uuid = None
             if spec["mode"] == "mig":
-                profile = self._mig_profile(spec, gpus)
-                mig_uuid = self.backend.ensure_mig(spec["gpus"][0], profile, spec["mig"]["start"])
+                index, mig = spec["gpus"][0], spec["mig"]
+                profile = mig_profiles(gpus[index]["model"])[mig["profile"]]
+                mig_uuid = self.backend.ensure_mig(index, profile, mig["start"])
             gpu_uuids = [gpus[index]["uuid"] for index in spec["gpus"]]
             stamp = now_iso()
             alloc = Allocation(
@@ -216,6 +245,25 @@ class Host:
             del self.allocations[alloc_id]
             self._save()
             log.info("allocation %s deleted", alloc_id)
+
+    def set_mode(self, index: int, mode: str) -> dict:
+        """Repartition a GPU that holds no allocation; answer its inventory entry."""
+        gpus = self.backend.gpus()
+        if not 0 <= index < len(gpus):
+            raise ApiError(404, "not_found", f"no GPU {index} on this host ({len(gpus)} GPUs)")
+        if mode not in MODES:
+            raise invalid(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        held = [a.id for a in self.allocations.values() if index in a.gpus]
+        if held:
+            raise conflict(
+                "gpu_busy",
+                f"GPU {index} holds {', '.join(held)}: its mode changes only when it holds nothing",
+            )
+        self.backend.set_mode(index, mode)
+        self.gpu_modes[index] = mode
+        self.store.save_gpu_modes(self.gpu_modes)
+        log.info("GPU %d: %s mode", index, mode)
+        return self.backend.gpus()[index]
 
     def poll(self) -> list[dict]:
         """Read a sample of every GPU, MIG device and running allocation, and act on what it

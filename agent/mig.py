@@ -6,14 +6,12 @@ may only start at fixed slots; placed instances may not overlap.
 
 from dataclasses import dataclass
 
-SLOTS = 8
-
 
 @dataclass(frozen=True)
 class MigProfile:
     name: str
     compute: int  # compute slices, the "N" of "Ng"
-    size: int  # memory slots out of SLOTS
+    size: int  # memory slots out of 8
     starts: tuple[int, ...]
     memory_mib: int
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from agent.allocations import Allocation
 
@@ -19,21 +20,29 @@ DEFAULT_COMMAND = ["sleep", "infinity"]
 POLL_SECONDS = 0.05
 # how long to wait for a process group to vanish after SIGKILL
 KILL_WAIT_SECONDS = 5.0
+KILL_REAP_SECONDS = 0.5
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, process group, start time in clock ticks) of a process, from /proc."""
+class Stat(NamedTuple):
+    state: str
+    group: int
+    session: int
+    start: int  # clock ticks after boot
+
+
+def _stat(pid: int) -> Stat | None:
+    """A process's /proc/PID/stat, or None when there is no such process."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = text.rpartition(")")[2].split()
-    return fields[0], int(fields[2]), int(fields[19])
+    return Stat(fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
 
 
 def start_time(pid: int) -> int | None:
     stat = _stat(pid)
-    return stat[2] if stat else None
+    return stat.start if stat else None
 
 
 def group_members(pgid: int) -> list[int]:
@@ -42,7 +51,7 @@ def group_members(pgid: int) -> list[int]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             stat = _stat(int(entry.name))
-            if stat and stat[1] == pgid and stat[0] != "Z":
+            if stat and stat.group == pgid and stat.state != "Z":
                 members.append(int(entry.name))
     return members
 
@@ -91,13 +100,18 @@ class ProcessRuntime:
         self._children[proc.pid] = proc
         return proc.pid, start_time(proc.pid)
 
+    def _own_stat(self, alloc: Allocation) -> Stat | None:
+        """The allocation's process while it lives: not a zombie, and not a reused pid."""
+        stat = _stat(alloc.pid) if alloc.pid else None
+        return stat if stat and stat.state != "Z" and stat.start == alloc.pid_start else None
+
     def _alive(self, alloc: Allocation) -> bool:
-        """Whether the allocation's own process still runs (and is not a reused pid)."""
-        stat = _stat(alloc.pid)
-        return stat is not None and stat[0] != "Z" and stat[2] == alloc.pid_start
+        return self._own_stat(alloc) is not None
 
     def adopt(self, alloc: Allocation) -> bool:
-        return alloc.pid is not None and self._alive(alloc) and os.getsid(alloc.pid) == alloc.pid
+        """Whether a workload of a previous run still runs, still leading its own session."""
+        stat = self._own_stat(alloc)
+        return stat is not None and stat.session == alloc.pid
 
     def exit_status(self, alloc: Allocation) -> tuple[bool, int | None]:
         """(exited, exit code); the code is None for a process this agent did not start."""
@@ -106,15 +120,12 @@ class ProcessRuntime:
             code = proc.poll()
             if code is None:
                 return False, None
-            self._end(alloc.pid, signal.SIGKILL)  # whatever it left behind in its group
+            del self._children[alloc.pid]
+            self._signal(alloc.pid, signal.SIGKILL)  # whatever it left behind in its group
             return True, code
         if self._alive(alloc):
             return False, None
         return True, None
-
-    def _end(self, pid: int, sig: int) -> None:
-        self._children.pop(pid, None)
-        self._signal(pid, sig)
 
     def _signal(self, pgid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -153,4 +164,6 @@ class ProcessRuntime:
             self._signal(alloc.pid, signal.SIGKILL)
             proc = self._children.pop(alloc.pid, None)
             if proc is not None:
-                proc.wait()
+                # a process stuck in the driver may take a while; subprocess reaps it later
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(KILL_REAP_SECONDS)

@@ -1,4 +1,5 @@
-"""The agent's state directory: its identity with the control plane, and its allocations.
+"""The agent's state directory: its identity with the control plane, its allocations, and
+the GPU modes set through its API.
 
 Every file is written atomically (a temporary file in the same directory, then os.replace).
 """
@@ -13,6 +14,7 @@ from agent.allocations import Allocation
 
 IDENTITY = "identity.json"
 ALLOCATIONS = "allocations.json"
+GPU_MODES = "gpu_modes.json"
 
 
 class StateStore:
@@ -50,3 +52,9 @@ class StateStore:
 
     def save_allocations(self, allocations: list[Allocation]) -> None:
         self._write(ALLOCATIONS, [dataclasses.asdict(a) for a in allocations])
+
+    def load_gpu_modes(self) -> dict[int, str]:
+        return {int(index): mode for index, mode in (self._read(GPU_MODES) or {}).items()}
+
+    def save_gpu_modes(self, modes: dict[int, str]) -> None:
+        self._write(GPU_MODES, {str(index): mode for index, mode in modes.items()})

@@ -92,31 +92,51 @@ class NvmlBackend:
     def __init__(self, modes: list[str] | None, manage_mig: bool):
         pynvml.nvmlInit()
         self.count = pynvml.nvmlDeviceGetCount()
-        if modes and len(modes) not in (1, self.count):
+        modes = modes or ["whole"]
+        if len(modes) not in (1, self.count):
             raise ValueError(f"{len(modes)} modes given for {self.count} GPUs")
-        self._modes = modes
+        self._modes = modes * self.count if len(modes) == 1 else list(modes)
         self.manage_mig = manage_mig
         self.driver_version = _text(_optional(pynvml.nvmlSystemGetDriverVersion))
         cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
         self.cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None
         self._known: dict[int, dict] = {}  # last identity read of each GPU, kept if it fails
-        self._lost: set[int] = set()
+        self._errors: dict[int, int] = {}  # NVML error code of each GPU that failed
         self._util_ts: dict[int, int] = {}  # newest per-process utilization timestamp seen
 
     def _failed(self, index: int, exc: pynvml.NVMLError) -> str:
-        if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-            if index not in self._lost:
-                log.error("GPU %d is lost (fallen off the bus?): %s", index, exc)
-            self._lost.add(index)
-            return f"gpu_lost: {exc}"
-        log.warning("GPU %d: NVML error: %s", index, exc)
-        return f"nvml_error: {exc}"
+        """Note a GPU's failure (logged once, not on every read); answer its health reason."""
+        if self._errors.get(index) != exc.value:
+            log.error("GPU %d failed: NVML: %s", index, exc)
+        self._errors[index] = exc.value
+        lost = exc.value == pynvml.NVML_ERROR_GPU_IS_LOST
+        return f"gpu_lost: {exc}" if lost else f"nvml_error: {exc}"
+
+    def _recovered(self, index: int) -> None:
+        if self._errors.pop(index, None) is not None:
+            log.warning("GPU %d answers NVML again", index)
 
     def _mode(self, index: int, mig_enabled: bool) -> str:
+        """A GPU with MIG enabled is in mig mode; else in the mode the operator chose for it,
+        whole or shared (MIG asked for but not enabled: whole)."""
         if mig_enabled:
             return "mig"
-        wanted = self._modes[index if len(self._modes) > 1 else 0] if self._modes else "whole"
-        return wanted if wanted in ("whole", "shared") else "whole"
+        return "shared" if self._modes[index] == "shared" else "whole"
+
+    def set_mode(self, index: int, mode: str) -> None:
+        """Choose whole or shared for a GPU without MIG; MIG mode itself is never changed."""
+        try:
+            mig_enabled = self._mig_mode(pynvml.nvmlDeviceGetHandleByIndex(index))[0]
+        except pynvml.NVMLError as exc:
+            raise conflict("gpu_unhealthy", f"GPU {index}: NVML: {exc}") from exc
+        if (mode == "mig") != mig_enabled:
+            state, flag = ("enabled", 0) if mig_enabled else ("disabled", 1)
+            raise conflict(
+                "mode_unsupported",
+                f"GPU {index} has MIG {state} and the agent never changes MIG mode; "
+                f"the operator can (nvidia-smi -i {index} -mig {flag}, then reset the GPU)",
+            )
+        self._modes[index] = mode
 
     def gpus(self) -> list[dict]:
         return [self._inventory(index) for index in range(self.count)]
@@ -169,7 +189,7 @@ class NvmlBackend:
                 health_reason=f"ecc: {ecc} volatile uncorrected ECC errors" if ecc else None,
                 mig_devices=[device for device, _ in devices],
             )
-            self._lost.discard(index)
+            self._recovered(index)
         except pynvml.NVMLError as exc:
             entry["health_reason"] = self._failed(index, exc)
         return entry
@@ -234,7 +254,8 @@ class NvmlBackend:
         return info.placement if info else None
 
     def lost_gpus(self) -> set[int]:
-        return set(self._lost)
+        lost = pynvml.NVML_ERROR_GPU_IS_LOST
+        return {index for index, code in self._errors.items() if code == lost}
 
     def ensure_mig(self, index: int, profile: MigProfile, start: int) -> str:
         """The UUID of the MIG device at that placement; created only with --manage-mig."""
@@ -367,7 +388,7 @@ class NvmlBackend:
                         processes=_processes(mig),
                     )
             proc_util = self._process_util(index, handle)
-            self._lost.discard(index)
+            self._recovered(index)
             return gpu, migs, proc_util
         except pynvml.NVMLError as exc:
             self._failed(index, exc)

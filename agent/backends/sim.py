@@ -7,6 +7,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from agent.allocations import Allocation
+from agent.errors import conflict
 from agent.mig import MigProfile
 from agent.models import IDLE_SM_CLOCK_MHZ, IDLE_TEMPERATURE_C, GpuModel
 from agent.samples import make_sample, mig_view, shared_view, whole_view
@@ -83,6 +84,11 @@ class SimBackend:
                 for mig_uuid, (profile, start) in devices
             ],
         }
+
+    def set_mode(self, index: int, mode: str) -> None:
+        if mode == "mig" and not self.model.mig_profiles:
+            raise conflict("mode_unsupported", f"{self.model.name} has no MIG")
+        self._gpus[index].mode = mode
 
     def ensure_mig(self, index: int, profile: MigProfile, start: int) -> str:
         gpu = self._gpus[index]

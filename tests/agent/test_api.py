@@ -64,7 +64,12 @@ def test_healthz_needs_no_secret(agent):
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {SECRET}"}, {"Authorization": SECRET}],
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {SECRET}"},
+        {"Authorization": SECRET},
+    ],
     ids=["none", "wrong-secret", "wrong-scheme", "no-scheme"],
 )
 def test_unauthorized_calls_are_refused_and_do_nothing(agent, api, headers):
@@ -153,15 +158,35 @@ def test_put_is_idempotent_and_conflicts_on_another_body(api):
         ("b", {"mode": "whole", "gpus": [9]}, "unknown_gpu", "GPU 9"),
         ("b", {"mode": "whole", "gpus": [3], "command": "sleep 1"}, "invalid_body", "command"),
         ("b", {"mode": "whole", "gpus": [3], "env": {"A": 1}}, "invalid_body", "env"),
-        ("b", {**MIG_3G, "mig": {"profile": "9g.99gb", "start": 0}}, "unknown_mig_profile", "9g.99gb"),
-        ("b", {**MIG_3G, "mig": {"profile": "3g.40gb", "start": 2}}, "illegal_mig_placement", "start"),
-        ("b", {**MIG_3G, "mig": {"profile": "3g.40gb", "start": 0, "size": 2}}, "illegal_mig_placement", "slots"),
+        (
+            "b",
+            {**MIG_3G, "mig": {"profile": "9g.99gb", "start": 0}},
+            "unknown_mig_profile",
+            "9g.99gb",
+        ),
+        (
+            "b",
+            {**MIG_3G, "mig": {"profile": "3g.40gb", "start": 2}},
+            "illegal_mig_placement",
+            "start",
+        ),
+        (
+            "b",
+            {**MIG_3G, "mig": {"profile": "3g.40gb", "start": 0, "size": 2}},
+            "illegal_mig_placement",
+            "slots",
+        ),
         ("b", {**MIG_3G, "mig": {"profile": "3g.40gb"}}, "invalid_body", "start"),
         ("b", {**MIG_3G, "mig": None}, "invalid_body", "mig"),
         ("b", {**MIG_3G, "gpus": [0, 1]}, "invalid_body", "one GPU"),
         ("b", {"mode": "whole", "gpus": [3], "mig": MIG_3G["mig"]}, "invalid_body", "mig"),
         ("b", {**SHARED_QUARTER, "shared": {"milli": 0, "memory_mib": 1}}, "invalid_body", "milli"),
-        ("b", {**SHARED_QUARTER, "shared": {"milli": 1001, "memory_mib": 1}}, "invalid_body", "milli"),
+        (
+            "b",
+            {**SHARED_QUARTER, "shared": {"milli": 1001, "memory_mib": 1}},
+            "invalid_body",
+            "milli",
+        ),
         ("b", {**SHARED_QUARTER, "shared": {"milli": 250}}, "invalid_body", "memory_mib"),
         ("b", {**SHARED_QUARTER, "sim": {"util": 150}}, "invalid_body", "util"),
         ("bad.id", {"mode": "whole", "gpus": [3]}, "invalid_id", "A-Za-z0-9"),
@@ -233,7 +258,13 @@ def test_mig_overlap_is_refused(api):
 
 
 def test_illegal_mig_start_is_refused(api):
-    for profile, start in [("1g.10gb", 7), ("1g.20gb", 1), ("2g.20gb", 6), ("4g.40gb", 4), ("7g.80gb", 1)]:
+    for profile, start in [
+        ("1g.10gb", 7),
+        ("1g.20gb", 1),
+        ("2g.20gb", 6),
+        ("4g.40gb", 4),
+        ("7g.80gb", 1),
+    ]:
         body = {"mode": "mig", "gpus": [0], "mig": {"profile": profile, "start": start}}
         response = api.put("/v1/allocations/illegal", json=body)
         assert response.status_code == 400, (profile, start)
@@ -268,3 +299,21 @@ def test_gpu_mode_must_match(api):
         response = api.put("/v1/allocations/wrong-mode", json=body)
         assert response.status_code == 409
         assert response.json()["error"] == "gpu_mode_mismatch"
+
+
+def test_gpu_mode_changes_only_on_an_empty_gpu(api):
+    gpu = api.put("/v1/gpus/3/mode", json={"mode": "shared"})
+    assert gpu.status_code == 200 and gpu.json()["mode"] == "shared"
+    try:
+        assert (
+            api.put("/v1/allocations/g-1", json={**SHARED_QUARTER, "gpus": [3]}).status_code == 201
+        )
+        busy = api.put("/v1/gpus/3/mode", json={"mode": "whole"})
+        assert busy.status_code == 409 and busy.json()["error"] == "gpu_busy"
+        api.delete("/v1/allocations/g-1")
+    finally:
+        assert api.put("/v1/gpus/3/mode", json={"mode": "whole"}).json()["mode"] == "whole"
+    assert api.put("/v1/gpus/9/mode", json={"mode": "whole"}).status_code == 404
+    for body in ({"mode": "sliced"}, {"mode": "whole", "extra": 1}, ["whole"]):
+        response = api.put("/v1/gpus/3/mode", json=body)
+        assert response.status_code == 400, body

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 from agent import AGENT_VERSION
 from agent.backends.sim import SimBackend
@@ -14,7 +15,14 @@ from tests.agent.agents import free_port, wait_for
 from tests.agent.fake_control_plane import HOST_ID, HOST_SECRET, FakeControlPlane
 
 REGISTER_KEYS = {"join_token", "hostname", "address", "region", "agent_version", "inventory"}
-HEARTBEAT_KEYS = {"host_id", "agent_version", "inventory_digest", "inventory", "allocations"}
+HEARTBEAT_KEYS = {
+    "host_id",
+    "agent_version",
+    "address",
+    "inventory_digest",
+    "inventory",
+    "allocations",
+}
 SAMPLE_KEYS = {
     "ts",
     "kind",
@@ -73,6 +81,7 @@ def test_register_heartbeat_samples_and_restart(start_agent):
             assert headers["authorization"] == f"Bearer {HOST_SECRET}"
             assert set(body) == HEARTBEAT_KEYS
             assert body["host_id"] == HOST_ID
+            assert body["address"] == agent.url
             assert body["inventory_digest"] == body["inventory"]["digest"]
         latest = server.received("heartbeat")[-1][1]
         assert {a["id"] for a in latest["allocations"]} == {"s-1", "m-1"}
@@ -105,8 +114,26 @@ def test_register_heartbeat_samples_and_restart(start_agent):
         again = start_agent("--server", server.url, *args, state_dir=agent.state_dir, secret=None)
         wait_for(lambda: len(server.received("heartbeat")) > beats)
         assert len(server.received("register")) == 1
+        # on another port now: its heartbeats say so
+        assert server.received("heartbeat")[-1][1]["address"] == again.url != agent.url
         listed = again.client_with(HOST_SECRET).get("/v1/allocations").json()["allocations"]
         assert {a["id"] for a in listed} == {"s-1", "m-1"}
+
+
+def test_agent_rides_out_a_control_plane_outage(start_agent):
+    with FakeControlPlane() as server:
+        agent = start_agent("--server", server.url, "--join-token", "join-2", secret=None)
+        wait_for(lambda: server.received("samples"))
+    outage = time.time()
+    time.sleep(1.5)
+    assert agent.client_with(HOST_SECRET).get("/v1/inventory").status_code == 200
+    assert "heartbeat to" in agent.log()  # logged, not fatal
+    with FakeControlPlane(port=server.port) as back:
+        wait_for(lambda: back.received("heartbeat"))
+        # what was read while the server was away arrives once it is back
+        wait_for(lambda: any(outage < s["ts"] < outage + 1 for s in _samples(back)))
+    assert agent.proc.poll() is None
+    assert len(back.received("register")) == 0
 
 
 def test_refused_registration_exits_with_the_message(start_agent):
@@ -125,7 +152,7 @@ def test_samples_wait_in_a_bounded_buffer_while_the_server_is_away(tmp_path):
     identity = {"server": f"http://127.0.0.1:{port}", "host_id": HOST_ID, "secret": HOST_SECRET}
 
     async def scenario():
-        reporter = Reporter(host, identity, heartbeat_interval=5.0)
+        reporter = Reporter(host, identity, 5.0, "http://127.0.0.1:9101")
         rounds = [host.poll() for _ in range(BUFFER_ROUNDS + 20)]
         for samples in rounds:
             reporter.add(samples)

@@ -101,7 +101,9 @@ def test_workload_exit_is_reported(start_agent):
     agent = start_agent("--gpus", "3", "--runtime", "process")
     for index, (name, code) in enumerate([("done", 0), ("crashed", 3)]):
         command = [sys.executable, "-c", f"raise SystemExit({code})"]
-        agent.client.put(f"/v1/allocations/{name}", json={"mode": "whole", "gpus": [index], "command": command})
+        agent.client.put(
+            f"/v1/allocations/{name}", json={"mode": "whole", "gpus": [index], "command": command}
+        )
     done = agent.wait_state("done", "exited")
     assert done["exit_code"] == 0 and done["pid"] is None
     crashed = agent.wait_state("crashed", "failed")

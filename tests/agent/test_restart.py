@@ -7,12 +7,13 @@ MIG_1G = {"mode": "mig", "gpus": [0], "mig": {"profile": "1g.10gb", "start": 2}}
 
 
 def test_sim_runtime_restores_allocations(start_agent):
-    args = ("--gpus", "2", "--mode", "mig,shared")
+    args = ("--gpus", "3", "--mode", "mig,shared,whole")
     agent = start_agent(*args)
     agent.client.put("/v1/allocations/mig-1", json=MIG_1G)
     shared = {"mode": "shared", "gpus": [1], "shared": {"milli": 500, "memory_mib": 1024}}
     agent.client.put("/v1/allocations/shared-1", json={**shared, "labels": {"instance": "i-9"}})
     agent.client.post("/v1/allocations/shared-1/stop")
+    agent.client.put("/v1/gpus/2/mode", json={"mode": "mig"})
     before = agent.client.get("/v1/allocations").json()
     devices = agent.client.get("/v1/inventory").json()["gpus"][0]["mig_devices"]
     agent.kill()
@@ -20,7 +21,9 @@ def test_sim_runtime_restores_allocations(start_agent):
     again = start_agent(*args, state_dir=agent.state_dir)
     assert again.client.get("/v1/allocations").json() == before
     assert [a["state"] for a in before["allocations"]] == ["running", "stopped"]
-    assert again.client.get("/v1/inventory").json()["gpus"][0]["mig_devices"] == devices
+    gpus = again.client.get("/v1/inventory").json()["gpus"]
+    assert gpus[0]["mig_devices"] == devices
+    assert [g["mode"] for g in gpus] == ["mig", "shared", "mig"]  # as set through the API
     # the restored slices are still held
     response = again.client.put("/v1/allocations/mig-2", json=MIG_1G)
     assert response.json()["error"] == "mig_overlap"
@@ -29,7 +32,9 @@ def test_sim_runtime_restores_allocations(start_agent):
 def test_process_runtime_adopts_survivors_and_loses_the_dead(start_agent):
     args = ("--gpus", "2", "--runtime", "process")
     agent = start_agent(*args)
-    survivor = agent.client.put("/v1/allocations/survivor", json={"mode": "whole", "gpus": [0]}).json()
+    survivor = agent.client.put(
+        "/v1/allocations/survivor", json={"mode": "whole", "gpus": [0]}
+    ).json()
     victim = agent.client.put("/v1/allocations/victim", json={"mode": "whole", "gpus": [1]}).json()
     assert survivor["state"] == victim["state"] == "running"
     agent.kill()
