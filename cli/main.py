@@ -1,0 +1,180 @@
+"""`gpucloud`: the command-line client of the REST API.
+
+Configuration: `gpucloud login --url URL --token TOKEN` writes ~/.config/gpucloud/config.json;
+GPUCLOUD_URL and GPUCLOUD_TOKEN override it. Every command prints a table, or JSON with --json.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import httpx
+
+
+def config_path() -> Path:
+    default = Path.home() / ".config" / "gpucloud" / "config.json"
+    return Path(os.environ.get("GPUCLOUD_CONFIG", default))
+
+
+class CliError(Exception):
+    pass
+
+
+def load_config() -> dict:
+    path = config_path()
+    config = json.loads(path.read_text()) if path.exists() else {}
+    config["url"] = os.environ.get("GPUCLOUD_URL") or config.get("url") or "http://127.0.0.1:8000"
+    config["token"] = os.environ.get("GPUCLOUD_TOKEN") or config.get("token")
+    return config
+
+
+class Client:
+    def __init__(self, url: str, token: str | None):
+        if not token:
+            raise CliError("No API token: run `gpucloud login --token …` or set GPUCLOUD_TOKEN.")
+        self.http = httpx.Client(
+            base_url=url.rstrip("/") + "/api/v1/",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+
+    def call(self, method: str, path: str, **kwargs):
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach {self.http.base_url}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                raise CliError(f"HTTP {response.status_code}") from None
+            fields = "".join(
+                f"\n  {field}: {' '.join(map(str, msgs))}"
+                for field, msgs in body.get("errors", {}).items()
+            )
+            raise CliError(f"{body.get('detail', 'error')} ({body.get('code')}){fields}")
+        return response.json() if response.content else None
+
+    def all(self, path: str, **params) -> list[dict]:
+        results, offset = [], 0
+        while True:
+            page = self.call("GET", path, params={**params, "limit": 200, "offset": offset})
+            results += page["results"]
+            offset += len(page["results"])
+            if not page.get("next") or not page["results"]:
+                return results
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[str("" if row.get(c) is None else row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpucloud", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sub = parser.add_subparsers(dest="command", required=True)
+    login = sub.add_parser("login", help="save the console URL and an API token")
+    login.add_argument("--url", default="http://127.0.0.1:8000")
+    login.add_argument("--token", required=True)
+    sub.add_parser("specs", help="what you can launch")
+    sub.add_parser("images", help="images to boot")
+    sub.add_parser("quota", help="your limits and what you use")
+    instances = sub.add_parser("instances", help="list instances")
+    instances.add_argument("--state")
+    launch = sub.add_parser("launch", help="launch an instance")
+    launch.add_argument("name")
+    launch.add_argument("--spec", required=True)
+    launch.add_argument("--image", required=True)
+    launch.add_argument("--region")
+    show = sub.add_parser("show", help="one instance and its events")
+    show.add_argument("id", type=int)
+    for action in ("stop", "start", "reboot", "terminate"):
+        sub.add_parser(action, help=f"{action} an instance").add_argument("id", type=int)
+    resize = sub.add_parser("resize", help="move an instance to another spec")
+    resize.add_argument("id", type=int)
+    resize.add_argument("--spec", required=True)
+    usage = sub.add_parser("usage", help="usage and cost of a month")
+    usage.add_argument("--month", help="YYYY-MM (default: this month)")
+    sub.add_parser("invoices", help="your invoices")
+    return parser
+
+
+INSTANCE_COLUMNS = ["id", "name", "state", "spec", "image", "region", "state_reason"]
+
+
+def run(args, config: dict) -> tuple[object, str]:
+    """Do the command; return what to print as JSON and as text."""
+    if args.command == "login":
+        Client(args.url, args.token).call("GET", "quota/")
+        path = config_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"url": args.url, "token": args.token}))
+        path.chmod(0o600)
+        return {"url": args.url}, f"Logged in to {args.url}."
+    client = Client(config["url"], config["token"])
+    if args.command == "specs":
+        rows = client.all("specs/")
+        cols = ["code", "mode", "gpu_model", "gpu_count", "mig_profile", "gpu_equivalents",
+                "gpu_memory_mib", "vcpus", "ram_mib", "price_per_hour"]  # fmt: skip
+        return rows, table(rows, cols)
+    if args.command == "images":
+        rows = client.all("images/")
+        return rows, table(rows, ["name", "cuda_version", "description"])
+    if args.command == "quota":
+        quota = client.call("GET", "quota/")
+        return quota, "\n".join(f"{k}: {v}" for k, v in quota.items())
+    if args.command == "instances":
+        rows = client.all("instances/", **({"state": args.state} if args.state else {}))
+        return rows, table(rows, INSTANCE_COLUMNS)
+    if args.command == "launch":
+        body = {"name": args.name, "spec": args.spec, "image": args.image}
+        if args.region:
+            body["region"] = args.region
+        instance = client.call("POST", "instances/", json=body)
+        return instance, table([instance], INSTANCE_COLUMNS)
+    if args.command == "show":
+        instance = client.call("GET", f"instances/{args.id}/")
+        events = client.all(f"instances/{args.id}/events/")
+        text = (
+            table([instance], INSTANCE_COLUMNS)
+            + "\n\n"
+            + table(events, ["at", "from_state", "to_state", "actor", "message"])
+        )
+        return {**instance, "events": events}, text
+    if args.command in ("stop", "start", "reboot", "terminate"):
+        instance = client.call("POST", f"instances/{args.id}/{args.command}/")
+        return instance, table([instance], INSTANCE_COLUMNS)
+    if args.command == "resize":
+        instance = client.call("POST", f"instances/{args.id}/resize/", json={"spec": args.spec})
+        return instance, table([instance], INSTANCE_COLUMNS)
+    if args.command == "usage":
+        usage = client.call("GET", "usage/", params={"month": args.month} if args.month else {})
+        text = table(usage["lines"], ["instance", "spec", "seconds", "price_per_hour", "amount"])
+        return usage, f"{text}\n\ntotal: {usage['total']}"
+    if args.command == "invoices":
+        rows = client.all("invoices/")
+        return rows, table(rows, ["id", "number", "period", "status", "total"])
+    raise CliError(f"unknown command {args.command}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        as_json, as_text = run(args, load_config())
+    except CliError as error:
+        print(f"gpucloud: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(as_json, indent=2) if args.json else as_text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
