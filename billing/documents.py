@@ -419,7 +419,7 @@ def _pdf_text(text: str, limit: int | None = None) -> str:
 
 
 def _money(value: Decimal) -> str:
-    return f"{value:,.2f}"
+    return f"{value + 0:,.2f}"  # + 0 turns a negative zero (no credits: -0.00) into 0.00
 
 
 def _percent(rate: Decimal) -> str:
@@ -436,9 +436,10 @@ def _period_text(invoice: Invoice) -> str:
 
 
 class _InvoicePDF(FPDF):
-    def __init__(self, invoice: Invoice) -> None:
+    def __init__(self, invoice: Invoice, title: str = "Invoice") -> None:
         super().__init__(format="A4")
         self.invoice = invoice
+        self.title_text = title
         self.set_margins(15, 15, 15)
         self.set_auto_page_break(auto=True, margin=22)
 
@@ -446,7 +447,7 @@ class _InvoicePDF(FPDF):
         if self.page_no() > 1:
             self.set_font(_FONT, "", 8)
             self.set_text_color(*_MUTED)
-            self.cell(0, 5, _pdf_text(f"Invoice {self.invoice.number} (continued)"))
+            self.cell(0, 5, _pdf_text(f"{self.title_text} {self.invoice.number} (continued)"))
             self.ln(9)
 
     def footer(self) -> None:
@@ -476,14 +477,14 @@ def _issuer_block(pdf: FPDF, invoice: Invoice) -> None:
         pdf.cell(95, 4.6, _pdf_text(f"Tax ID: {invoice.issuer.tax_id}", 60))
 
 
-def _title_block(pdf: FPDF, invoice: Invoice) -> None:
+def _title_block(pdf: _InvoicePDF, invoice: Invoice) -> None:
     pdf.set_xy(115, 13)
     pdf.set_font(_FONT, "B", 24)
     pdf.set_text_color(*_ACCENT)
-    pdf.cell(80, 11, "INVOICE", align="R", new_x="LEFT", new_y="NEXT")
+    pdf.cell(80, 11, _pdf_text(pdf.title_text.upper()), align="R", new_x="LEFT", new_y="NEXT")
     issued = "-" if invoice.issued_at is None else _day(invoice.issued_at)
     facts = (
-        ("Invoice no.", invoice.number),
+        (f"{pdf.title_text} no.", invoice.number),
         ("Date", issued),
         ("Period", _period_text(invoice)),
         ("Currency", invoice.currency),
@@ -593,11 +594,11 @@ def _totals_block(pdf: FPDF, invoice: Invoice) -> None:
     )
 
 
-def render_invoice_pdf(invoice: Invoice) -> bytes:
+def render_invoice_pdf(invoice: Invoice, *, title: str = "Invoice") -> bytes:
     """An A4 invoice: issuer and title blocks, bill-to, the lines table (its header repeats
     on every page), the totals block and a footer with the page number."""
-    pdf = _InvoicePDF(invoice)
-    pdf.set_title(_pdf_text(f"Invoice {invoice.number}"))
+    pdf = _InvoicePDF(invoice, title)
+    pdf.set_title(_pdf_text(f"{title} {invoice.number}"))
     pdf.set_author(_pdf_text(invoice.issuer.name))
     pdf.set_creator("gpucloud")
     pdf.set_creation_date(invoice.issued_at or invoice.period_start)

@@ -1,1 +1,16 @@
-urlpatterns: list = []
+from django.urls import path, re_path
+
+from billing import views
+
+app_name = "billing"
+
+urlpatterns = [
+    path("usage/", views.usage, name="usage"),
+    path("invoices/", views.invoice_list, name="invoices"),
+    path("invoices/<int:pk>/", views.invoice_detail, name="invoice"),
+    re_path(
+        r"^invoices/(?P<pk>[0-9]+)/download/(?P<fmt>csv|json|pdf)/$",
+        views.invoice_download,
+        name="invoice-download",
+    ),
+]

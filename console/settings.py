@@ -141,6 +141,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ROUTES = {
     "console.instances.tasks.schedule_pending": {"queue": "default"},
     "console.instances.tasks.*": {"queue": "provisioning"},
+    "billing.tasks.*": {"queue": "billing"},
+    "console.metrics.tasks.*": {"queue": "metrics"},
 }
 CELERY_BEAT_SCHEDULE = {
     "fleet-watchdog": {"task": "console.fleet.tasks.watchdog", "schedule": 5.0},

@@ -1,0 +1,240 @@
+"""Monthly budgets (``Quota.monthly_budget``): alerts at 50, 80 and 100 % of it, each at
+most once per tenant and month (a unique ``BudgetAlert`` row), by email to the tenant's
+owners and admins and as a notice in the console; and, when the tenant chose
+``budget_action = stop``, at 100 % new launches are refused (``ensure_launch_allowed``)
+and running instances are stopped (``enforce``, from a Celery task).
+
+Spend is the month's stored pieces (``UsagePiece``), which the meter brings up to date
+every minute.
+"""
+
+import logging
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from accounts.models import Membership, Quota, Tenant
+from accounts.roles import Role
+from billing.models import BudgetAlert, UsagePiece, micros_to_decimal
+from billing.rating import month_start
+from console.api.errors import Conflict
+from console.instances.models import Instance, State
+
+log = logging.getLogger(__name__)
+
+THRESHOLDS = BudgetAlert.THRESHOLDS
+# What enforcement stops: what runs, and what waits to run.
+STOPPABLE = (State.RUNNING, State.PENDING)
+# An alert whose email has not gone out this long after it fired is sent again.
+RESEND_AFTER = timedelta(minutes=2)
+
+
+def spent_by_tenant(month: date, tenant_ids=None) -> dict[int, Decimal]:
+    """Each tenant's stored spend in ``month`` (6 places)."""
+    pieces = UsagePiece.objects.filter(month=month)
+    if tenant_ids is not None:
+        pieces = pieces.filter(tenant_id__in=tenant_ids)
+    rows = pieces.values("tenant_id").annotate(micros=Sum("amount_micros")).order_by()
+    return {row["tenant_id"]: micros_to_decimal(row["micros"]) for row in rows}
+
+
+def month_to_date(tenant: Tenant, now: datetime | None = None) -> Decimal:
+    month = month_start(now or timezone.now()).date()
+    return spent_by_tenant(month, [tenant.pk]).get(tenant.pk, Decimal("0.000000"))
+
+
+def crossed(spent: Decimal, budget: Decimal) -> list[int]:
+    """The thresholds (percent) that ``spent`` has reached."""
+    if budget <= 0 and spent <= 0:
+        return []
+    return [threshold for threshold in THRESHOLDS if spent * 100 >= budget * threshold]
+
+
+def is_exhausted(spent: Decimal, budget: Decimal | None) -> bool:
+    return budget is not None and spent >= budget
+
+
+def ensure_launch_allowed(tenant: Tenant) -> None:
+    """Raise ``Conflict(code="budget_exceeded")`` when the tenant chose to stop at its
+    budget and has spent it this month. The launch (and start) services call this."""
+    quota = Quota.objects.filter(tenant_id=tenant.pk).values_list("monthly_budget", "budget_action")
+    budget, action = quota.first() or (None, Quota.BudgetAction.ALERT)
+    if budget is None or action != Quota.BudgetAction.STOP:
+        return
+    spent = month_to_date(tenant)
+    if is_exhausted(spent, budget):
+        raise Conflict(
+            detail=(
+                f"{tenant.name} has spent {spent:.2f} of its monthly budget of {budget:.2f}; "
+                "new launches are refused until an owner raises the budget or the month ends."
+            ),
+            code="budget_exceeded",
+        )
+
+
+def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
+    """The meter's budget pass: record every threshold newly reached this month (and send
+    its email after commit), and queue enforcement for tenants that chose to stop and
+    still have something running. Answers the alerts created."""
+    from billing import tasks
+
+    now = now or timezone.now()
+    month = month_start(now).date()
+    budgets = {
+        tenant_id: (budget, action)
+        for tenant_id, budget, action in Quota.objects.filter(
+            monthly_budget__isnull=False
+        ).values_list("tenant_id", "monthly_budget", "budget_action")
+    }
+    if not budgets:
+        return []
+    spent = spent_by_tenant(
+        month, Quota.objects.filter(monthly_budget__isnull=False).values("tenant_id")
+    )
+    fired = set(BudgetAlert.objects.filter(month=month).values_list("tenant_id", "threshold"))
+    created: list[BudgetAlert] = []
+    to_enforce: list[int] = []
+    with transaction.atomic():
+        for tenant_id, (budget, action) in sorted(budgets.items()):
+            amount = spent.get(tenant_id, Decimal(0))
+            new = [t for t in crossed(amount, budget) if (tenant_id, t) not in fired]
+            for threshold in new:
+                alert, was_created = BudgetAlert.objects.get_or_create(
+                    tenant_id=tenant_id,
+                    month=month,
+                    threshold=threshold,
+                    defaults={"spent": amount, "budget": budget, "created_at": now},
+                )
+                if was_created:
+                    created.append(alert)
+            if action == Quota.BudgetAction.STOP and is_exhausted(amount, budget):
+                to_enforce.append(tenant_id)
+        highest: dict[int, BudgetAlert] = {}
+        for alert in created:  # one email per tenant: the highest threshold reached
+            if (
+                alert.tenant_id not in highest
+                or alert.threshold > highest[alert.tenant_id].threshold
+            ):
+                highest[alert.tenant_id] = alert
+        lost = BudgetAlert.objects.filter(
+            emailed_at__isnull=True, created_at__lt=now - RESEND_AFTER
+        ).values_list("pk", flat=True)
+        to_send = sorted({alert.pk for alert in highest.values()} | set(lost))
+        for alert_pk in to_send:
+            transaction.on_commit(lambda pk=alert_pk: tasks.send_budget_alert.delay(pk))
+        running = sorted(
+            set(
+                Instance.objects.filter(tenant_id__in=to_enforce, state__in=STOPPABLE)
+                .values_list("tenant_id", flat=True)
+                .distinct()
+            )
+        )
+        for tenant_id in running:
+            transaction.on_commit(lambda pk=tenant_id: tasks.enforce_budget.delay(pk))
+    for alert in created:
+        log.info(
+            "tenant %s reached %s%% of its budget (%s of %s)",
+            alert.tenant_id,
+            alert.threshold,
+            alert.spent,
+            alert.budget,
+        )
+    return created
+
+
+def recipients(tenant_id: int) -> list[str]:
+    """Owners' and admins' email addresses."""
+    return sorted(
+        set(
+            Membership.objects.filter(tenant_id=tenant_id, role__in=[Role.OWNER, Role.ADMIN])
+            .exclude(user__email="")
+            .values_list("user__email", flat=True)
+        )
+    )
+
+
+def alert_message(alert: BudgetAlert, tenant: Tenant, action: str) -> tuple[str, str]:
+    currency = settings.BILLING_CURRENCY
+    subject = f"[gpucloud] {tenant.name} reached {alert.threshold}% of its monthly budget"
+    lines = [
+        "Hello,",
+        "",
+        f"{tenant.name} has spent {alert.spent:.2f} {currency} in {alert.month:%B %Y}, "
+        f"{alert.threshold}% of its monthly budget of {alert.budget:.2f} {currency}.",
+        "",
+    ]
+    if action == Quota.BudgetAction.STOP:
+        lines.append(
+            "At 100% new launches are refused and running instances are stopped, as the "
+            "tenant chose."
+        )
+    else:
+        lines.append("At 100% you are alerted only; instances keep running.")
+    lines += ["", "See the usage page of the console: /billing/usage/", "", "-- gpucloud billing"]
+    return subject, "\n".join(lines)
+
+
+def send_alert(alert_pk: int, now: datetime | None = None) -> bool:
+    """Email one alert (and mark lower thresholds of the same month, which it covers, as
+    sent). At most once: the row is locked and ``emailed_at`` set in one transaction."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        alert = (
+            BudgetAlert.objects.select_for_update(of=("self",))
+            .select_related("tenant__quota")
+            .filter(pk=alert_pk, emailed_at__isnull=True)
+            .first()
+        )
+        if alert is None:
+            return False
+        tenant = alert.tenant
+        to = recipients(tenant.pk)
+        if to:
+            subject, body = alert_message(alert, tenant, tenant.quota.budget_action)
+            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, to)
+        BudgetAlert.objects.filter(
+            tenant_id=alert.tenant_id,
+            month=alert.month,
+            threshold__lte=alert.threshold,
+            emailed_at__isnull=True,
+        ).update(emailed_at=now)
+    return True
+
+
+def enforce(tenant_id: int) -> int:
+    """Stop what a tenant over its budget (with ``budget_action = stop``) still runs.
+    Checks again first: a raised budget or a new month stops nothing. Answers how many
+    instances were asked to stop."""
+    from console.instances import services as instance_services
+    from console.instances.lifecycle import InvalidTransition
+
+    quota = Quota.objects.filter(tenant_id=tenant_id).select_related("tenant").first()
+    if quota is None or quota.budget_action != Quota.BudgetAction.STOP:
+        return 0
+    if not is_exhausted(month_to_date(quota.tenant), quota.monthly_budget):
+        return 0
+    stopped = 0
+    for instance in Instance.objects.filter(tenant_id=tenant_id, state__in=STOPPABLE).order_by(
+        "pk"
+    ):
+        try:
+            instance_services.stop_instance(instance, actor=None)
+        except (instance_services.InstanceError, InvalidTransition) as error:
+            log.info("budget stop of instance %s skipped: %s", instance.pk, error)
+            continue
+        stopped += 1
+    if stopped:
+        log.warning("tenant %s is over its budget: %d instance(s) stopping", tenant_id, stopped)
+    return stopped
+
+
+def notices(tenant: Tenant, now: datetime | None = None) -> list[BudgetAlert]:
+    """This month's alerts of the tenant, highest first (the console shows them)."""
+    month = month_start(now or timezone.now()).date()
+    alerts = BudgetAlert.objects.filter(tenant=tenant, month=month).select_related("tenant__quota")
+    return list(alerts.order_by("-threshold"))

@@ -1,0 +1,504 @@
+"""Usage segments and the meter.
+
+A GPU segment opens when an instance enters ``running`` and closes when it leaves it; a
+disk segment does the same for ``stopped``. The receiver of ``instance_state_changed``
+calls ``record_transition``; because that signal is sent after commit, a crash between the
+commit and the receiver would lose a segment, so the meter also repairs segments from the
+instances' event history (``reconcile``). Both sides are idempotent: a segment is unique by
+``(instance, kind, started_at)``, and closing an already closed segment does nothing.
+
+The meter then rates every segment that is open or closed but not yet rated
+(``rate_pending``) into ``UsagePiece`` rows, one per UTC month and price, upserted by
+``(segment, start)``: rating again gives the same rows. Pieces in a month whose invoice is
+no longer a draft are never written again (an issued invoice is immutable).
+"""
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from billing.bulk import upsert_rows
+from billing.models import Invoice, UsageKind, UsagePiece, UsageSegment, decimal_to_micros
+from billing.rating import DiskPiece, PricePoint, as_utc, rate_disk, rate_segment
+from billing.rating import UsagePiece as RatedPiece
+from console.catalog.models import Spec, SpecPrice
+from console.instances.models import Instance, InstanceEvent, State
+
+log = logging.getLogger(__name__)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The state a segment kind bills for.
+KIND_STATE = {UsageKind.GPU: State.RUNNING, UsageKind.DISK: State.STOPPED}
+# Instances with a transition this recent are checked against their segments on every run.
+REPAIR_WINDOW = timedelta(hours=1)
+CHUNK_SIZE = 2000
+PIECE_FIELDS = (
+    "tenant",
+    "instance",
+    "spec",
+    "kind",
+    "disk_gib",
+    "month",
+    "end",
+    "unit_price",
+    "seconds",
+    "amount_micros",
+    "is_final",
+)
+PIECE_ATTRS = tuple(
+    f"{name}_id" if name in ("tenant", "instance", "spec") else name for name in PIECE_FIELDS
+)
+
+
+def minimum_seconds() -> int:
+    return settings.BILLING_MINIMUM_SECONDS
+
+
+def disk_price_per_gib_month() -> Decimal:
+    return Decimal(settings.BILLING_DISK_PRICE_PER_GIB_MONTH)
+
+
+# --- prices ------------------------------------------------------------------------------
+
+
+def price_history(spec_ids: Iterable[int]) -> dict[int, tuple[PricePoint, ...]]:
+    """Each spec's price history (``SpecPrice``), as rating wants it.
+
+    A spec without history costs its ``price_per_hour`` at all times; before its first
+    history point a spec costs that first point's price."""
+    spec_ids = set(spec_ids)
+    history: dict[int, list[PricePoint]] = defaultdict(list)
+    rows = (
+        SpecPrice.objects.filter(spec_id__in=spec_ids)
+        .order_by("spec_id", "effective_from")
+        .values_list("spec_id", "effective_from", "price_per_hour")
+    )
+    for spec_id, effective_from, price in rows:
+        history[spec_id].append(PricePoint(effective_from, price))
+    missing = spec_ids - history.keys()
+    for spec_id, price in Spec.objects.filter(pk__in=missing).values_list("pk", "price_per_hour"):
+        history[spec_id].append(PricePoint(EPOCH, price))
+    books = {}
+    for spec_id, points in history.items():
+        if points[0].effective_from > EPOCH:
+            points.insert(0, PricePoint(EPOCH, points[0].price_per_hour))
+        books[spec_id] = tuple(points)
+    return books
+
+
+# --- rating one segment ------------------------------------------------------------------
+
+
+def rate(
+    segment: UsageSegment, prices: dict[int, Sequence[PricePoint]], now: datetime
+) -> tuple[RatedPiece | DiskPiece, ...]:
+    """The segment's pieces as of ``now`` (nothing before it starts)."""
+    if segment.started_at > now:
+        return ()
+    if segment.kind == UsageKind.GPU:
+        return rate_segment(
+            segment.started_at,
+            segment.ended_at,
+            prices[segment.spec_id],
+            now=now,
+            minimum_seconds=minimum_seconds(),
+        )
+    return rate_disk(
+        segment.started_at,
+        segment.ended_at,
+        segment.disk_gib,
+        segment.disk_price_per_gib_month or Decimal(0),
+        now=now,
+    )
+
+
+def unit_price(segment: UsageSegment, piece: RatedPiece | DiskPiece) -> Decimal:
+    """Per hour for GPU pieces, per GiB-month for disk pieces."""
+    if segment.kind == UsageKind.GPU:
+        return piece.price_per_hour
+    return segment.disk_price_per_gib_month or Decimal(0)
+
+
+# What rating reads of a segment (a model instance or a ``SEGMENT_COLUMNS`` row).
+SEGMENT_COLUMNS = (
+    "pk",
+    "tenant_id",
+    "instance_id",
+    "spec_id",
+    "kind",
+    "disk_gib",
+    "disk_price_per_gib_month",
+    "started_at",
+    "ended_at",
+)
+
+
+@dataclass(slots=True)
+class PieceRow:
+    """A piece as the meter computes it or reads it back (lighter than a model instance:
+    the meter handles one per open segment every minute)."""
+
+    segment_id: int
+    tenant_id: int
+    instance_id: int
+    spec_id: int
+    kind: str
+    disk_gib: int
+    month: date
+    start: datetime
+    end: datetime
+    unit_price: Decimal
+    seconds: int
+    amount_micros: int
+    is_final: bool
+    pk: int | None = None
+
+
+PIECE_COLUMNS = tuple(field.name for field in dataclasses.fields(PieceRow))
+
+
+def _piece_row(segment, piece: RatedPiece | DiskPiece) -> PieceRow:
+    return PieceRow(
+        segment_id=segment.pk,
+        tenant_id=segment.tenant_id,
+        instance_id=segment.instance_id,
+        spec_id=segment.spec_id,
+        kind=segment.kind,
+        disk_gib=segment.disk_gib,
+        month=piece.month.date(),
+        start=piece.start,
+        end=piece.end,
+        unit_price=unit_price(segment, piece),
+        seconds=piece.seconds,
+        amount_micros=decimal_to_micros(piece.amount),
+        is_final=piece.is_final,
+    )
+
+
+def _same(stored: PieceRow, row: PieceRow) -> bool:
+    return all(getattr(stored, name) == getattr(row, name) for name in PIECE_ATTRS)
+
+
+def locked_segments(segments: QuerySet) -> list:
+    """Lock ``segments`` in pk order and read what rating needs."""
+    return list(
+        segments.select_for_update(of=("self",))
+        .order_by("pk")
+        .values_list(*SEGMENT_COLUMNS, named=True)
+    )
+
+
+def frozen_months(tenant_ids: Iterable[int]) -> set[tuple[int, date]]:
+    """(tenant, month) pairs whose invoice is issued: their pieces never change again."""
+    return set(
+        Invoice.objects.filter(kind=Invoice.Kind.INVOICE, tenant_id__in=set(tenant_ids))
+        .exclude(status=Invoice.Status.DRAFT)
+        .values_list("tenant_id", "month")
+    )
+
+
+def store_pieces(
+    segments: Sequence[UsageSegment], prices: dict[int, Sequence[PricePoint]], now: datetime
+) -> int:
+    """Rate ``segments`` (locked by the caller) as of ``now`` and make their stored pieces
+    match: upsert what changed, delete what no longer exists, mark fully rated segments
+    ``rated``, and make sure each (tenant, month) billed has an invoice (a draft). Months
+    already invoiced are left alone. Answers how many pieces were written."""
+    if not segments:
+        return 0
+    by_pk = {segment.pk: segment for segment in segments}
+    frozen = frozen_months(segment.tenant_id for segment in segments)
+    stored = {
+        (piece.segment_id, piece.start): piece
+        for piece in (
+            PieceRow(*values)
+            for values in UsagePiece.objects.filter(segment_id__in=by_pk).values_list(
+                *PIECE_COLUMNS
+            )
+        )
+    }
+    keep: set[tuple[int, datetime]] = set()
+    upserts: list[PieceRow] = []
+    rated: list[int] = []
+    for segment in segments:
+        pieces = rate(segment, prices, now)
+        for piece in pieces:
+            row = _piece_row(segment, piece)
+            key = (segment.pk, row.start)
+            keep.add(key)
+            old = stored.get(key)
+            if old is not None and _same(old, row):
+                continue
+            if (segment.tenant_id, row.month) in frozen:
+                log.warning(
+                    "usage of segment %s in %s changed after its invoice was issued; "
+                    "the invoice stands",
+                    segment.pk,
+                    row.month,
+                )
+                continue
+            upserts.append(row)
+        closed = segment.ended_at is not None and segment.ended_at <= now
+        if closed and all(piece.is_final for piece in pieces):
+            rated.append(segment.pk)
+    stale = [
+        piece.pk
+        for key, piece in stored.items()
+        if key not in keep and (piece.tenant_id, piece.month) not in frozen
+    ]
+    if stale:
+        UsagePiece.objects.filter(pk__in=stale).delete()
+    if upserts:
+        upsert_rows(UsagePiece, ("segment", "start"), PIECE_FIELDS, upserts)
+        ensure_drafts({(row.tenant_id, row.month) for row in upserts})
+    if rated:
+        UsageSegment.objects.filter(pk__in=rated).update(rated=True)
+    return len(upserts)
+
+
+def ensure_drafts(pairs: set[tuple[int, date]]) -> None:
+    """A draft invoice for each (tenant, month) that has none yet."""
+    if not pairs:
+        return
+    tenants = {tenant_id for tenant_id, _ in pairs}
+    months = {month for _, month in pairs}
+    have = set(
+        Invoice.objects.filter(
+            kind=Invoice.Kind.INVOICE, tenant_id__in=tenants, month__in=months
+        ).values_list("tenant_id", "month")
+    )
+    missing = [
+        Invoice(tenant_id=tenant_id, month=month, currency=settings.BILLING_CURRENCY)
+        for tenant_id, month in sorted(pairs - have)
+    ]
+    if missing:
+        Invoice.objects.bulk_create(missing, ignore_conflicts=True)
+
+
+def unrated(now: datetime, period: tuple[datetime, datetime] | None = None) -> QuerySet:
+    segments = UsageSegment.objects.filter(rated=False, started_at__lte=now)
+    if period is not None:
+        start, end = period
+        segments = segments.filter(started_at__lt=end).filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gte=start)
+        )
+    return segments
+
+
+def rate_pending(now: datetime | None = None, *, period=None, chunk_size: int = CHUNK_SIZE) -> int:
+    """Rate every open or not yet rated segment (those overlapping ``period`` only, when
+    given), in chunks, each in its own transaction with its segments locked in pk order.
+    Answers how many pieces were written."""
+    now = now or timezone.now()
+    pending = unrated(now, period)
+    ids = list(pending.order_by("pk").values_list("pk", flat=True))
+    if not ids:
+        return 0
+    prices = price_history(pending.order_by().values_list("spec_id", flat=True).distinct())
+    written = 0
+    for offset in range(0, len(ids), chunk_size):
+        chunk = ids[offset : offset + chunk_size]
+        with transaction.atomic():
+            segments = locked_segments(UsageSegment.objects.filter(pk__in=chunk, rated=False))
+            missing = {segment.spec_id for segment in segments} - prices.keys()
+            if missing:  # a segment opened meanwhile with a spec we have not seen
+                prices.update(price_history(missing))
+            written += store_pieces(segments, prices, now)
+    return written
+
+
+# --- opening and closing -----------------------------------------------------------------
+
+
+def _new_segment(instance: Instance, kind: str, started_at: datetime, **fields) -> UsageSegment:
+    spec = instance.spec
+    disk = kind == UsageKind.DISK
+    return UsageSegment(
+        tenant_id=instance.tenant_id,
+        instance_id=instance.pk,
+        kind=kind,
+        spec_id=spec.pk,
+        disk_gib=spec.disk_gib if disk else 0,
+        disk_price_per_gib_month=disk_price_per_gib_month() if disk else None,
+        started_at=started_at,
+        **fields,
+    )
+
+
+def open_segment(instance: Instance, kind: str, at: datetime) -> UsageSegment:
+    """The instance entered the state ``kind`` bills for at ``at``. Idempotent."""
+    at = as_utc(at, "at")
+    segment = _new_segment(instance, kind, at)
+    with transaction.atomic():
+        segment, _ = UsageSegment.objects.get_or_create(
+            instance_id=instance.pk,
+            kind=kind,
+            started_at=at,
+            defaults={
+                name: getattr(segment, name)
+                for name in (
+                    "tenant_id",
+                    "spec_id",
+                    "disk_gib",
+                    "disk_price_per_gib_month",
+                    "source",
+                )
+            },
+        )
+    earlier_open = UsageSegment.objects.filter(
+        instance_id=instance.pk, kind=kind, ended_at__isnull=True, started_at__lt=at
+    )
+    if earlier_open.exists():  # the close of an earlier one was lost
+        reconcile_instances([instance.pk])
+    return segment
+
+
+def close_segment(instance: Instance, kind: str, at: datetime) -> None:
+    """The instance left the state ``kind`` bills for at ``at``. Idempotent."""
+    at = as_utc(at, "at")
+    with transaction.atomic():
+        open_ids = list(
+            UsageSegment.objects.select_for_update()
+            .filter(instance_id=instance.pk, kind=kind, ended_at__isnull=True, started_at__lte=at)
+            .values_list("pk", flat=True)
+        )
+        if len(open_ids) == 1:
+            UsageSegment.objects.filter(pk=open_ids[0]).update(ended_at=at, rated=False)
+            return
+    closed = UsageSegment.objects.filter(instance_id=instance.pk, kind=kind, ended_at=at)
+    if open_ids or not closed.exists():  # lost open, or lost closes: the events know
+        reconcile_instances([instance.pk])
+
+
+def record_transition(instance: Instance, from_state: str, to_state: str, at: datetime) -> None:
+    """Open and close the segments a transition implies (the signal receiver's work)."""
+    for kind, state in KIND_STATE.items():
+        if from_state == state and to_state != state:
+            close_segment(instance, kind, at)
+    for kind, state in KIND_STATE.items():
+        if to_state == state and from_state != state:
+            open_segment(instance, kind, at)
+
+
+# --- repair from the event history -------------------------------------------------------
+
+
+def periods_from_events(
+    events: Iterable[tuple[str, str, datetime]],
+) -> dict[str, list[tuple[datetime, datetime | None]]]:
+    """Per segment kind, the [start, end) periods the instance spent in its state, from its
+    events (from_state, to_state, at) in order; the last one may still be open (None)."""
+    periods: dict[str, list[tuple[datetime, datetime | None]]] = {kind: [] for kind in KIND_STATE}
+    state = ""
+    for from_state, to_state, at in events:
+        if from_state == to_state and from_state:
+            continue  # a note, not a transition
+        for kind, billed in KIND_STATE.items():
+            if state == billed and to_state != billed:
+                start, _ = periods[kind][-1]
+                periods[kind][-1] = (start, at)
+            elif to_state == billed and state != billed:
+                periods[kind].append((at, None))
+        state = to_state
+    return periods
+
+
+def reconcile_instances(instance_ids: Iterable[int]) -> int:
+    """Make the instances' segments match their event history: create the segments of
+    periods that have none, close open segments whose period ended. Answers how many
+    segments were created or closed."""
+    instance_ids = sorted(set(instance_ids))
+    if not instance_ids:
+        return 0
+    events: dict[int, list[tuple[str, str, datetime]]] = defaultdict(list)
+    rows = (
+        InstanceEvent.objects.filter(instance_id__in=instance_ids)
+        .order_by("instance_id", "at", "pk")
+        .values_list("instance_id", "from_state", "to_state", "at")
+    )
+    for instance_id, from_state, to_state, at in rows:
+        events[instance_id].append((from_state, to_state, at))
+    instances = {
+        instance.pk: instance
+        for instance in Instance.objects.filter(pk__in=events).select_related("spec")
+    }
+    segments = {
+        (segment.instance_id, segment.kind, segment.started_at): segment
+        for segment in UsageSegment.objects.filter(instance_id__in=events)
+    }
+    to_create: list[UsageSegment] = []
+    to_close: list[tuple[int, datetime]] = []
+    for instance_id, history in events.items():
+        instance = instances.get(instance_id)
+        if instance is None:
+            continue
+        for kind, periods in periods_from_events(history).items():
+            for start, end in periods:
+                segment = segments.get((instance_id, kind, start))
+                if segment is None:
+                    to_create.append(
+                        _new_segment(
+                            instance, kind, start, ended_at=end, source=UsageSegment.Source.REPAIR
+                        )
+                    )
+                elif segment.ended_at is None and end is not None:
+                    to_close.append((segment.pk, end))
+    changed = 0
+    with transaction.atomic():
+        if to_create:
+            created = UsageSegment.objects.bulk_create(to_create, ignore_conflicts=True)
+            changed += len(created)
+        for pk, end in sorted(to_close):
+            changed += UsageSegment.objects.filter(pk=pk, ended_at__isnull=True).update(
+                ended_at=end, rated=False
+            )
+    if changed:
+        log.warning(
+            "billing repaired %d segment(s) of instance(s) %s from their events",
+            changed,
+            ", ".join(map(str, instance_ids)),
+        )
+    return changed
+
+
+def instances_to_reconcile(now: datetime, window: timedelta = REPAIR_WINDOW) -> set[int]:
+    """Instances whose segments may not match their history: in a billed state without an
+    open segment, with an open segment while out of its state, or with a recent
+    transition."""
+    candidates: set[int] = set()
+    for kind, state in KIND_STATE.items():
+        open_segment_of = UsageSegment.objects.filter(
+            instance=OuterRef("pk"), kind=kind, ended_at__isnull=True
+        )
+        candidates.update(
+            Instance.objects.filter(state=state)
+            .exclude(Exists(open_segment_of))
+            .values_list("pk", flat=True)
+        )
+        candidates.update(
+            UsageSegment.objects.filter(kind=kind, ended_at__isnull=True)
+            .exclude(instance__state=state)
+            .values_list("instance_id", flat=True)
+        )
+    candidates.update(
+        InstanceEvent.objects.filter(at__gte=now - window)
+        .exclude(from_state=F("to_state"))
+        .values_list("instance_id", flat=True)
+        .distinct()
+    )
+    return candidates
+
+
+def reconcile(now: datetime | None = None, window: timedelta = REPAIR_WINDOW) -> int:
+    """Repair segments from the event history (see ``instances_to_reconcile``)."""
+    now = now or timezone.now()
+    return reconcile_instances(instances_to_reconcile(now, window))

@@ -1,0 +1,177 @@
+"""API representations of usage and invoices. Amounts are decimal strings: usage at 6
+places, invoice totals in cents."""
+
+from rest_framework import serializers
+
+from billing.invoices import document
+from billing.models import Invoice
+from billing.usage import parse_month
+
+
+class MonthQuerySerializer(serializers.Serializer):
+    month = serializers.CharField(required=False, help_text="YYYY-MM (UTC); default: now")
+
+    def validate_month(self, value):
+        try:
+            return parse_month(value)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["csv", "json", "pdf"], default="pdf")
+
+
+def draft_document(invoice):
+    """A draft's document (its usage so far), computed once per invoice object."""
+    if not hasattr(invoice, "_draft_document"):
+        invoice._draft_document = document(invoice)
+    return invoice._draft_document
+
+
+def _amount(**kwargs):
+    return serializers.DecimalField(max_digits=24, decimal_places=6, read_only=True, **kwargs)
+
+
+def _cents(**kwargs):
+    return serializers.DecimalField(max_digits=16, decimal_places=2, read_only=True, **kwargs)
+
+
+class InstanceRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="instance_id")
+    name = serializers.CharField(source="instance_name")
+
+
+class UsageLineSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    instance = InstanceRefSerializer(source="*")
+    spec = serializers.CharField(source="spec_code")
+    description = serializers.CharField()
+    seconds = serializers.IntegerField()
+    price_per_hour = _amount(source="unit_price_per_hour")
+    amount = _amount()
+
+
+class BreakdownSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    label = serializers.CharField()
+    seconds = serializers.IntegerField()
+    amount = _amount()
+
+
+class DaySerializer(serializers.Serializer):
+    date = serializers.DateField()
+    amount = _amount()
+
+
+class AccruingSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    instance = InstanceRefSerializer(source="*")
+    spec = serializers.CharField(source="spec_code")
+    since = serializers.DateTimeField()
+    per_hour = _amount()
+
+
+class UsageReportSerializer(serializers.Serializer):
+    month = serializers.DateField(format="%Y-%m")
+    currency = serializers.SerializerMethodField()
+    period_start = serializers.DateTimeField()
+    period_end = serializers.DateTimeField()
+    as_of = serializers.DateTimeField(source="now")
+    lines = UsageLineSerializer(many=True)
+    total = _amount(help_text="the lines' sum, 6 places")
+    rate_per_hour = _amount(help_text="what accrues now, per hour")
+    forecast = _amount(allow_null=True, help_text="month end projection (current month)")
+    accruing = AccruingSerializer(many=True)
+    by_instance = BreakdownSerializer(many=True)
+    by_spec = BreakdownSerializer(many=True)
+    daily = DaySerializer(many=True)
+
+    def get_currency(self, report) -> str:
+        return self.context["currency"]
+
+
+class InvoiceLineSerializer(serializers.Serializer):
+    description = serializers.CharField()
+    instance = serializers.CharField(source="instance_name")
+    spec = serializers.CharField(source="spec_code")
+    seconds = serializers.IntegerField()
+    price_per_hour = _amount(source="unit_price_per_hour")
+    amount = _amount()
+
+
+class InvoiceSerializer(serializers.ModelSerializer):
+    """An invoice or credit note. A draft shows the month's usage so far (no number yet;
+    credits apply at finalization)."""
+
+    month = serializers.DateField(format="%Y-%m")
+    period_start = serializers.DateTimeField()
+    period_end = serializers.DateTimeField()
+    subtotal = _cents()
+    credits_applied = _cents()
+    tax_rate = serializers.DecimalField(
+        max_digits=7, decimal_places=6, read_only=True, allow_null=True, normalize_output=True
+    )
+    tax_amount = _cents()
+    total = _cents()
+    credit_note = serializers.SerializerMethodField()
+    exports = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Invoice
+        fields = [
+            "id",
+            "number",
+            "kind",
+            "status",
+            "month",
+            "period_start",
+            "period_end",
+            "issued_at",
+            "currency",
+            "subtotal",
+            "credits_applied",
+            "tax_rate",
+            "tax_amount",
+            "total",
+            "paid_at",
+            "voided_at",
+            "corrects",
+            "credit_note",
+            "exports",
+        ]
+        read_only_fields = fields
+
+    def get_credit_note(self, invoice) -> int | None:
+        note = getattr(invoice, "credit_note", None) if invoice.status == "void" else None
+        return note.pk if note else None
+
+    def get_exports(self, invoice) -> dict[str, str]:
+        request = self.context.get("request")
+        path = f"/api/v1/invoices/{invoice.pk}/export/"
+        base = request.build_absolute_uri(path) if request else path
+        return {fmt: f"{base}?format={fmt}" for fmt in ("csv", "json", "pdf")}
+
+    def to_representation(self, invoice):
+        data = super().to_representation(invoice)
+        if invoice.is_draft:
+            doc = draft_document(invoice)
+            for name in ("subtotal", "credits_applied", "tax_amount", "total"):
+                data[name] = f"{getattr(doc, name):.2f}"
+            data["tax_rate"] = None if doc.tax_rate is None else f"{doc.tax_rate.normalize():f}"
+        return data
+
+
+class InvoiceDetailSerializer(InvoiceSerializer):
+    lines = serializers.SerializerMethodField()
+
+    class Meta(InvoiceSerializer.Meta):
+        fields = [*InvoiceSerializer.Meta.fields, "lines"]
+        read_only_fields = fields
+
+    def get_lines(self, invoice) -> list[dict]:
+        if invoice.is_draft:
+            lines = draft_document(invoice).lines
+        else:
+            lines = invoice.lines.order_by("position")
+        return InvoiceLineSerializer(lines, many=True).data

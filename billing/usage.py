@@ -1,0 +1,335 @@
+"""What a tenant's usage costs: invoice lines, the month's report for the usage page and the
+API (lines, per instance, per spec, per day, current rate, forecast). Read only.
+
+Lines group usage by (kind, instance, spec, unit price, disk size), both here (rated live
+from the segments) and in finalization (summed from the stored pieces), through the same
+``make_line``, so a month's report and its invoice show the same lines.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.models import Tenant
+from billing.metering import price_history, rate, unit_price
+from billing.models import UsageKind, UsageSegment, decimal_to_micros, micros_to_decimal
+from billing.rating import (
+    ZERO,
+    forecast_month_end,
+    month_start,
+    next_month_start,
+    price_at,
+    quantize_amount,
+    seconds_in_month,
+)
+from console.catalog.models import Spec
+from console.instances.models import Instance
+
+_SECONDS_PER_HOUR = Decimal(3600)
+
+
+@dataclass(frozen=True, order=True)
+class LineKey:
+    kind: str
+    instance_id: int
+    spec_id: int
+    unit_price: Decimal
+    disk_gib: int
+
+
+@dataclass(frozen=True)
+class UsageLine:
+    """One line of usage: an instance's GPU time at one price, or its disk while stopped."""
+
+    kind: str
+    instance_id: int
+    instance_name: str
+    spec_code: str
+    spec_name: str
+    description: str
+    seconds: int
+    unit_price: Decimal  # per hour (GPU), per GiB-month (disk)
+    unit_price_per_hour: Decimal
+    disk_gib: int
+    amount: Decimal
+
+    @property
+    def sort_key(self) -> tuple:
+        return (
+            self.kind != UsageKind.GPU,
+            self.instance_name,
+            self.instance_id,
+            self.spec_code,
+            self.unit_price,
+        )
+
+
+def disk_hourly(gib: int, price_per_gib_month: Decimal, month: date) -> Decimal:
+    """A disk's cost per hour in a month (its length varies), to 6 places."""
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    return quantize_amount(
+        Decimal(gib) * price_per_gib_month * _SECONDS_PER_HOUR / seconds_in_month(start)
+    )
+
+
+def describe(kind: str, spec_name: str, disk_gib: int, unit_price: Decimal) -> str:
+    if kind == UsageKind.GPU:
+        return f"GPU time: {spec_name}"
+    return f"Disk while stopped: {disk_gib} GiB at {unit_price.normalize():f} per GiB-month"
+
+
+def make_line(
+    key: LineKey,
+    *,
+    month: date,
+    instance_name: str,
+    spec_code: str,
+    spec_name: str,
+    seconds: int,
+    amount_micros: int,
+) -> UsageLine:
+    if key.kind == UsageKind.GPU:
+        hourly = key.unit_price
+    else:
+        hourly = disk_hourly(key.disk_gib, key.unit_price, month)
+    return UsageLine(
+        kind=key.kind,
+        instance_id=key.instance_id,
+        instance_name=instance_name,
+        spec_code=spec_code,
+        spec_name=spec_name,
+        description=describe(key.kind, spec_name, key.disk_gib, key.unit_price),
+        seconds=seconds,
+        unit_price=key.unit_price,
+        unit_price_per_hour=hourly,
+        disk_gib=key.disk_gib,
+        amount=micros_to_decimal(amount_micros),
+    )
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    key: str
+    label: str
+    seconds: int
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class Day:
+    date: date
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class Accruing:
+    """Something that costs money right now."""
+
+    kind: str
+    instance_id: int
+    instance_name: str
+    spec_code: str
+    since: datetime
+    per_hour: Decimal
+
+
+@dataclass
+class UsageReport:
+    tenant: Tenant
+    month: date
+    now: datetime
+    lines: list[UsageLine]
+    daily: list[Day]
+    accruing: list[Accruing] = field(default_factory=list)
+
+    @property
+    def period_start(self) -> datetime:
+        return datetime(self.month.year, self.month.month, 1, tzinfo=UTC)
+
+    @property
+    def period_end(self) -> datetime:
+        return next_month_start(self.period_start)
+
+    @property
+    def is_current(self) -> bool:
+        return self.period_start <= self.now < self.period_end
+
+    @property
+    def total(self) -> Decimal:
+        return quantize_amount(sum((line.amount for line in self.lines), ZERO))
+
+    @property
+    def rate_per_hour(self) -> Decimal:
+        return quantize_amount(sum((item.per_hour for item in self.accruing), ZERO))
+
+    @property
+    def forecast(self) -> Decimal | None:
+        """Month-to-date plus the current rate until the month ends (current month only)."""
+        if not self.is_current:
+            return None
+        return forecast_month_end(self.total, self.rate_per_hour, self.now)
+
+    @property
+    def by_instance(self) -> list[Breakdown]:
+        return _breakdown(self.lines, lambda line: (str(line.instance_id), line.instance_name))
+
+    @property
+    def by_spec(self) -> list[Breakdown]:
+        return _breakdown(self.lines, lambda line: (line.spec_code, line.spec_name))
+
+
+def _breakdown(lines: Iterable[UsageLine], key) -> list[Breakdown]:
+    seconds: dict[tuple[str, str], int] = defaultdict(int)
+    amounts: dict[tuple[str, str], Decimal] = defaultdict(lambda: ZERO)
+    for line in lines:
+        k = key(line)
+        seconds[k] += line.seconds if line.kind == UsageKind.GPU else 0
+        amounts[k] += line.amount
+    rows = [Breakdown(k[0], k[1], seconds[k], amounts[k]) for k in amounts]
+    return sorted(rows, key=lambda row: (-row.amount, row.label))
+
+
+def parse_month(text: str) -> date:
+    """``YYYY-MM`` → the month's first day; ValueError when it is not a month."""
+    if not isinstance(text, str) or len(text) != 7 or text[4] != "-":
+        raise ValueError("Use the form YYYY-MM, e.g. 2026-05.")
+    year, month = text[:4], text[5:]
+    if not (year.isdigit() and month.isdigit()):
+        raise ValueError("Use the form YYYY-MM, e.g. 2026-05.")
+    if not 2000 <= int(year) <= 9998 or not 1 <= int(month) <= 12:
+        raise ValueError("Give a month between 2000-01 and 9998-12.")
+    return date(int(year), int(month), 1)
+
+
+def current_month(now: datetime | None = None) -> date:
+    return month_start(now or timezone.now()).date()
+
+
+def segments_in(tenant_ids, start: datetime, end: datetime):
+    """Segments that may have usage in [start, end)."""
+    return (
+        UsageSegment.objects.filter(tenant_id__in=tenant_ids, started_at__lt=end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=start))
+        .order_by("pk")
+    )
+
+
+def _midnights(after: datetime, before: datetime) -> list[datetime]:
+    day = datetime(after.year, after.month, after.day, tzinfo=UTC) + timedelta(days=1)
+    result = []
+    while day < before:
+        result.append(day)
+        day += timedelta(days=1)
+    return result
+
+
+def usage_report(tenant: Tenant, month: date, now: datetime | None = None) -> UsageReport:
+    """The tenant's usage in ``month`` as of ``now``, rated live from its segments."""
+    now = now or timezone.now()
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    end = next_month_start(start)
+    segments = list(segments_in([tenant.pk], start, min(end, now + timedelta(microseconds=1))))
+    prices = price_history({segment.spec_id for segment in segments})
+    seconds: dict[LineKey, int] = defaultdict(int)
+    micros: dict[LineKey, int] = defaultdict(int)
+    daily: dict[date, Decimal] = defaultdict(lambda: ZERO)
+    accruing: list[tuple[UsageSegment, Decimal]] = []
+    for segment in segments:
+        if segment.started_at > now:
+            continue
+        for piece in rate(segment, prices, now):
+            if piece.month != start:
+                continue
+            key = LineKey(
+                segment.kind,
+                segment.instance_id,
+                segment.spec_id,
+                unit_price(segment, piece),
+                segment.disk_gib,
+            )
+            seconds[key] += piece.seconds
+            micros[key] += decimal_to_micros(piece.amount)
+        _add_daily(daily, segment, prices, start, end, now)
+        if segment.ended_at is None and start <= now < end:
+            accruing.append((segment, _per_hour(segment, prices, now)))
+    instance_ids = {key.instance_id for key in seconds} | {s.instance_id for s, _ in accruing}
+    names = dict(Instance.objects.filter(pk__in=instance_ids).values_list("pk", "name"))
+    specs = {
+        spec.pk: spec
+        for spec in Spec.objects.filter(
+            pk__in={key.spec_id for key in seconds} | {s.spec_id for s, _ in accruing}
+        )
+    }
+    lines = [
+        make_line(
+            key,
+            month=month,
+            instance_name=names.get(key.instance_id, ""),
+            spec_code=specs[key.spec_id].code,
+            spec_name=specs[key.spec_id].name,
+            seconds=seconds[key],
+            amount_micros=micros[key],
+        )
+        for key in seconds
+    ]
+    lines.sort(key=lambda line: line.sort_key)
+    days = []
+    day = start
+    while day < end and day <= now:
+        days.append(Day(day.date(), daily.get(day.date(), ZERO)))
+        day += timedelta(days=1)
+    return UsageReport(
+        tenant=tenant,
+        month=month,
+        now=now,
+        lines=lines,
+        daily=days,
+        accruing=[
+            Accruing(
+                kind=segment.kind,
+                instance_id=segment.instance_id,
+                instance_name=names.get(segment.instance_id, ""),
+                spec_code=specs[segment.spec_id].code,
+                since=segment.started_at,
+                per_hour=per_hour,
+            )
+            for segment, per_hour in accruing
+        ],
+    )
+
+
+def _month_amount(segment, prices, month: datetime, at: datetime) -> Decimal:
+    return sum((p.amount for p in rate(segment, prices, at) if p.month == month), ZERO)
+
+
+def _add_daily(daily, segment, prices, start: datetime, end: datetime, now: datetime) -> None:
+    """Spread the segment's amount in the month over the days it accrued, exactly: the
+    amount billed as of each midnight, minus the amount as of the one before."""
+    low = max(segment.started_at, start)
+    high = min(end, now, segment.ended_at or now)
+    if high < low:
+        return
+    before, cumulative = low, ZERO
+    for moment in [*_midnights(low, high), high]:
+        amount = _month_amount(segment, prices, start, moment)
+        daily[before.date()] += amount - cumulative
+        before, cumulative = moment, amount
+
+
+def _per_hour(segment: UsageSegment, prices, now: datetime) -> Decimal:
+    if segment.kind == UsageKind.GPU:
+        return price_at(prices[segment.spec_id], now)
+    return disk_hourly(
+        segment.disk_gib, segment.disk_price_per_gib_month or ZERO, month_start(now).date()
+    )
+
+
+def disk_cost_per_month(gib: int) -> Decimal:
+    """What a disk of ``gib`` GiB costs per month while its instance is stopped."""
+    return quantize_amount(Decimal(gib) * Decimal(settings.BILLING_DISK_PRICE_PER_GIB_MONTH))

@@ -1,0 +1,160 @@
+"""Console pages: usage (with the owners' budget form), invoices, downloads."""
+
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.contrib.staticfiles import finders
+
+from accounts.models import Quota
+from accounts.roles import Role
+from billing import services
+from billing.models import BudgetAlert, Invoice
+from console.instances.models import State
+from tests.billing.conftest import at, move
+from tests.conftest import ROLES
+from tests.web.test_console_pages import flash, login
+
+pytestmark = pytest.mark.django_db
+
+S = State
+NOW = at(2026, 4, 15, 12)
+
+
+@pytest.fixture
+def usage(world, tenant, other_tenant):
+    box = world.running(tenant, at(2026, 3, 3, 8), name="train")
+    move(box, S.STOPPING, at(2026, 3, 3, 10))
+    world.running(other_tenant, at(2026, 3, 5), name="secret")
+    services.run_meter(at(2026, 4, 1, 1))
+    services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 2))
+    world.running(tenant, at(2026, 4, 15, 10), spec=world.whole, name="infer")
+    services.run_meter(NOW)
+    return tenant
+
+
+def test_plotly_is_served_locally():
+    assert finders.find("vendor/plotly/plotly.min.js")
+    assert finders.find("js/billing.js")
+
+
+def test_usage_page(client, usage, make_member):
+    login(client, make_member(usage, Role.VIEWER))
+    with time_machine.travel(NOW, tick=False):
+        page = client.get("/billing/usage/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-testid="month-to-date">6.40<' in html
+    assert 'data-testid="rate">3.20<' in html
+    assert "vendor/plotly/plotly.min.js" in html and 'id="usage-daily"' in html
+    assert "infer" in html and "a100-1x" in html and "secret" not in html
+    assert "Only owners change the budget." in html  # viewers read only
+    with time_machine.travel(NOW, tick=False):
+        march = client.get("/billing/usage/?month=2026-03").content.decode()
+    assert 'data-testid="month-to-date">1.80<' in march and "GC-2026-000001" in march
+
+
+def test_bad_month_falls_back_with_a_message(client, usage, make_member):
+    login(client, make_member(usage, Role.VIEWER))
+    response = client.get("/billing/usage/?month=2026-13")
+    assert response.status_code == 200
+    assert "Give a month between" in flash(response)
+
+
+def test_owner_sets_the_budget(client, usage, make_member):
+    login(client, make_member(usage, Role.OWNER))
+    response = client.post(
+        "/billing/usage/", {"budget-monthly_budget": "250.00", "budget-budget_action": "stop"}
+    )
+    assert response.status_code == 302
+    quota = Quota.objects.get(tenant=usage)
+    assert (quota.monthly_budget, quota.budget_action) == (Decimal("250.00"), "stop")
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"budget-monthly_budget": "-5", "budget-budget_action": "alert"}, "monthly_budget",
+         "greater than or equal to 0"),
+        ({"budget-monthly_budget": "1.234", "budget-budget_action": "alert"}, "monthly_budget",
+         "2 decimal places"),
+        ({"budget-monthly_budget": "5", "budget-budget_action": "panic"}, "budget_action",
+         "Select a valid choice"),
+    ],
+)  # fmt: skip
+def test_budget_form_shows_field_errors(client, usage, make_member, data, field, message):
+    login(client, make_member(usage, Role.OWNER))
+    response = client.post("/billing/usage/", data)
+    assert response.status_code == 200
+    assert message in str(response.context["form"].errors[field])
+    assert message in response.content.decode()
+    assert Quota.objects.get(tenant=usage).monthly_budget is None
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != Role.OWNER])
+def test_only_owners_change_the_budget(client, usage, make_member, role):
+    login(client, make_member(usage, role))
+    response = client.post(
+        "/billing/usage/", {"budget-monthly_budget": "1", "budget-budget_action": "stop"}
+    )
+    assert response.status_code == 302
+    assert "cannot do this" in flash(response)
+    assert Quota.objects.get(tenant=usage).monthly_budget is None
+
+
+def test_budget_notice(client, usage, make_member):
+    login(client, make_member(usage, Role.MEMBER))
+    services.set_budget(usage, Decimal("8.00"), "alert")
+    with time_machine.travel(NOW, tick=False):
+        services.run_meter()
+        html = client.get("/billing/usage/").content.decode()
+    assert BudgetAlert.objects.filter(tenant=usage).count() == 2
+    assert "has used 80% of its monthly budget" in html
+
+
+def test_invoice_pages_and_downloads(client, usage, make_member):
+    login(client, make_member(usage, Role.VIEWER))
+    with time_machine.travel(NOW, tick=False):
+        listing = client.get("/billing/invoices/").content.decode()
+    assert "GC-2026-000001" in listing and "Draft" in listing and "6.40" in listing
+    invoice = Invoice.objects.get(number="GC-2026-000001")
+    detail = client.get(f"/billing/invoices/{invoice.pk}/").content.decode()
+    assert 'data-testid="invoice-total">1.80<' in detail and "train" in detail
+    download = client.get(f"/billing/invoices/{invoice.pk}/download/pdf/")
+    assert download["Content-Type"] == "application/pdf"
+    assert download["Content-Disposition"] == 'attachment; filename="invoice-GC-2026-000001.pdf"'
+    assert download.content.startswith(b"%PDF")
+
+
+def test_other_tenants_invoice_pages_are_404(client, usage, other_tenant, make_member):
+    login(client, make_member(usage, Role.OWNER))
+    services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 3))
+    theirs = Invoice.objects.filter(tenant=other_tenant).first()
+    assert client.get(f"/billing/invoices/{theirs.pk}/").status_code == 404
+    assert client.get(f"/billing/invoices/{theirs.pk}/download/csv/").status_code == 404
+
+
+def test_budget_notices_for_every_page(rf, tenant, make_member):
+    from django.template.loader import render_to_string
+    from django.utils import timezone
+
+    from billing.context_processors import budget_notices
+    from billing.rating import month_start
+
+    request = rf.get("/")
+    request.membership = make_member(tenant, Role.VIEWER)
+    assert budget_notices(request) == {"budget_notices": []}
+    services.set_budget(tenant, Decimal("10"), "stop")
+    month = month_start(timezone.now()).date()
+    for threshold in (50, 80, 100):
+        BudgetAlert.objects.create(
+            tenant=tenant,
+            month=month,
+            threshold=threshold,
+            spent=Decimal(threshold) / 10,
+            budget=10,
+        )
+    notices = budget_notices(request)["budget_notices"]
+    assert [alert.threshold for alert in notices] == [100, 80, 50]
+    html = render_to_string("billing/_budget_notices.html", {"notices": notices})
+    assert "used 100% of its monthly budget" in html and "New launches are refused" in html
