@@ -77,7 +77,6 @@ def usage(request):
             "quota": quota,
             "spent": spent,
             "budget_percent": percent,
-            "notices": budgets.notices(tenant, now),
             "invoice": invoice,
             "minimum_seconds": settings.BILLING_MINIMUM_SECONDS,
             "daily": [
@@ -103,7 +102,6 @@ def invoice_list(request):
         "billing/invoices.html",
         {
             "invoices": rows,
-            "notices": budgets.notices(tenant),
             "available_credit": invoices.available_credit(tenant),
         },
     )
