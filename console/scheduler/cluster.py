@@ -1,0 +1,196 @@
+"""A placement state that stays indexed while placements are applied and released.
+
+Hosts are indexed by the state of their GPUs: for each (region, mode, model) a bucket per GPU
+state (see fragmentation.State) holding the hosts that have a GPU in that state, sorted by
+(free milli-GPU, free vCPU, free RAM, host order) — the order best-fit wants, and the
+tie-break of fgd. A bucket keeps apart the hosts with stranded GPU capacity under the
+workload snapshot last tracked: only there can a placement lower the stranded part of
+fragmentation. Placement looks buckets up; it never scans all GPUs.
+"""
+
+from bisect import bisect_left, insort
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+from console.scheduler.fragmentation import State, gpu_state, stranded, unused_counts
+from console.scheduler.model import MIG, MILLI, SHARED, Gpu, Host, Placement
+from console.scheduler.workload import Distribution, Workload
+
+# (free milli-GPU, free vCPU milli, free RAM MiB, host order, host id)
+Entry = tuple[int, int, int, int, Hashable]
+GroupKey = tuple[str, str, str]  # (region, mode, model)
+
+
+@dataclass
+class Bucket:
+    """Hosts with a GPU in one state, in two sorted lists: those with no stranded capacity
+    under the tracked workload snapshot and those with some."""
+
+    slack: list[Entry] = field(default_factory=list)
+    starved: list[Entry] = field(default_factory=list)
+
+    def add(self, entry: Entry, starved: bool) -> None:
+        insort(self.starved if starved else self.slack, entry)
+
+    def remove(self, entry: Entry) -> None:
+        for entries in (self.slack, self.starved):
+            i = bisect_left(entries, entry)
+            if i < len(entries) and entries[i] == entry:
+                del entries[i]
+                return
+
+
+class Cluster:
+    """Hosts (mutated in place by apply/release), their index and the workload seen."""
+
+    def __init__(self, hosts: Iterable[Host], workload: Workload | None = None):
+        self.hosts = {host.id: host for host in hosts}
+        self.workload = workload or Workload()
+        self.groups: dict[GroupKey, dict[State, Bucket]] = {}
+        self.everyone = Bucket()  # every schedulable host, for requests without GPUs
+        self._order = {host_id: i for i, host_id in enumerate(self.hosts)}
+        self._entries: dict[Hashable, Entry] = {}
+        self._gpus: dict[Hashable, dict[tuple[GroupKey, State], list[int]]] = {}
+        self._dist: Distribution | None = None
+        for host in self.hosts.values():
+            self._index(host)
+
+    def states_of(self, host_id: Hashable) -> dict[tuple[GroupKey, State], list[int]] | None:
+        """GPU indexes (lowest first) of an indexed host by (group, state); None for hosts
+        not indexed (not schedulable)."""
+        return self._gpus.get(host_id)
+
+    def refresh(self, host_id: Hashable) -> None:
+        """Index a host again after changes made outside apply/release (a host cordoned, a
+        GPU marked unhealthy or its mode changed, usage mended by reconcile)."""
+        self._unindex(host_id)
+        self._index(self.hosts[host_id])
+
+    def track(self, dist: Distribution) -> None:
+        """Mark the hosts with stranded capacity under `dist` (again when it changed)."""
+        if dist is self._dist:
+            return
+        self._dist = dist
+        for bucket in self._buckets():
+            entries = sorted(bucket.slack + bucket.starved)
+            starved = [self._starved(e) for e in entries]
+            bucket.slack = [e for e, s in zip(entries, starved, strict=True) if not s]
+            bucket.starved = [e for e, s in zip(entries, starved, strict=True) if s]
+
+    def apply(self, placement: Placement) -> None:
+        """Commit `placement`; ValueError (and nothing changed) when it does not fit."""
+        host = self.hosts[placement.host_id]
+        request = placement.request
+        if not host.schedulable:
+            raise ValueError(f"host {host.id} takes no new placements")
+        if host.free_cpu_milli < request.cpu_milli or host.free_ram_mib < request.ram_mib:
+            raise ValueError(f"host {host.id} lacks the vCPU or RAM")
+        gpus = self._chosen(host, placement)
+        for gpu in gpus:
+            if not gpu.healthy or not request.accepts(gpu.model, host.region):
+                raise ValueError(f"GPU {gpu.index} of host {host.id} is not for this request")
+            if not _free_for(gpu, placement):
+                raise ValueError(f"GPU {gpu.index} of host {host.id} is taken")
+        self._change(host, placement, gpus, 1)
+
+    def release(self, placement: Placement) -> None:
+        """Give back what `placement` took; ValueError when it does not hold it."""
+        host = self.hosts[placement.host_id]
+        gpus = self._chosen(host, placement)
+        for gpu in gpus:
+            if not _held_by(gpu, placement):
+                raise ValueError(f"GPU {gpu.index} of host {host.id} does not hold this")
+        self._change(host, placement, gpus, -1)
+
+    def _chosen(self, host: Host, placement: Placement) -> list[Gpu]:
+        request = placement.request
+        by_index = {gpu.index: gpu for gpu in host.gpus}
+        indexes = placement.gpu_indexes
+        if len(set(indexes)) != len(indexes) or len(indexes) != request.gpu_count:
+            raise ValueError(f"{request.gpu_count} distinct GPUs expected, got {indexes}")
+        gpus = [by_index[i] for i in indexes if i in by_index]
+        if len(gpus) != len(indexes) or any(g.mode != request.mode for g in gpus):
+            raise ValueError(f"host {host.id} has no {request.mode} GPUs {indexes}")
+        if len({g.model for g in gpus}) > 1:
+            raise ValueError("the GPUs of one request are of one model")
+        starts = request.mig_profile.starts if request.mode == MIG else (None,)
+        if placement.mig_start not in starts:
+            raise ValueError(f"start {placement.mig_start} does not suit {request}")
+        return gpus
+
+    def _change(self, host: Host, placement: Placement, gpus: list[Gpu], sign: int) -> None:
+        self._unindex(host.id)
+        request = placement.request
+        host.free_cpu_milli -= sign * request.cpu_milli
+        host.free_ram_mib -= sign * request.ram_mib
+        for gpu in gpus:
+            if request.mode == SHARED:
+                gpu.used_milli += sign * request.milli
+                gpu.used_memory_mib += sign * request.gpu_memory_mib
+            elif request.mode == MIG:
+                mask = request.mig_profile.mask(placement.mig_start)
+                gpu.mig_used = gpu.mig_used | mask if sign > 0 else gpu.mig_used & ~mask
+            else:
+                gpu.taken = sign > 0
+        self._index(host)
+
+    def _starved(self, entry: Entry) -> bool:
+        return self._dist is not None and stranded(*entry[:3], self._dist) > 0
+
+    def _buckets(self) -> Iterable[Bucket]:
+        yield self.everyone
+        for states in self.groups.values():
+            yield from states.values()
+
+    def _index(self, host: Host) -> None:
+        if not host.schedulable:
+            return
+        gpus = [gpu for gpu in host.gpus if gpu.healthy]
+        unused = unused_counts(gpus)
+        states: dict[tuple[GroupKey, State], list[int]] = {}
+        for gpu in sorted(gpus, key=lambda g: g.index):
+            state = gpu_state(gpu, unused)
+            if state is not None:
+                group = (host.region, gpu.mode, gpu.model)
+                states.setdefault((group, state), []).append(gpu.index)
+        free = sum(gpu.free_units for gpu in gpus)
+        entry = (free, host.free_cpu_milli, host.free_ram_mib, self._order[host.id], host.id)
+        starved = self._starved(entry)
+        self.everyone.add(entry, starved)
+        for group, state in states:
+            self.groups.setdefault(group, {}).setdefault(state, Bucket()).add(entry, starved)
+        self._entries[host.id] = entry
+        self._gpus[host.id] = states
+
+    def _unindex(self, host_id: Hashable) -> None:
+        entry = self._entries.pop(host_id, None)
+        if entry is None:
+            return
+        self.everyone.remove(entry)
+        for group, state in self._gpus.pop(host_id):
+            bucket = self.groups[group][state]
+            bucket.remove(entry)
+            if not bucket.slack and not bucket.starved:
+                del self.groups[group][state]
+
+
+def _free_for(gpu: Gpu, placement: Placement) -> bool:
+    request = placement.request
+    if request.mode == SHARED:
+        return (
+            gpu.used_milli + request.milli <= MILLI
+            and gpu.used_memory_mib + request.gpu_memory_mib <= gpu.memory_mib
+        )
+    if request.mode == MIG:
+        return not gpu.mig_used & request.mig_profile.mask(placement.mig_start)
+    return not gpu.taken
+
+
+def _held_by(gpu: Gpu, placement: Placement) -> bool:
+    request = placement.request
+    if request.mode == SHARED:
+        return gpu.used_milli >= request.milli and gpu.used_memory_mib >= request.gpu_memory_mib
+    if request.mode == MIG:
+        mask = request.mig_profile.mask(placement.mig_start)
+        return gpu.mig_used & mask == mask
+    return gpu.taken
