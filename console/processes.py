@@ -25,7 +25,15 @@ def start_embedded_redis(port: int = 0) -> str:
     Celery broker, the Channels layer and the live cache need no installed server."""
     from fakeredis import TcpFakeServer
 
-    server = TcpFakeServer(("127.0.0.1", port or free_port()), server_type="redis")
+    class Server(TcpFakeServer):
+        def get_request(self):
+            # As Redis does: without TCP_NODELAY a reply written in parts (MULTI/EXEC, which
+            # Celery's acks and deliveries use) waits for the client's delayed ACK, ~40 ms.
+            sock, address = super().get_request()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock, address
+
+    server = Server(("127.0.0.1", port or free_port()), server_type="redis")
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="embedded-redis", daemon=True).start()
     host, bound = server.server_address[:2]

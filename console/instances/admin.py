@@ -76,8 +76,17 @@ class AllocationAdmin(admin.ModelAdmin):
     list_filter = ["mode", "host"]
     search_fields = ["id", "instance__name"]
     list_select_related = ["instance", "host"]
-    readonly_fields = ["id", "instance", "host", "mode", "request", "vcpus", "ram_mib",
-                       "created_at", "released_at"]
+    readonly_fields = [
+        "id",
+        "instance",
+        "host",
+        "mode",
+        "request",
+        "vcpus",
+        "ram_mib",
+        "created_at",
+        "released_at",
+    ]
     inlines = [GpuClaimInline]
 
     def has_add_permission(self, request):

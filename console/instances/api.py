@@ -25,9 +25,7 @@ def _conflict(exc: services.InstanceError | InvalidTransition) -> Conflict:
     return Conflict(detail=str(getattr(exc, "detail", exc)), code=exc.code)
 
 
-class InstanceViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
-):
+class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """The tenant's instances. Writes answer 202: the work goes on in the background; watch
     `state` (or /ws/events/) for the outcome."""
 

@@ -12,11 +12,10 @@ message, the last two after commit).
 import logging
 from datetime import datetime
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import connection, transaction
 from django.utils import timezone
 
+from console.instances import broadcast
 from console.instances.models import Instance, InstanceEvent, State
 from console.instances.signals import instance_state_changed
 
@@ -177,11 +176,8 @@ def _announce(instance, from_state, to_state, at, payload) -> None:
     instance_state_changed.send(
         sender=Instance, instance=instance, from_state=from_state, to_state=to_state, at=at
     )
-    layer = get_channel_layer()
-    if layer is None:
-        return
     try:
-        async_to_sync(layer.group_send)(
+        broadcast.group_send(
             events_group(instance.tenant_id), {"type": "instance.state", "payload": payload}
         )
     except Exception:  # the database is the truth; a lost live update is not worth a failure

@@ -113,4 +113,6 @@ class GpuClaim(models.Model):
         constraints = [models.UniqueConstraint(fields=["gpu", "slot"], name="one_claim_per_slot")]
 
     def __str__(self) -> str:
-        return f"{self.gpu} slot {self.slot}" if self.slot is not None else f"{self.gpu} {self.milli}m"
+        return (
+            f"{self.gpu} slot {self.slot}" if self.slot is not None else f"{self.gpu} {self.milli}m"
+        )

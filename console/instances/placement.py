@@ -1,60 +1,64 @@
 """The Django side of scheduling: build the placement state of a region from the database,
-let the placement core choose, and commit the choice as Allocation + GpuClaim rows.
+let the placement core (console.scheduler, FGD by default) choose, and commit the choice as
+Allocation + GpuClaim rows.
 
-The choice itself is pure (console.scheduler.placement when present, else the first-fit
-below); the commit locks the host and then the chosen GPUs in primary-key order, checks the
-choice again against what is committed now, and lets the unique (gpu, slot) constraint
-refuse a slot another worker took meanwhile — an IntegrityError just means "place again".
+The commit locks the host and then the chosen GPUs in primary-key order, rebuilds that
+host's state from what is committed now and applies the choice to it (the core refuses a
+choice that no longer fits), and lets the unique (gpu, slot) constraint refuse a slot that
+another worker took meanwhile — either way the placement is simply made again.
 """
 
 import logging
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
 from console.catalog.models import MIG_SLOTS, Mode, Spec
 from console.fleet.models import Gpu, Host
 from console.instances.models import Allocation, GpuClaim, Instance
+from console.scheduler import model as core
+from console.scheduler.cluster import Cluster
+from console.scheduler.placement import place
+from console.scheduler.workload import Workload
 
 log = logging.getLogger(__name__)
 
-ATTEMPTS = 5
+ATTEMPTS = 10
+
+
+class Busy(Exception):
+    """Other workers kept taking the chosen slices: placing again later will do."""
+
+
+POLICY = "fgd"
+UNLIMITED = 10**9  # a host that reports no vCPU/RAM figure is not limited by it
 
 
 @dataclass
-class GpuState:
-    pk: int
-    index: int
-    model_id: int
-    mode: str
-    memory_mib: int
-    slots: set[int] = field(default_factory=set)  # taken memory slots (whole and MIG claims)
-    milli: int = 0  # shared fractions held
-    memory_used: int = 0  # shared memory caps held
-    claims: int = 0
+class Snapshot:
+    """The placement state of some hosts: the core's Host objects, and the database keys of
+    their GPUs by (host pk, GPU index)."""
 
-    @property
-    def free(self) -> bool:
-        return self.claims == 0
+    hosts: list[core.Host]
+    gpu_pks: dict[tuple[int, int], int]
 
-
-@dataclass
-class HostState:
-    pk: int
-    name: str
-    vcpus: int  # 0: not reported, not limited
-    ram_mib: int
-    vcpus_used: int = 0
-    ram_used: int = 0
-    gpus: list[GpuState] = field(default_factory=list)
-
-    def has_room(self, vcpus: int, ram_mib: int) -> bool:
-        cpu_ok = not self.vcpus or self.vcpus_used + vcpus <= self.vcpus
-        ram_ok = not self.ram_mib or self.ram_used + ram_mib <= self.ram_mib
-        return cpu_ok and ram_ok
+    def restricted(self, gpu_pks: list[int]) -> "Snapshot":
+        """The same hosts, with only the GPUs in `gpu_pks` eligible (a resize in place)."""
+        wanted = {key for key, pk in self.gpu_pks.items() if pk in gpu_pks}
+        hosts = [
+            replace(
+                host,
+                gpus=[
+                    replace(g, healthy=g.healthy and (host.id, g.index) in wanted)
+                    for g in host.gpus
+                ],
+            )
+            for host in self.hosts
+        ]
+        return Snapshot(hosts, self.gpu_pks)
 
 
 @dataclass(frozen=True)
@@ -67,15 +71,18 @@ class ClaimSpec:
 
 @dataclass(frozen=True)
 class Choice:
+    """A placement of the core, in database terms."""
+
     host_pk: int
-    gpus: tuple[GpuState, ...]
+    gpu_indexes: tuple[int, ...]
     claims: tuple[ClaimSpec, ...]
+    placement: core.Placement
     mig: dict | None = None
     shared: dict | None = None
 
     @property
     def gpu_pks(self) -> list[int]:
-        return sorted(g.pk for g in self.gpus)
+        return sorted({c.gpu_pk for c in self.claims})
 
 
 def snapshot(
@@ -83,115 +90,143 @@ def snapshot(
     *,
     host_pks: list[int] | None = None,
     ignore_allocation_id: str | None = None,
-    schedulable_only: bool = True,
-) -> list[HostState]:
-    """The hosts of a region as placement sees them: schedulable hosts, their healthy GPUs,
-    what the current claims take, and the vCPU/RAM that current allocations use.
-    `ignore_allocation_id` counts one allocation as free (a resize in place)."""
-    hosts = Host.objects.filter(region_id=region_id)
-    if schedulable_only:
-        hosts = hosts.filter(status__in=Host.SCHEDULABLE)
+) -> Snapshot:
+    """The hosts of a region as placement sees them: schedulable only when active, GPUs with
+    their health, mode and model, what the current claims take of each, and the vCPU/RAM
+    that current allocations leave. `ignore_allocation_id` counts one allocation as free (a
+    resize in place)."""
+    hosts_qs = Host.objects.filter(region_id=region_id).select_related("region")
     if host_pks is not None:
-        hosts = hosts.filter(pk__in=host_pks)
-    states = {
-        h.pk: HostState(pk=h.pk, name=h.name, vcpus=h.vcpus, ram_mib=h.ram_mib)
-        for h in hosts.order_by("pk")
-    }
-    if not states:
-        return []
-    gpus: dict[int, GpuState] = {}
-    for gpu in Gpu.objects.filter(host_id__in=states, healthy=True).order_by("host_id", "index"):
-        state = GpuState(
-            pk=gpu.pk,
-            index=gpu.index,
-            model_id=gpu.model_id,
-            mode=gpu.mode,
-            memory_mib=gpu.memory_mib,
+        hosts_qs = hosts_qs.filter(pk__in=host_pks)
+    hosts: dict[int, core.Host] = {}
+    for h in hosts_qs.order_by("pk"):
+        hosts[h.pk] = core.Host(
+            id=h.pk,
+            region=h.region.code,
+            schedulable=h.schedulable,
+            free_cpu_milli=h.vcpus * 1000 if h.vcpus else UNLIMITED,
+            free_ram_mib=h.ram_mib or UNLIMITED,
         )
-        gpus[gpu.pk] = state
-        states[gpu.host_id].gpus.append(state)
+    if not hosts:
+        return Snapshot([], {})
+    gpus: dict[int, core.Gpu] = {}
+    gpu_pks: dict[tuple[int, int], int] = {}
+    for g in (
+        Gpu.objects.filter(host_id__in=hosts).select_related("model").order_by("host_id", "index")
+    ):
+        gpu = core.Gpu(
+            index=g.index,
+            model=g.model.code,
+            mode=g.mode,
+            memory_mib=g.memory_mib,
+            healthy=g.healthy,
+        )
+        gpus[g.pk] = gpu
+        gpu_pks[(g.host_id, g.index)] = g.pk
+        hosts[g.host_id].gpus.append(gpu)
     claims = GpuClaim.objects.filter(gpu_id__in=gpus, allocation__released_at__isnull=True)
     if ignore_allocation_id:
         claims = claims.exclude(allocation_id=ignore_allocation_id)
     for gpu_id, slot, milli, memory in claims.values_list("gpu_id", "slot", "milli", "memory_mib"):
-        state = gpus[gpu_id]
-        state.claims += 1
-        if slot is not None:
-            state.slots.add(slot)
-        state.milli += milli
-        state.memory_used += memory
-    allocations = Allocation.objects.filter(host_id__in=states, released_at__isnull=True)
+        gpu = gpus[gpu_id]
+        if slot is None:
+            gpu.used_milli += milli
+            gpu.used_memory_mib += memory
+        elif gpu.mode == Mode.MIG:
+            gpu.mig_used |= 1 << slot
+        else:
+            gpu.taken = True
+    allocations = Allocation.objects.filter(host_id__in=hosts, released_at__isnull=True)
     if ignore_allocation_id:
         allocations = allocations.exclude(pk=ignore_allocation_id)
     for row in allocations.values("host_id").annotate(cpu=Sum("vcpus"), ram=Sum("ram_mib")):
-        states[row["host_id"]].vcpus_used = row["cpu"] or 0
-        states[row["host_id"]].ram_used = row["ram"] or 0
-    return list(states.values())
+        host = hosts[row["host_id"]]
+        host.free_cpu_milli -= (row["cpu"] or 0) * 1000
+        host.free_ram_mib -= row["ram"] or 0
+    return Snapshot(list(hosts.values()), gpu_pks)
 
 
 # --- the choice ---------------------------------------------------------------------------
 
 
-def _candidates(spec: Spec, host: HostState, gpu_pks: list[int] | None) -> list[GpuState]:
-    return [
-        g
-        for g in host.gpus
-        if g.model_id == spec.gpu_model_id
-        and g.mode == spec.mode
-        and (gpu_pks is None or g.pk in gpu_pks)
-    ]
-
-
-def _fit_on_host(spec: Spec, host: HostState, gpu_pks: list[int] | None) -> Choice | None:
-    if not host.has_room(spec.vcpus, spec.ram_mib):
-        return None
-    gpus = _candidates(spec, host, gpu_pks)
-    if spec.mode == Mode.WHOLE:
-        free = [g for g in gpus if g.free]
-        if len(free) < spec.gpu_count:
-            return None
-        chosen = tuple(free[: spec.gpu_count])
-        claims = tuple(ClaimSpec(g.pk, slot) for g in chosen for slot in range(MIG_SLOTS))
-        return Choice(host.pk, chosen, claims)
+def request_for(spec: Spec) -> core.Request:
+    """What placement needs to know of a spec."""
+    common = {
+        "models": frozenset([spec.gpu_model.code]),
+        "cpu_milli": spec.vcpus * 1000,
+        "ram_mib": spec.ram_mib,
+    }
     if spec.mode == Mode.MIG:
         profile = spec.mig_profile
-        # best fit: the fullest GPU that still has a legal start, keeping empty GPUs whole
-        for gpu in sorted(gpus, key=lambda g: -len(g.slots)):
-            if gpu.milli:
-                continue
-            for start in sorted(profile.starts, reverse=True):
-                wanted = set(range(start, start + profile.size))
-                if not wanted & gpu.slots and start + profile.size <= MIG_SLOTS:
-                    claims = tuple(ClaimSpec(gpu.pk, slot) for slot in sorted(wanted))
-                    mig = {"profile": profile.name, "start": start, "size": profile.size}
-                    return Choice(host.pk, (gpu,), claims, mig=mig)
+        mig = core.MigProfile(profile.name, profile.size, tuple(profile.starts))
+        return core.Request(core.MIG, mig_profile=mig, **common)
+    if spec.mode == Mode.SHARED:
+        return core.Request(
+            core.SHARED, milli=spec.milli, gpu_memory_mib=spec.gpu_memory_mib, **common
+        )
+    return core.Request(core.WHOLE, gpu_count=spec.gpu_count, **common)
+
+
+_workloads: dict[tuple, Workload] = {}
+
+
+def catalog_workload() -> Workload:
+    """The workload FGD plans for: the active specs of the catalog, one each. Kept while the
+    catalog stays the same (FGD memoizes its scores with it)."""
+    specs = list(
+        Spec.objects.filter(active=True).select_related("gpu_model", "mig_profile").order_by("pk")
+    )
+    key = tuple(request_for(s) for s in specs)
+    if key not in _workloads:
+        if len(_workloads) > 8:
+            _workloads.clear()
+        _workloads[key] = Workload(prior=list(key) or None, learn=False)
+    return _workloads[key]
+
+
+def choose(spec: Spec, snap: Snapshot, gpu_pks: list[int] | None = None) -> Choice | None:
+    """Where `spec` goes among the snapshot's hosts (only on `gpu_pks` when given), or None
+    when it fits nowhere now."""
+    if gpu_pks is not None:
+        snap = snap.restricted(gpu_pks)
+    if not snap.hosts:
         return None
-    # shared: best fit by fraction already used
-    for gpu in sorted(gpus, key=lambda g: -g.milli):
-        if gpu.slots:
-            continue
-        if gpu.milli + spec.milli <= 1000 and gpu.memory_used + spec.gpu_memory_mib <= gpu.memory_mib:
-            claim = ClaimSpec(gpu.pk, None, spec.milli, spec.gpu_memory_mib)
-            shared = {"milli": spec.milli, "memory_mib": spec.gpu_memory_mib}
-            return Choice(host.pk, (gpu,), (claim,), shared=shared)
-    return None
-
-
-def choose(spec: Spec, hosts: list[HostState], gpu_pks: list[int] | None = None) -> Choice | None:
-    """Where `spec` goes among `hosts`, or None when it fits nowhere now."""
-    fits = [c for c in (_fit_on_host(spec, h, gpu_pks) for h in hosts) if c is not None]
-    if not fits:
+    request = request_for(spec)
+    cluster = Cluster([replace(h, gpus=list(h.gpus)) for h in snap.hosts], catalog_workload())
+    placement = place(request, cluster, policy=POLICY)
+    if placement is None:
         return None
-    # prefer the host that is already the busiest (packs hosts, leaves whole hosts free)
-    used = {h.pk: sum(g.claims for g in h.gpus) for h in hosts}
-    return max(fits, key=lambda c: (used[c.host_pk], -c.host_pk))
+    return _choice(spec, snap, placement)
 
 
-def fits_now(spec: Spec, hosts: list[HostState]) -> bool:
-    return choose(spec, hosts) is not None
+def _choice(spec: Spec, snap: Snapshot, placement: core.Placement) -> Choice:
+    host_pk = placement.host_id
+    indexes = tuple(sorted(placement.gpu_indexes))
+    pks = [snap.gpu_pks[(host_pk, i)] for i in indexes]
+    if spec.mode == Mode.WHOLE:
+        claims = tuple(ClaimSpec(pk, slot) for pk in pks for slot in range(MIG_SLOTS))
+        return Choice(host_pk, indexes, claims, placement)
+    if spec.mode == Mode.MIG:
+        profile, start = spec.mig_profile, placement.mig_start
+        claims = tuple(ClaimSpec(pks[0], slot) for slot in range(start, start + profile.size))
+        mig = {"profile": profile.name, "start": start, "size": profile.size}
+        return Choice(host_pk, indexes, claims, placement, mig=mig)
+    claim = ClaimSpec(pks[0], None, spec.milli, spec.gpu_memory_mib)
+    shared = {"milli": spec.milli, "memory_mib": spec.gpu_memory_mib}
+    return Choice(host_pk, indexes, (claim,), placement, shared=shared)
 
 
-# --- the commit ----------------------------------------------------------------------------
+def fits_now(spec: Spec, snap: Snapshot) -> bool:
+    return choose(spec, snap) is not None
+
+
+def still_fits(choice: Choice, snap: Snapshot) -> bool:
+    """Whether the choice fits the (fresher) snapshot: the core applies it or refuses."""
+    try:
+        Cluster(snap.hosts, catalog_workload()).apply(choice.placement)
+    except (ValueError, KeyError):
+        return False
+    return True
 
 
 class _Moved(Exception):
@@ -206,7 +241,7 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
     """The body of the agent's PUT /v1/allocations/{id}."""
     return {
         "mode": spec.mode,
-        "gpus": [g.index for g in sorted(choice.gpus, key=lambda g: g.index)],
+        "gpus": list(choice.gpu_indexes),
         "mig": choice.mig,
         "shared": choice.shared,
         "labels": {
@@ -227,16 +262,17 @@ def allocate(
     replacing: Allocation | None = None,
 ) -> Allocation | None:
     """Place `instance` with `spec` in its region and commit the slice, or answer None when
-    nothing fits. Runs inside the caller's transaction (which holds the instance's lock).
+    nothing fits (Busy when other workers kept winning the race for the slices it chose).
+    Runs inside the caller's transaction (which holds the instance's lock).
 
     `host_pk`/`gpu_pks` restrict the choice (a resize in place); `replacing` is an allocation
     of the instance whose slice counts as free and is released in the same commit."""
     ignore = replacing.pk if replacing else None
     for _attempt in range(ATTEMPTS):
-        hosts = snapshot(
+        snap = snapshot(
             instance.region_id, host_pks=[host_pk] if host_pk else None, ignore_allocation_id=ignore
         )
-        choice = choose(spec, hosts, gpu_pks)
+        choice = choose(spec, snap, gpu_pks)
         if choice is None:
             return None
         try:
@@ -244,27 +280,26 @@ def allocate(
                 return _commit(instance, spec, choice, replacing)
         except (_Moved, IntegrityError) as exc:
             log.info("placement of instance %s raced (%s); placing again", instance.pk, exc)
-    return None
+    raise Busy(f"instance {instance.pk}: {ATTEMPTS} placements in a row were taken meanwhile")
 
 
 def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
     host = Host.objects.select_for_update().get(pk=choice.host_pk)
     if not host.schedulable:
         raise _Moved(f"host {host.name} is {host.status}")
-    locked = list(
-        Gpu.objects.select_for_update().filter(pk__in=choice.gpu_pks).order_by("pk")
-    )
-    if len(locked) != len(choice.gpus):
+    locked = list(Gpu.objects.select_for_update().filter(pk__in=choice.gpu_pks).order_by("pk"))
+    if len(locked) != len(choice.gpu_pks):
         raise _Moved("a GPU went away")
-    # what is committed now, under the locks: the choice must still hold
-    fresh = snapshot(
-        instance.region_id,
-        host_pks=[host.pk],
-        ignore_allocation_id=replacing.pk if replacing else None,
-    )
-    again = choose(spec, fresh, choice.gpu_pks)
-    if again is None:
-        raise _Moved("the slice was taken")
+    # What is committed now, under the locks: the choice must still hold. (SQLite needs no
+    # second look: its IMMEDIATE transaction, which took the snapshot, serialises writers.)
+    if connection.vendor != "sqlite":
+        fresh = snapshot(
+            instance.region_id,
+            host_pks=[host.pk],
+            ignore_allocation_id=replacing.pk if replacing else None,
+        )
+        if not still_fits(choice, fresh):
+            raise _Moved("the slice was taken")
     if replacing is not None:
         release(replacing)
     allocation = Allocation.objects.create(
@@ -272,7 +307,7 @@ def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
         instance=instance,
         host=host,
         mode=spec.mode,
-        request=agent_request(instance, spec, again),
+        request=agent_request(instance, spec, choice),
         vcpus=spec.vcpus,
         ram_mib=spec.ram_mib,
     )
@@ -284,7 +319,7 @@ def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
             milli=claim.milli,
             memory_mib=claim.memory_mib,
         )
-        for claim in again.claims
+        for claim in choice.claims
     )
     return allocation
 
@@ -314,10 +349,3 @@ def describe(allocation: Allocation) -> dict:
         "slice": slice_text,
         "released": allocation.released_at is not None,
     }
-
-
-def free_capacity(region_id: int) -> dict[int, bool]:
-    """{spec pk: fits now} for every active spec, for the launch form."""
-    hosts = snapshot(region_id)
-    return {spec.pk: fits_now(spec, hosts) for spec in Spec.objects.filter(active=True).select_related("mig_profile")}
-

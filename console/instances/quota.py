@@ -33,9 +33,7 @@ def counted(queryset):
 
 
 def usage(tenant: Tenant, exclude_instance_id: int | None = None) -> QuotaUsage:
-    instances = counted(Instance.objects.filter(tenant=tenant)).select_related(
-        "spec__mig_profile"
-    )
+    instances = counted(Instance.objects.filter(tenant=tenant)).select_related("spec__mig_profile")
     if exclude_instance_id is not None:
         instances = instances.exclude(pk=exclude_instance_id)
     instances = list(instances)

@@ -46,6 +46,14 @@ class InvalidState(InstanceError):
     code = "invalid_state"
 
 
+class Busy(InstanceError):
+    code = "busy"
+
+
+class BudgetExceeded(InstanceError):
+    code = "budget_exceeded"
+
+
 def _enqueue(task_name: str, *args) -> None:
     """Queue a task of tasks.py once the current transaction commits."""
     from console.instances import tasks
@@ -88,6 +96,19 @@ def _check_quota(quota: Quota, spec: Spec, exclude_instance_id: int | None = Non
         )
 
 
+def _check_budget(tenant: Tenant) -> None:
+    """A tenant that chose to stop at its monthly budget and spent it launches nothing new
+    (billing decides; imported here lazily, as billing imports this app)."""
+    from rest_framework.exceptions import APIException
+
+    from billing.budgets import ensure_launch_allowed
+
+    try:
+        ensure_launch_allowed(tenant)
+    except APIException as exc:
+        raise BudgetExceeded(str(exc.detail)) from exc
+
+
 def _num(value) -> str:
     return f"{value.normalize():f}" if value else "0"
 
@@ -97,7 +118,7 @@ def _num(value) -> str:
 
 def _lock(instance_pk: int, *, skip_locked: bool = False) -> Instance | None:
     return (
-        Instance.objects.select_for_update(skip_locked=skip_locked)
+        Instance.objects.select_for_update(skip_locked=skip_locked, of=("self",))
         .select_related("spec__mig_profile", "region", "tenant")
         .filter(pk=instance_pk)
         .first()
@@ -117,15 +138,21 @@ def _waiting_reason(instance: Instance) -> str:
     return f"Waiting for capacity: no {instance.spec.name} free in {instance.region.name}."
 
 
-def _place(instance: Instance, to_state: str, *, actor=None, message: str) -> bool:
+def _place(instance: Instance, to_state: str, *, actor=None, message: str) -> str:
     """Try to give `instance` (locked) a slice now; on success move it to `to_state` and
-    queue its provisioning. Answers whether it was placed."""
-    allocation = placement.allocate(instance, instance.spec)
+    queue its provisioning. Answers "placed", "full" (nothing fits now) or "busy" (other
+    workers kept taking the slices it chose: the scheduler tries again soon)."""
+    try:
+        allocation = placement.allocate(instance, instance.spec)
+    except placement.Busy as exc:
+        log.info("%s", exc)
+        kick_scheduler()
+        return "busy"
     if allocation is None:
-        return False
+        return "full"
     lifecycle.transition(instance, to_state, actor=actor, message=message)
     _enqueue("provision", instance.pk)
-    return True
+    return "placed"
 
 
 def _wait(instance: Instance) -> None:
@@ -145,6 +172,8 @@ def default_region(spec: Spec) -> Region | None:
     regions = list(
         Region.objects.filter(hosts__gpus__model_id=spec.gpu_model_id).distinct().order_by("code")
     )
+    if len(regions) == 1:
+        return regions[0]
     for region in regions:
         if placement.fits_now(spec, placement.snapshot(region.pk)):
             return region
@@ -180,8 +209,10 @@ def launch_instance(
     """Accept a launch: within quota, it is placed at once when a slice is free (and goes on
     to provisioning) or waits in `pending` for the scheduler."""
     with transaction.atomic():
-        _check_quota(_lock_quota(tenant), spec)
+        quota = _lock_quota(tenant)  # first: it also serialises the name check below
         validate_launch(tenant, name, spec, image)
+        _check_quota(quota, spec)
+        _check_budget(tenant)
         region = region or default_region(spec)
         if region is None:
             raise ValidationError({"region": "There is no region to launch in yet."})
@@ -198,7 +229,7 @@ def launch_instance(
             updated_at=now,
         )
         lifecycle.record_created(instance, actor=actor, message=f"Launch of {spec.name}")
-        if not _place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved"):
+        if _place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved") != "placed":
             _wait(instance)
     return instance
 
@@ -222,9 +253,11 @@ def start_instance(instance: Instance, *, actor=None) -> Instance:
         quota = _lock_quota(instance.tenant)
         instance = _lock_for(instance, "start")
         _check_quota(quota, instance.spec, exclude_instance_id=instance.pk)
-        if not _place(
+        _check_budget(instance.tenant)
+        placed = _place(
             instance, S.STARTING, actor=actor, message="Start requested; GPU slice reserved"
-        ):
+        )
+        if placed != "placed":
             lifecycle.transition(
                 instance,
                 S.PENDING,
@@ -276,9 +309,12 @@ def resize_instance(instance: Instance, spec: Spec, *, actor=None) -> Instance:
             same_gpus = None
             if spec.mode != "whole":
                 same_gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
-            allocation = placement.allocate(
-                instance, spec, host_pk=current.host_id, gpu_pks=same_gpus, replacing=current
-            )
+            try:
+                allocation = placement.allocate(
+                    instance, spec, host_pk=current.host_id, gpu_pks=same_gpus, replacing=current
+                )
+            except placement.Busy as exc:
+                raise Busy("Its GPU is busy with other placements; try again.") from exc
         instance.spec = spec
         if allocation is not None:
             Instance.objects.filter(pk=instance.pk).update(spec=spec)
@@ -313,19 +349,26 @@ class Job:
 
 def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
     """The instance's current allocation if the instance is in one of `states`, else None
-    (the task was redelivered, or the instance moved on: nothing to do)."""
-    with transaction.atomic():
-        instance = _lock(instance_pk)
-        if instance is None or instance.state not in states:
-            return None
-        allocation = instance.current_allocation()
-        return Job(
-            instance_pk=instance.pk,
-            state=instance.state,
-            allocation_id=allocation.pk if allocation else None,
-            host=allocation.host if allocation else None,
-            request=allocation.request if allocation else {},
-        )
+    (the task was redelivered, or the instance moved on: nothing to do).
+
+    A plain read, no lock: nothing is written here (on SQLite a transaction would take the
+    database's write lock), and whatever the task does next is recorded by a function that
+    checks the state again under the lock (mark_running, finish_stop, ...)."""
+    instance = Instance.objects.filter(pk=instance_pk).only("pk", "state").first()
+    if instance is None or instance.state not in states:
+        return None
+    allocation = (
+        Allocation.objects.filter(instance_id=instance_pk, released_at__isnull=True)
+        .select_related("host")
+        .first()
+    )
+    return Job(
+        instance_pk=instance.pk,
+        state=instance.state,
+        allocation_id=allocation.pk if allocation else None,
+        host=allocation.host if allocation else None,
+        request=allocation.request if allocation else {},
+    )
 
 
 def mark_running(instance_pk: int, allocation_id: str, message: str = "Running") -> bool:
@@ -359,8 +402,10 @@ def _stop_here(instance: Instance, message: str) -> None:
         instance.resume_after_stop = False
         Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
     lifecycle.transition(instance, S.STOPPED, message=message)
-    if resume and not _place(
-        instance, S.STARTING, message=f"Starting again as {instance.spec.code}"
+    if (
+        resume
+        and _place(instance, S.STARTING, message=f"Starting again as {instance.spec.code}")
+        != "placed"
     ):
         lifecycle.transition(
             instance,
@@ -436,16 +481,17 @@ def note_retry(instance_pk: int, detail: str) -> None:
     Instance.objects.filter(pk=instance_pk).update(state_reason=detail[:200])
 
 
-def place_pending(instance_pk: int) -> bool | None:
-    """Give one queued instance a slice if one is free. None: not pending (any more)."""
+def place_pending(instance_pk: int) -> str | None:
+    """Give one queued instance a slice if one is free: "placed", "full" or "busy" (see
+    _place); None when it is not pending (any more) or another worker holds it."""
     with transaction.atomic():
         instance = _lock(instance_pk, skip_locked=True)
         if instance is None or instance.state != S.PENDING:
             return None
-        if _place(instance, S.PROVISIONING, message="GPU slice reserved"):
-            return True
-        _wait(instance)
-        return False
+        outcome = _place(instance, S.PROVISIONING, message="GPU slice reserved")
+        if outcome == "full":
+            _wait(instance)
+        return outcome
 
 
 def schedule_pending() -> int:
@@ -463,9 +509,9 @@ def schedule_pending() -> int:
         if (spec_id, region_id) in blocked:
             continue
         outcome = place_pending(pk)
-        if outcome:
+        if outcome == "placed":
             placed += 1
-        elif outcome is False:
+        elif outcome == "full":
             blocked.add((spec_id, region_id))
     return placed
 
@@ -553,6 +599,8 @@ def requeue_stuck(now: datetime | None = None) -> int:
 
 
 __all__ = [
+    "BudgetExceeded",
+    "Busy",
     "InstanceError",
     "InvalidState",
     "InvalidTransition",

@@ -35,7 +35,6 @@ class HostTask(Task):
     max_retries = settings.INSTANCE_AGENT_MAX_RETRIES
     acks_late = True
     reject_on_worker_lost = True
-    queue = "provisioning"
 
     def retry_later(self, exc: Exception):
         """Retry like autoretry does, for errors that are transient only here (a 409 while
@@ -55,13 +54,16 @@ class HostTask(Task):
         )
 
     def on_failure(self, exc, task_id, args, kwargs, einfo):
-        if isinstance(exc, AgentUnavailable):
-            reason = f"agent_unavailable: gave up after {self.max_retries} retries: {exc}"
-        elif isinstance(exc, AgentRejected):
-            reason = f"agent_rejected: {exc}"
+        # an eager retry hands over the exception wrapped (AgentError does not pickle)
+        kind = getattr(exc, "exc_cls_name", exc.__class__.__name__)
+        detail = getattr(exc, "exc_msg", None) or str(exc)
+        if kind == AgentUnavailable.__name__:
+            reason = f"agent_unavailable: gave up after {self.max_retries} retries: {detail}"
+        elif kind == AgentRejected.__name__:
+            reason = f"agent_rejected: {detail}"
         else:
-            reason = f"internal_error: {exc.__class__.__name__} in {self.name.rsplit('.', 1)[-1]}"
-        log.warning("instance %s failed in %s: %s", args[0], self.name, exc)
+            reason = f"internal_error: {kind} in {self.name.rsplit('.', 1)[-1]}"
+        log.warning("instance %s failed in %s: %s", args[0], self.name, detail)
         services.fail_instance(args[0], reason)
 
 
@@ -167,14 +169,14 @@ def terminate(self, instance_pk: int) -> None:
     services.finish_terminate(instance_pk)
 
 
-@shared_task(queue="default")
+@shared_task
 def schedule_pending() -> int:
     """Fail over silent hosts, then place queued instances (priority, then age)."""
     services.fail_over_hosts()
     return services.schedule_pending()
 
 
-@shared_task(queue="provisioning")
+@shared_task
 def reconcile() -> None:
     """Compare the database with every reachable agent, one task per host."""
     services.fail_over_hosts()
@@ -186,7 +188,7 @@ def reconcile() -> None:
         reconcile_host.delay(host_pk)
 
 
-@shared_task(queue="provisioning")
+@shared_task
 def reconcile_host(host_pk: int) -> dict:
     """Mend drift between one agent and the database: an allocation on the agent that no
     instance owns is deleted; a running instance whose allocation vanished from the agent

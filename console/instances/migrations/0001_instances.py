@@ -7,88 +7,255 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_tenants_quotas_tokens'),
-        ('catalog', '0001_catalog'),
-        ('fleet', '0001_fleet'),
+        ("accounts", "0001_tenants_quotas_tokens"),
+        ("catalog", "0001_catalog"),
+        ("fleet", "0001_fleet"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Instance',
+            name="Instance",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=63)),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('provisioning', 'Provisioning'), ('running', 'Running'), ('stopping', 'Stopping'), ('stopped', 'Stopped'), ('starting', 'Starting'), ('rebooting', 'Rebooting'), ('terminating', 'Terminating'), ('terminated', 'Terminated'), ('failed', 'Failed')], default='pending', max_length=16)),
-                ('state_reason', models.CharField(blank=True, max_length=200)),
-                ('priority', models.SmallIntegerField(default=0, help_text='higher starts first when queued')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('terminated_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('image', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='instances', to='catalog.image')),
-                ('region', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='instances', to='catalog.region')),
-                ('spec', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='instances', to='catalog.spec')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='instances', to='accounts.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=63)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("provisioning", "Provisioning"),
+                            ("running", "Running"),
+                            ("stopping", "Stopping"),
+                            ("stopped", "Stopped"),
+                            ("starting", "Starting"),
+                            ("rebooting", "Rebooting"),
+                            ("terminating", "Terminating"),
+                            ("terminated", "Terminated"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("state_reason", models.CharField(blank=True, max_length=200)),
+                (
+                    "priority",
+                    models.SmallIntegerField(
+                        default=0, help_text="higher starts first when queued"
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("terminated_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "image",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="instances",
+                        to="catalog.image",
+                    ),
+                ),
+                (
+                    "region",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="instances",
+                        to="catalog.region",
+                    ),
+                ),
+                (
+                    "spec",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="instances",
+                        to="catalog.spec",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="instances",
+                        to="accounts.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Allocation',
+            name="Allocation",
             fields=[
-                ('id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('mode', models.CharField(choices=[('whole', 'Whole GPUs'), ('mig', 'MIG slice'), ('shared', 'Shared fraction')], max_length=8)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('released_at', models.DateTimeField(blank=True, null=True)),
-                ('host', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='allocations', to='fleet.host')),
-                ('instance', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='allocations', to='instances.instance')),
+                ("id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                (
+                    "mode",
+                    models.CharField(
+                        choices=[
+                            ("whole", "Whole GPUs"),
+                            ("mig", "MIG slice"),
+                            ("shared", "Shared fraction"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("released_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "host",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="allocations",
+                        to="fleet.host",
+                    ),
+                ),
+                (
+                    "instance",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="allocations",
+                        to="instances.instance",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='InstanceEvent',
+            name="InstanceEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('actor_label', models.CharField(help_text="who: a username or 'system'", max_length=80)),
-                ('from_state', models.CharField(blank=True, choices=[('pending', 'Pending'), ('provisioning', 'Provisioning'), ('running', 'Running'), ('stopping', 'Stopping'), ('stopped', 'Stopped'), ('starting', 'Starting'), ('rebooting', 'Rebooting'), ('terminating', 'Terminating'), ('terminated', 'Terminated'), ('failed', 'Failed')], max_length=16)),
-                ('to_state', models.CharField(choices=[('pending', 'Pending'), ('provisioning', 'Provisioning'), ('running', 'Running'), ('stopping', 'Stopping'), ('stopped', 'Stopped'), ('starting', 'Starting'), ('rebooting', 'Rebooting'), ('terminating', 'Terminating'), ('terminated', 'Terminated'), ('failed', 'Failed')], max_length=16)),
-                ('message', models.CharField(blank=True, max_length=300)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('instance', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='instances.instance')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "actor_label",
+                    models.CharField(help_text="who: a username or 'system'", max_length=80),
+                ),
+                (
+                    "from_state",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("pending", "Pending"),
+                            ("provisioning", "Provisioning"),
+                            ("running", "Running"),
+                            ("stopping", "Stopping"),
+                            ("stopped", "Stopped"),
+                            ("starting", "Starting"),
+                            ("rebooting", "Rebooting"),
+                            ("terminating", "Terminating"),
+                            ("terminated", "Terminated"),
+                            ("failed", "Failed"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "to_state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("provisioning", "Provisioning"),
+                            ("running", "Running"),
+                            ("stopping", "Stopping"),
+                            ("stopped", "Stopped"),
+                            ("starting", "Starting"),
+                            ("rebooting", "Rebooting"),
+                            ("terminating", "Terminating"),
+                            ("terminated", "Terminated"),
+                            ("failed", "Failed"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("message", models.CharField(blank=True, max_length=300)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "instance",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="instances.instance",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'pk'],
+                "ordering": ["at", "pk"],
             },
         ),
         migrations.CreateModel(
-            name='GpuClaim',
+            name="GpuClaim",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slot', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('milli', models.PositiveSmallIntegerField(default=0)),
-                ('memory_mib', models.PositiveIntegerField(default=0)),
-                ('allocation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='claims', to='instances.allocation')),
-                ('gpu', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='claims', to='fleet.gpu')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slot", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("milli", models.PositiveSmallIntegerField(default=0)),
+                ("memory_mib", models.PositiveIntegerField(default=0)),
+                (
+                    "allocation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="claims",
+                        to="instances.allocation",
+                    ),
+                ),
+                (
+                    "gpu",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="claims",
+                        to="fleet.gpu",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('gpu', 'slot'), name='one_claim_per_slot')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("gpu", "slot"), name="one_claim_per_slot")
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='instance',
-            index=models.Index(fields=['tenant', 'state'], name='instances_i_tenant__2a2839_idx'),
+            model_name="instance",
+            index=models.Index(fields=["tenant", "state"], name="instances_i_tenant__2a2839_idx"),
         ),
         migrations.AddIndex(
-            model_name='instance',
-            index=models.Index(fields=['state'], name='instances_i_state_f84c03_idx'),
+            model_name="instance",
+            index=models.Index(fields=["state"], name="instances_i_state_f84c03_idx"),
         ),
     ]

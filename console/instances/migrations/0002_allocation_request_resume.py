@@ -4,34 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('instances', '0001_instances'),
+        ("instances", "0001_instances"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='allocation',
-            name='ram_mib',
+            model_name="allocation",
+            name="ram_mib",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='allocation',
-            name='request',
+            model_name="allocation",
+            name="request",
             field=models.JSONField(default=dict),
         ),
         migrations.AddField(
-            model_name='allocation',
-            name='vcpus',
+            model_name="allocation",
+            name="vcpus",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='instance',
-            name='resume_after_stop',
+            model_name="instance",
+            name="resume_after_stop",
             field=models.BooleanField(default=False),
         ),
         migrations.AddIndex(
-            model_name='allocation',
-            index=models.Index(fields=['host', 'released_at'], name='instances_a_host_id_d79237_idx'),
+            model_name="allocation",
+            index=models.Index(
+                fields=["host", "released_at"], name="instances_a_host_id_d79237_idx"
+            ),
         ),
     ]

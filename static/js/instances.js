@@ -1,0 +1,101 @@
+// Live instance states on the instance list and detail pages, from the /ws/events/ socket.
+// Every state change of the tenant's instances arrives as {"type": "instance.state", ...}.
+(() => {
+  "use strict";
+  const list = document.querySelector("[data-live-list]");
+  const statusMarks = document.querySelectorAll("[data-live-status]");
+  let delay = 500;
+  let refreshing = 0;
+
+  function setStatus(live) {
+    statusMarks.forEach((mark) => {
+      mark.textContent = live ? "● live" : "○ reconnecting…";
+      mark.title = live ? "live updates" : "live updates paused; reconnecting";
+    });
+  }
+
+  // Fetch the page again and swap in the freshest copy of `selector` (no reload).
+  function refresh(selector, url) {
+    const ticket = ++refreshing;
+    fetch(url, { headers: { "X-Requested-With": "fetch" }, credentials: "same-origin" })
+      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
+      .then((html) => {
+        if (ticket !== refreshing) return; // a later refresh is on its way
+        const fresh = new DOMParser().parseFromString(html, "text/html").querySelector(selector);
+        const current = document.querySelector(selector);
+        if (fresh && current) current.replaceWith(fresh);
+      })
+      .catch(() => {});
+  }
+
+  function refreshDetail() {
+    refresh("[data-live-detail]", `${location.pathname}?partial=1`);
+  }
+
+  function refreshList() {
+    refresh("[data-live-list] tbody", location.href);
+  }
+
+  function applyToList(instance) {
+    const row = list.querySelector(`tr[data-instance-id="${instance.id}"]`);
+    if (!row) {
+      refreshList(); // a new instance (launched elsewhere): let the server render its row
+      return;
+    }
+    const badge = row.querySelector("[data-role=state]");
+    badge.className = `badge badge-${instance.state}`;
+    badge.textContent = instance.state;
+    const reason = row.querySelector("[data-role=reason]");
+    if (reason) {
+      const show = instance.state === "pending" || instance.state === "failed";
+      reason.textContent = show ? instance.state_reason : "";
+    }
+  }
+
+  function apply(instance) {
+    if (list) applyToList(instance);
+    const detail = document.querySelector("[data-live-detail]");
+    if (detail && detail.dataset.instanceId === String(instance.id)) {
+      const badge = detail.querySelector("[data-role=state]");
+      if (badge) {
+        badge.className = `badge badge-${instance.state}`;
+        badge.textContent = instance.state;
+      }
+      refreshDetail(); // events, actions and reason follow
+    }
+  }
+
+  function catchUp() {
+    // whatever changed before the socket was open
+    if (list) refreshList();
+    if (document.querySelector("[data-live-detail]")) refreshDetail();
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const socket = new WebSocket(`${scheme}://${location.host}/ws/events/`);
+    socket.addEventListener("open", () => {
+      delay = 500;
+      setStatus(true);
+      catchUp();
+    });
+    socket.addEventListener("message", (event) => {
+      let message;
+      try {
+        message = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      if (message.type === "instance.state") apply(message.instance);
+    });
+    socket.addEventListener("close", (event) => {
+      setStatus(false);
+      if (event.code === 4403) return; // not allowed: do not hammer the server
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 15000);
+    });
+  }
+
+  window.gpucloudLive = { apply }; // for tests and other scripts
+  connect();
+})();

@@ -1,0 +1,416 @@
+"""Services and placement on the database alone (no worker, no agent): the tasks they queue
+are recorded by the `no_tasks` fixture."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.models import Quota
+from console.catalog.models import Mode
+from console.fleet.models import Gpu, Host
+from console.instances import placement, services
+from console.instances.models import Allocation, GpuClaim, Instance, InstanceEvent, State
+from console.instances.quota import usage
+from tests.instances.helpers import make_instance, states
+
+pytestmark = pytest.mark.usefixtures("no_tasks")
+
+
+def launch(catalog, tenant, spec=None, name=None, **kw):
+    name = name or f"box-{Instance.objects.count() + 1}"
+    return services.launch_instance(
+        tenant, name=name, spec=spec or catalog.quarter, image=catalog.image, **kw
+    )
+
+
+def set_quota(tenant, gpu="8", instances=50):
+    Quota.objects.filter(tenant=tenant).update(gpu_quota=Decimal(gpu), max_instances=instances)
+
+
+def claims_of(instance):
+    return list(
+        GpuClaim.objects.filter(allocation__instance=instance, allocation__released_at__isnull=True)
+        .order_by("gpu_id", "slot")
+        .values_list("gpu__index", "slot", "milli")
+    )
+
+
+class TestLaunch:
+    def test_placed_at_once_when_a_slice_is_free(self, catalog, tenant, member, no_tasks):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant, actor=member.user)
+        assert instance.state == State.PROVISIONING
+        assert states(instance) == ["pending", "provisioning"]
+        assert instance.events.first().actor_label == "mia"
+        allocation = instance.current_allocation()
+        assert allocation.request["shared"] == {"milli": 250, "memory_mib": 20480}
+        assert allocation.request["gpus"] == [0]
+        assert no_tasks == [("provision", instance.pk)]
+
+    def test_queued_when_nothing_fits(self, catalog, tenant, no_tasks):
+        instance = launch(catalog, tenant)
+        assert instance.state == State.PENDING
+        assert "Waiting for capacity" in Instance.objects.get(pk=instance.pk).state_reason
+        assert no_tasks == []
+
+    def test_default_region_is_where_it_fits(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED, region=catalog.region2)
+        instance = launch(catalog, tenant)
+        assert instance.region == catalog.region2
+        assert instance.state == State.PROVISIONING
+
+    def test_field_errors(self, catalog, tenant):
+        with pytest.raises(ValidationError) as caught:
+            launch(catalog, tenant, name="Not A Name!")
+        assert "name" in caught.value.message_dict
+        launch(catalog, tenant, name="taken")
+        with pytest.raises(ValidationError) as caught:
+            launch(catalog, tenant, name="taken")
+        assert "already exists" in caught.value.message_dict["name"][0]
+        catalog.half.active = False
+        catalog.half.save()
+        with pytest.raises(ValidationError) as caught:
+            launch(catalog, tenant, spec=catalog.half)
+        assert "spec" in caught.value.message_dict
+
+    def test_gpu_quota(self, catalog, tenant):
+        set_quota(tenant, gpu="0.5")
+        launch(catalog, tenant)
+        launch(catalog, tenant)
+        with pytest.raises(services.QuotaExceeded) as caught:
+            launch(catalog, tenant)
+        assert caught.value.code == "quota_exceeded"
+        assert "0.25" in caught.value.detail
+        assert Instance.objects.filter(tenant=tenant).count() == 2
+
+    def test_instance_quota(self, catalog, tenant):
+        set_quota(tenant, instances=1)
+        launch(catalog, tenant)
+        with pytest.raises(services.QuotaExceeded):
+            launch(catalog, tenant)
+
+    def test_stopped_failed_and_terminated_do_not_count(self, catalog, tenant):
+        set_quota(tenant, gpu="0.25", instances=1)
+        for state in (State.STOPPED, State.FAILED, State.TERMINATED, State.TERMINATING):
+            make_instance(catalog, tenant, state=state)
+        launch(catalog, tenant)
+        assert usage(tenant).gpu_used == Decimal("0.25")
+
+
+class TestPlacement:
+    def test_mig_slots_never_overlap(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.MIG)
+        placed = [launch(catalog, tenant, spec=catalog.mig1g) for _ in range(7)]
+        assert all(i.state == State.PROVISIONING for i in placed)
+        slots = sorted(s for i in placed for _, s, _ in claims_of(i))
+        assert slots == [0, 1, 2, 3, 4, 5, 6]  # 1g.10gb may not start at 7
+        assert launch(catalog, tenant, spec=catalog.mig1g).state == State.PENDING
+
+    def test_mig_profile_starts(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.MIG)
+        a = launch(catalog, tenant, spec=catalog.mig3g)
+        b = launch(catalog, tenant, spec=catalog.mig3g)
+        assert {tuple(s for _, s, _ in claims_of(i)) for i in (a, b)} == {
+            (0, 1, 2, 3),
+            (4, 5, 6, 7),
+        }
+        assert a.current_allocation().request["mig"]["profile"] == "3g.40gb"
+        assert launch(catalog, tenant, spec=catalog.mig1g).state == State.PENDING
+
+    def test_shared_sums_fractions(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        assert launch(catalog, tenant, spec=catalog.half).state == State.PROVISIONING
+        assert launch(catalog, tenant).state == State.PROVISIONING
+        assert launch(catalog, tenant).state == State.PROVISIONING
+        assert launch(catalog, tenant).state == State.PENDING
+
+    def test_whole_gpus_on_one_host(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host("a", gpus=1, mode=Mode.WHOLE)
+        catalog.host("b", gpus=1, mode=Mode.WHOLE)
+        assert launch(catalog, tenant, spec=catalog.whole2).state == State.PENDING
+        big = catalog.host("c", gpus=2, mode=Mode.WHOLE)
+        instance = launch(catalog, tenant, spec=catalog.whole2)
+        assert instance.state == State.PROVISIONING
+        assert instance.current_allocation().host == big
+        assert len(claims_of(instance)) == 16  # 2 GPUs × 8 slots
+        assert instance.current_allocation().request["gpus"] == [0, 1]
+
+    @pytest.mark.parametrize(
+        "status",
+        [Host.Status.CORDONED, Host.Status.DRAINING, Host.Status.MAINTENANCE,
+         Host.Status.UNREACHABLE, Host.Status.RETIRED],
+    )  # fmt: skip
+    def test_never_on_an_unschedulable_host(self, catalog, tenant, status):
+        catalog.host(gpus=1, mode=Mode.SHARED, status=status)
+        assert launch(catalog, tenant).state == State.PENDING
+
+    def test_never_on_an_unhealthy_gpu_or_the_wrong_mode(self, catalog, tenant):
+        host = catalog.host(gpus=2, mode=Mode.SHARED)
+        Gpu.objects.filter(host=host, index=0).update(healthy=False)
+        Gpu.objects.filter(host=host, index=1).update(mode=Mode.MIG)
+        assert launch(catalog, tenant).state == State.PENDING
+        assert launch(catalog, tenant, spec=catalog.mig1g).state == State.PROVISIONING
+
+    def test_host_cpu_and_ram(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.SHARED, vcpus=6, ram_mib=512000)  # room for one 4-vCPU spec
+        assert launch(catalog, tenant).state == State.PROVISIONING
+        assert launch(catalog, tenant).state == State.PENDING
+
+    def test_fragmentation_prefers_the_fuller_gpu(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host("a", gpus=2, mode=Mode.SHARED)
+        first = launch(catalog, tenant)
+        second = launch(catalog, tenant)
+        gpu = {claims_of(first)[0][0], claims_of(second)[0][0]}
+        assert len(gpu) == 1  # packed on one GPU, the other stays whole for a big request
+
+    def test_unique_slot_constraint_refuses_a_double_allocation(self, catalog, tenant):
+        from django.db import IntegrityError, transaction
+
+        host = catalog.host(gpus=1, mode=Mode.MIG)
+        gpu = host.gpus.get()
+        a = make_instance(catalog, tenant, state=State.RUNNING, spec=catalog.mig1g)
+        b = make_instance(catalog, tenant, state=State.RUNNING, spec=catalog.mig1g)
+        one = Allocation.objects.create(id="x1", instance=a, host=host, mode=Mode.MIG)
+        two = Allocation.objects.create(id="x2", instance=b, host=host, mode=Mode.MIG)
+        GpuClaim.objects.create(allocation=one, gpu=gpu, slot=3)
+        with pytest.raises(IntegrityError), transaction.atomic():
+            GpuClaim.objects.create(allocation=two, gpu=gpu, slot=3)
+
+    def test_fits_now_snapshot(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.MIG)
+        hosts = placement.snapshot(catalog.region.pk)
+        assert placement.fits_now(catalog.mig1g, hosts)
+        assert not placement.fits_now(catalog.quarter, hosts)
+        assert placement.snapshot(catalog.region2.pk).hosts == []
+
+
+class TestActions:
+    def test_stop_releases_and_kicks_the_queue(self, catalog, tenant, no_tasks):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        services.mark_running(instance.pk, instance.current_allocation().pk)
+        no_tasks.clear()
+        services.stop_instance(instance)
+        assert no_tasks == [("stop", instance.pk)]
+        assert Instance.objects.get(pk=instance.pk).state == State.STOPPING
+        assert claims_of(instance)  # held until the agent let go
+        assert services.finish_stop(instance.pk)
+        assert not services.finish_stop(instance.pk)  # a redelivery changes nothing
+        instance.refresh_from_db()
+        assert instance.state == State.STOPPED
+        assert claims_of(instance) == []
+        assert ("schedule_pending",) in no_tasks
+
+    def test_stop_a_queued_instance(self, catalog, tenant, no_tasks):
+        instance = launch(catalog, tenant)
+        services.stop_instance(instance)
+        assert Instance.objects.get(pk=instance.pk).state == State.STOPPED
+        assert no_tasks == []
+
+    def test_start_places_again_or_queues(self, catalog, tenant):
+        instance = make_instance(catalog, tenant, state=State.STOPPED)
+        services.start_instance(instance)
+        assert Instance.objects.get(pk=instance.pk).state == State.PENDING
+        other = make_instance(catalog, tenant, state=State.STOPPED)
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        services.start_instance(other)
+        assert Instance.objects.get(pk=other.pk).state == State.STARTING
+
+    def test_start_checks_quota(self, catalog, tenant):
+        set_quota(tenant, gpu="0.25")
+        launch(catalog, tenant)
+        stopped = make_instance(catalog, tenant, state=State.STOPPED)
+        with pytest.raises(services.QuotaExceeded):
+            services.start_instance(stopped)
+        assert Instance.objects.get(pk=stopped.pk).state == State.STOPPED
+
+    @pytest.mark.parametrize("state", State.values)
+    def test_actions_refused_in_the_wrong_state(self, catalog, tenant, state):
+        from console.instances.lifecycle import ACTIONS
+
+        set_quota(tenant)
+        calls = {
+            "stop": services.stop_instance,
+            "start": services.start_instance,
+            "reboot": services.reboot_instance,
+            "terminate": services.terminate_instance,
+            "resize": lambda i: services.resize_instance(i, catalog.half),
+        }
+        for action, call in calls.items():
+            instance = make_instance(catalog, tenant, state=state)
+            if state in ACTIONS[action]:
+                call(instance)
+                assert Instance.objects.get(pk=instance.pk).state != state or action == "resize"
+            else:
+                with pytest.raises(services.InvalidState):
+                    call(instance)
+                assert Instance.objects.get(pk=instance.pk).state == state
+
+    def test_terminate_releases_everything(self, catalog, tenant, no_tasks):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        services.terminate_instance(instance)
+        assert no_tasks[-1] == ("terminate", instance.pk)
+        assert services.finish_terminate(instance.pk)
+        instance.refresh_from_db()
+        assert instance.state == State.TERMINATED
+        assert instance.terminated_at is not None
+        assert claims_of(instance) == []
+
+    def test_fail_releases_the_slice(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        assert services.fail_instance(instance.pk, "agent_unavailable: down")
+        instance.refresh_from_db()
+        assert (instance.state, instance.state_reason) == (State.FAILED, "agent_unavailable: down")
+        assert claims_of(instance) == []
+        assert not services.fail_instance(instance.pk, "again")  # already failed
+
+
+class TestResize:
+    def running(self, catalog, tenant, spec=None):
+        instance = launch(catalog, tenant, spec=spec)
+        services.mark_running(instance.pk, instance.current_allocation().pk)
+        instance.refresh_from_db()
+        return instance
+
+    def test_in_place_when_the_gpu_has_room(self, catalog, tenant, no_tasks):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = self.running(catalog, tenant)
+        old = instance.current_allocation()
+        services.resize_instance(instance, catalog.half)
+        instance.refresh_from_db()
+        assert instance.state == State.REBOOTING
+        assert instance.spec == catalog.half
+        new = instance.current_allocation()
+        assert new.pk != old.pk and new.host == old.host
+        assert new.request["shared"]["milli"] == 500
+        assert claims_of(instance) == [(0, None, 500)]
+        assert no_tasks[-1] == ("resize", instance.pk, old.pk)
+        assert services.mark_running(instance.pk, new.pk)
+
+    def test_stop_place_start_when_the_gpu_is_full(self, catalog, tenant, no_tasks):
+        set_quota(tenant)
+        catalog.host("a", gpus=1, mode=Mode.SHARED)
+        instance = self.running(catalog, tenant)
+        fillers = [launch(catalog, tenant, spec=catalog.half), launch(catalog, tenant)]
+        assert {f.state for f in fillers} == {State.PROVISIONING}  # 250 + 500 + 250 of 1000
+        spare = catalog.host("b", gpus=1, mode=Mode.SHARED)
+        services.resize_instance(instance, catalog.half)
+        instance.refresh_from_db()
+        assert instance.state == State.STOPPING and instance.resume_after_stop
+        assert usage(tenant).gpu_used == Decimal("1.25")  # its new quota stays reserved
+        assert no_tasks[-1] == ("stop", instance.pk)
+        services.finish_stop(instance.pk)
+        instance.refresh_from_db()
+        assert instance.state == State.STARTING
+        assert not instance.resume_after_stop
+        assert instance.current_allocation().host == spare
+        assert states(instance)[-3:] == ["stopping", "stopped", "starting"]
+
+    def test_quota_first(self, catalog, tenant):
+        set_quota(tenant, gpu="0.25")
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = self.running(catalog, tenant)
+        with pytest.raises(services.QuotaExceeded):
+            services.resize_instance(instance, catalog.half)
+        instance.refresh_from_db()
+        assert (instance.state, instance.spec) == (State.RUNNING, catalog.quarter)
+
+    def test_a_stopped_instance_just_changes_spec(self, catalog, tenant):
+        instance = make_instance(catalog, tenant, state=State.STOPPED)
+        services.resize_instance(instance, catalog.mig1g)
+        instance.refresh_from_db()
+        assert (instance.state, instance.spec) == (State.STOPPED, catalog.mig1g)
+        assert "Resize from a100-quarter to a100-1g10gb" in instance.events.last().message
+
+
+class TestScheduler:
+    def test_priority_then_age_with_backfill(self, catalog, tenant, other_tenant):
+        set_quota(tenant)
+        set_quota(other_tenant)
+        launch(catalog, tenant, spec=catalog.half, name="old")
+        big = launch(catalog, tenant, spec=catalog.whole1, name="big")
+        young = launch(catalog, other_tenant, spec=catalog.half, name="young")
+        vip = launch(catalog, other_tenant, spec=catalog.half, name="vip")
+        Instance.objects.filter(pk=vip.pk).update(priority=5)
+        catalog.host(gpus=1, mode=Mode.SHARED)  # room for two halves
+        assert services.schedule_pending() == 2
+        placed = set(
+            Instance.objects.filter(state=State.PROVISIONING).values_list("name", flat=True)
+        )
+        assert placed == {"vip", "old"}
+        assert Instance.objects.get(pk=young.pk).state == State.PENDING
+        assert Instance.objects.get(pk=big.pk).state == State.PENDING
+
+    def test_released_capacity_goes_to_the_queue(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.WHOLE)
+        first = launch(catalog, tenant, spec=catalog.whole1)
+        waiting = launch(catalog, tenant, spec=catalog.whole1)
+        assert waiting.state == State.PENDING
+        services.terminate_instance(first)
+        services.finish_terminate(first.pk)
+        assert services.schedule_pending() == 1
+        assert Instance.objects.get(pk=waiting.pk).state == State.PROVISIONING
+
+
+class TestFailover:
+    def test_unreachable_longer_than_the_grace(self, catalog, tenant, settings):
+        settings.HOST_FAILOVER_SECONDS = 60
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        running = launch(catalog, tenant)
+        services.mark_running(running.pk, running.current_allocation().pk)
+        stopping = launch(catalog, tenant)
+        services.mark_running(stopping.pk, stopping.current_allocation().pk)
+        services.stop_instance(stopping)
+        InstanceEvent.objects.update(at=F("at") - timedelta(minutes=5))  # it ran for a while
+        now = timezone.now()
+        heartbeat = now - timedelta(seconds=75)
+        Host.objects.filter(pk=host.pk).update(
+            status=Host.Status.UNREACHABLE,
+            unreachable_since=now - timedelta(seconds=30),
+            last_heartbeat_at=heartbeat,
+        )
+        assert services.fail_over_hosts(now) == 0  # not long enough yet
+        Host.objects.filter(pk=host.pk).update(unreachable_since=now - timedelta(seconds=61))
+        assert services.fail_over_hosts(now) == 2
+        running.refresh_from_db()
+        assert (running.state, running.state_reason) == (State.FAILED, "host_unreachable")
+        event = running.events.last()
+        assert event.at == heartbeat  # billing stops at the last heartbeat
+        assert Instance.objects.get(pk=stopping.pk).state == State.STOPPED
+        assert GpuClaim.objects.count() == 0
+        assert services.fail_over_hosts(now) == 0  # idempotent
+
+    def test_failed_never_before_the_last_event(self, catalog, tenant):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        running = launch(catalog, tenant)
+        services.mark_running(running.pk, running.current_allocation().pk)
+        last = running.events.order_by("at").last().at
+        Host.objects.filter(pk=host.pk).update(
+            status=Host.Status.UNREACHABLE,
+            unreachable_since=timezone.now() - timedelta(hours=1),
+            last_heartbeat_at=last - timedelta(seconds=5),
+        )
+        services.fail_over_hosts()
+        assert running.events.order_by("at", "pk").last().at == last
+
+
+def test_reconcile_queues_again_what_a_lost_task_left_stuck(catalog, tenant, no_tasks):
+    stuck = make_instance(catalog, tenant, state=State.PROVISIONING, name="stuck")
+    fresh = make_instance(catalog, tenant, state=State.STOPPING, name="fresh")
+    Instance.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(minutes=10))
+    assert services.requeue_stuck() == 1
+    assert no_tasks == [("provision", stuck.pk)]
+    assert Instance.objects.get(pk=fresh.pk).state == State.STOPPING

@@ -1,0 +1,190 @@
+"""The tasks, run eagerly in this process against an in-memory agent: what each one does,
+that a redelivery is harmless, retries, the final `failed`, and reconcile."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from console.catalog.models import Mode
+from console.instances import services, tasks
+from console.instances.models import Allocation, Instance, State
+from tests.instances.fakes import FakeAgents
+
+
+@pytest.fixture
+def agents(monkeypatch):
+    return FakeAgents().install(monkeypatch)
+
+
+@pytest.fixture
+def eager(settings, monkeypatch):
+    """Tasks queued on commit run at once, here; the retries do not wait."""
+    monkeypatch.setattr(tasks.HostTask, "max_retries", 2)
+    monkeypatch.setattr(tasks.HostTask, "retry_backoff", 0)
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    from console.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = False
+    yield
+    app.conf.task_always_eager = False
+
+
+def state(instance):
+    return Instance.objects.get(pk=instance.pk).state
+
+
+def launch(catalog, tenant, **kw):
+    return services.launch_instance(
+        tenant, name=kw.pop("name", "box"), spec=kw.pop("spec", catalog.quarter),
+        image=catalog.image, **kw,
+    )  # fmt: skip
+
+
+def test_launch_to_running_and_a_redelivery_is_harmless(
+    catalog, tenant, agents, django_capture_on_commit_callbacks
+):
+    host = catalog.host(gpus=1, mode=Mode.SHARED)
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        instance = launch(catalog, tenant)
+    assert state(instance) == State.PROVISIONING
+    tasks.provision.apply(args=[instance.pk])
+    assert state(instance) == State.RUNNING
+    allocation = instance.current_allocation()
+    assert list(agents.hosts[host.name]) == [allocation.pk]
+    tasks.provision.apply(args=[instance.pk])  # redelivered: nothing more happens
+    assert instance.events.count() == 3
+    assert len(queued) >= 1
+
+
+def test_stop_deletes_on_the_agent_and_survives_redelivery(catalog, tenant, agents):
+    host = catalog.host(gpus=1, mode=Mode.SHARED)
+    instance = launch(catalog, tenant)
+    tasks.provision.apply(args=[instance.pk])
+    services.stop_instance(instance)
+    tasks.stop.apply(args=[instance.pk])
+    assert state(instance) == State.STOPPED
+    assert agents.hosts[host.name] == {}
+    tasks.stop.apply(args=[instance.pk])
+    assert state(instance) == State.STOPPED
+
+
+def test_agent_down_retries_then_failed(catalog, tenant, agents, eager):
+    host = catalog.host(gpus=1, mode=Mode.SHARED)
+    agents.down.add(host.name)
+    instance = launch(catalog, tenant)
+    tasks.provision.apply(args=[instance.pk])
+    instance.refresh_from_db()
+    assert instance.state == State.FAILED
+    assert instance.state_reason.startswith("agent_unavailable: gave up after 2 retries")
+    assert agents.calls.count(host.name) == 3  # the call and two retries
+    assert instance.current_allocation() is None
+
+
+def test_agent_refusal_fails_at_once(catalog, tenant, agents, monkeypatch):
+    from console.fleet import agent_client
+    from console.fleet.agent_client import AgentRejected
+
+    catalog.host(gpus=1, mode=Mode.SHARED)
+
+    def refuse(host, alloc_id, body):
+        raise AgentRejected(host, "bad body", 400, "invalid_body")
+
+    monkeypatch.setattr(agent_client, "create_allocation", refuse)
+    instance = launch(catalog, tenant)
+    tasks.provision.apply(args=[instance.pk])
+    instance.refresh_from_db()
+    assert instance.state == State.FAILED
+    assert instance.state_reason.startswith("agent_rejected")
+
+
+def test_resize_in_place_swaps_the_allocation(catalog, tenant, agents):
+    host = catalog.host(gpus=1, mode=Mode.SHARED)
+    instance = launch(catalog, tenant)
+    tasks.provision.apply(args=[instance.pk])
+    old = instance.current_allocation().pk
+    services.resize_instance(instance, catalog.half)
+    tasks.resize.apply(args=[instance.pk, old])
+    assert state(instance) == State.RUNNING
+    new = Instance.objects.get(pk=instance.pk).current_allocation()
+    assert list(agents.hosts[host.name]) == [new.pk]
+    assert agents.hosts[host.name][new.pk]["body"]["shared"]["milli"] == 500
+
+
+def test_terminate_and_reboot(catalog, tenant, agents):
+    host = catalog.host(gpus=1, mode=Mode.SHARED)
+    instance = launch(catalog, tenant)
+    tasks.provision.apply(args=[instance.pk])
+    services.reboot_instance(instance)
+    tasks.reboot.apply(args=[instance.pk])
+    assert state(instance) == State.RUNNING
+    services.terminate_instance(instance)
+    tasks.terminate.apply(args=[instance.pk])
+    assert state(instance) == State.TERMINATED
+    assert agents.hosts[host.name] == {}
+
+
+class TestReconcile:
+    def test_orphans_are_removed(self, catalog, tenant, agents):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        agents.hosts[host.name]["stray-1"] = {"id": "stray-1", "state": "running", "body": {}}
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome == {"removed": ["stray-1"], "failed": []}
+        assert list(agents.hosts[host.name]) == [instance.current_allocation().pk]
+
+    def test_a_vanished_allocation_fails_its_instance(self, catalog, tenant, agents):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        Instance.objects.filter(pk=instance.pk).update(
+            updated_at=timezone.now() - timedelta(seconds=5)
+        )
+        agents.hosts[host.name].clear()
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome["failed"] == [instance.pk]
+        instance.refresh_from_db()
+        assert instance.state == State.FAILED
+        assert instance.state_reason.startswith("allocation_vanished")
+
+    def test_a_lost_allocation_fails_its_instance(self, catalog, tenant, agents):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        allocation = instance.current_allocation().pk
+        agents.hosts[host.name][allocation].update(state="lost", reason="GPU fell off the bus")
+        tasks.reconcile_host.apply(args=[host.pk])
+        instance.refresh_from_db()
+        assert instance.state == State.FAILED
+        assert "GPU fell off the bus" in instance.state_reason
+
+    def test_a_just_started_instance_is_left_alone(self, catalog, tenant, agents):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        agents.hosts[host.name].clear()
+        Instance.objects.filter(pk=instance.pk).update(
+            updated_at=timezone.now() + timedelta(seconds=5)  # after the agent was listed
+        )
+        tasks.reconcile_host.apply(args=[host.pk])
+        assert state(instance) == State.RUNNING
+
+    def test_a_host_that_comes_back_loses_what_it_ran(self, catalog, tenant, agents):
+        from console.fleet.models import Host
+
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        Host.objects.filter(pk=host.pk).update(
+            status=Host.Status.UNREACHABLE,
+            unreachable_since=timezone.now() - timedelta(minutes=5),
+            last_heartbeat_at=timezone.now() - timedelta(minutes=5),
+        )
+        services.fail_over_hosts()
+        assert state(instance) == State.FAILED
+        assert Allocation.objects.get(instance=instance).released_at is not None
+        Host.objects.filter(pk=host.pk).update(status=Host.Status.ACTIVE, unreachable_since=None)
+        tasks.reconcile_host.apply(args=[host.pk])
+        assert agents.hosts[host.name] == {}

@@ -1,0 +1,173 @@
+"""Console pages: list, launch form, detail, actions, terminate confirmation."""
+
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from accounts.models import Quota
+from accounts.roles import Role
+from console.catalog.models import Mode
+from console.instances import services
+from console.instances.models import Instance, State
+from tests.instances.helpers import make_instance
+
+pytestmark = pytest.mark.usefixtures("no_tasks")
+
+
+@pytest.fixture
+def browser_of():
+    def login(membership):
+        client = Client()
+        client.force_login(membership.user)
+        return client
+
+    return login
+
+
+@pytest.fixture
+def web(member, browser_of):
+    return browser_of(member)
+
+
+def test_list_shows_the_tenants_instances(web, catalog, tenant, other_tenant):
+    make_instance(catalog, tenant, state=State.RUNNING, name="mine")
+    make_instance(catalog, tenant, state=State.TERMINATED, name="gone")
+    make_instance(catalog, other_tenant, state=State.RUNNING, name="theirs")
+    page = web.get("/instances/").content.decode()
+    assert "mine" in page and "theirs" not in page and "gone" not in page
+    assert "data-live-list" in page and "js/instances.js" in page
+    assert "gone" in web.get("/instances/?state=terminated").content.decode()
+
+
+def test_list_query_count_is_flat(web, catalog, tenant):
+    make_instance(catalog, tenant, state=State.RUNNING, name="a")
+    web.get("/instances/")
+    with CaptureQueriesContext(connection) as few:
+        web.get("/instances/")
+    for i in range(8):
+        make_instance(catalog, tenant, state=State.RUNNING, name=f"b{i}")
+    with CaptureQueriesContext(connection) as many:
+        web.get("/instances/")
+    assert len(many) == len(few)
+
+
+def test_launch_form_shows_specs_fits_and_quota(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.MIG)
+    page = web.get("/instances/launch/").content.decode()
+    assert "NVIDIA A100 80GB · MIG slice" in page
+    assert "NVIDIA A100 80GB · Shared fraction" in page
+    assert 'data-spec="a100-1g10gb" data-gpu="0.125" data-fits="local-1"' in page
+    assert 'data-spec="a100-quarter" data-gpu="0.25" data-fits=""' in page  # will queue
+    assert "365.00" in page  # $0.50/h × 730 h
+    assert 'data-gpu-quota="2.000"' in page
+
+
+def test_launch_from_the_form(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.SHARED)
+    response = web.post(
+        "/instances/launch/",
+        {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "nb"},
+    )
+    instance = Instance.objects.get(name="nb")
+    assert response.status_code == 302 and response["Location"] == f"/instances/{instance.pk}/"
+    assert instance.state == State.PROVISIONING
+
+
+def test_launch_form_errors(web, catalog, tenant):
+    response = web.post(
+        "/instances/launch/",
+        {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "No!"},
+    )
+    assert response.status_code == 200
+    assert "lowercase letters" in response.content.decode()
+    Quota.objects.filter(tenant=tenant).update(gpu_quota=Decimal("0.1"))
+    response = web.post(
+        "/instances/launch/",
+        {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "ok"},
+    )
+    assert "needs 0.25 GPU" in response.content.decode()
+    assert not Instance.objects.exists()
+
+
+def test_viewers_cannot_launch_or_act(catalog, tenant, make_member, browser_of):
+    viewer = browser_of(make_member(tenant, Role.VIEWER))
+    instance = make_instance(catalog, tenant, state=State.RUNNING)
+    page = viewer.get(f"/instances/{instance.pk}/").content.decode()
+    assert "data-action" not in page
+    assert "Launch instance" not in viewer.get("/instances/").content.decode()
+    viewer.post(
+        "/instances/launch/",
+        {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "v"},
+    )
+    viewer.post(f"/instances/{instance.pk}/stop/")
+    viewer.post(f"/instances/{instance.pk}/terminate/")
+    assert Instance.objects.count() == 1
+    assert Instance.objects.get(pk=instance.pk).state == State.RUNNING
+
+
+def test_detail_actions_and_terminate_confirmation(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.SHARED)
+    instance = services.launch_instance(
+        tenant, name="nb", spec=catalog.quarter, image=catalog.image
+    )
+    services.mark_running(instance.pk, instance.current_allocation().pk)
+    page = web.get(f"/instances/{instance.pk}/").content.decode()
+    for action in ("stop", "reboot", "terminate", "resize"):
+        assert f'data-action="{action}"' in page
+    assert 'data-action="start"' not in page
+    assert "placement-host" not in page  # tenants do not see hosts
+    fragment = web.get(f"/instances/{instance.pk}/?partial=1").content.decode()
+    assert fragment.lstrip().startswith("<div data-live-detail")
+
+    web.post(f"/instances/{instance.pk}/reboot/")
+    assert Instance.objects.get(pk=instance.pk).state == State.REBOOTING
+    response = web.post(f"/instances/{instance.pk}/reboot/", follow=True)
+    assert "Cannot reboot an instance that is rebooting." in response.content.decode()
+
+    confirm = web.get(f"/instances/{instance.pk}/terminate/").content.decode()
+    assert "Terminate nb?" in confirm
+    assert Instance.objects.get(pk=instance.pk).state == State.REBOOTING  # asking changed nothing
+    web.post(f"/instances/{instance.pk}/terminate/")
+    assert Instance.objects.get(pk=instance.pk).state == State.TERMINATING
+
+
+def test_resize_from_the_page(web, catalog, tenant):
+    instance = make_instance(catalog, tenant, state=State.STOPPED)
+    web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half"})
+    assert Instance.objects.get(pk=instance.pk).spec == catalog.half
+
+
+def test_operators_see_host_gpu_and_slice(catalog, tenant, make_member, browser_of):
+    ops = make_member(tenant, Role.MEMBER, username="ops")
+    ops.user.is_staff = True
+    ops.user.save()
+    host = catalog.host("rack-7", gpus=1, mode=Mode.MIG)
+    instance = services.launch_instance(tenant, name="m", spec=catalog.mig1g, image=catalog.image)
+    page = browser_of(ops).get(f"/instances/{instance.pk}/").content.decode()
+    assert host.name in page and "MIG 1g.10gb at slot" in page and "gpu0" in page
+
+
+def test_another_tenants_instance_is_404(web, catalog, other_tenant):
+    theirs = make_instance(catalog, other_tenant, state=State.RUNNING)
+    assert web.get(f"/instances/{theirs.pk}/").status_code == 404
+    assert web.post(f"/instances/{theirs.pk}/stop/").status_code == 404
+    assert web.get(f"/instances/{theirs.pk}/terminate/").status_code == 404
+
+
+def test_admin_pages(catalog, tenant, make_member, browser_of):
+    from django.contrib.auth import get_user_model
+
+    admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client = Client()
+    client.force_login(admin)
+    catalog.host(gpus=1, mode=Mode.SHARED)
+    instance = services.launch_instance(
+        tenant, name="adm", spec=catalog.quarter, image=catalog.image
+    )
+    assert client.get("/admin/instances/instance/").status_code == 200
+    assert client.get(f"/admin/instances/instance/{instance.pk}/change/").status_code == 200
+    allocation = instance.current_allocation()
+    assert client.get(f"/admin/instances/allocation/{allocation.pk}/change/").status_code == 200
