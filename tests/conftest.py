@@ -85,13 +85,14 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     """Headless Debian Chromium driven by Playwright (never a downloaded browser)."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does it)")
-    # Playwright's sync API keeps an event loop in this thread; the ORM calls the tests make
-    # around it are still plain synchronous calls.
+    # Playwright's sync API keeps an event loop in this thread while it runs (hence module
+    # scope: later tests may run their own loops); the ORM calls the tests make around it are
+    # still plain synchronous calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     from playwright.sync_api import sync_playwright
 

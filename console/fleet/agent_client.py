@@ -1,5 +1,6 @@
 """The only code that speaks HTTP to host agents."""
 
+import os
 from typing import Any
 
 import httpx
@@ -13,10 +14,16 @@ class AgentError(Exception):
 
     transient = False
 
-    def __init__(self, host: Host, message: str, status: int | None = None, code: str = ""):
-        super().__init__(f"{host.name}: {message}")
+    def __init__(self, host: Host | str, message: str, status: int | None = None, code: str = ""):
+        self.host_name = host if isinstance(host, str) else host.name
+        self.message = message
         self.status = status
         self.code = code
+        super().__init__(f"{self.host_name}: {message}")
+
+    def __reduce__(self):
+        # Celery pickles task errors: rebuild from plain values, not the Host row.
+        return (self.__class__, (self.host_name, self.message, self.status, self.code))
 
 
 class AgentUnavailable(AgentError):
@@ -29,9 +36,22 @@ class AgentRejected(AgentError):
     """The agent refused the request (4xx): retrying the same call will not help."""
 
 
+_clients: dict[int, httpx.Client] = {}
+
+
+def _client() -> httpx.Client:
+    """One client per process, so calls reuse kept-alive connections (a fresh client costs a
+    TLS context and a connection: ~20-40 ms, against ~1.5 ms on a warm one). Keyed by pid
+    because Celery's prefork workers must not share a parent's sockets."""
+    client = _clients.get(os.getpid())
+    if client is None:
+        client = _clients[os.getpid()] = httpx.Client()
+    return client
+
+
 def _request(host: Host, method: str, path: str, json: Any = None) -> httpx.Response:
     try:
-        response = httpx.request(
+        response = _client().request(
             method,
             host.address.rstrip("/") + path,
             json=json,

@@ -295,8 +295,10 @@ def resize_instance(instance: Instance, spec: Spec, *, actor=None) -> Instance:
         old = instance.spec
         if spec.pk == old.pk:
             raise ValidationError({"spec": f"The instance already is a {spec.code}."})
-        if instance.state != S.STOPPED:  # a stopped instance's quota is checked when it starts
+        if instance.state != S.STOPPED:  # a stopped instance is checked when it starts
             _check_quota(quota, spec, exclude_instance_id=instance.pk)
+            if spec.price_per_hour > old.price_per_hour:
+                _check_budget(instance.tenant)
         message = f"Resize from {old.code} to {spec.code}"
         if instance.state == S.STOPPED:
             Instance.objects.filter(pk=instance.pk).update(spec=spec, updated_at=timezone.now())

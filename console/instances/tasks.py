@@ -54,15 +54,13 @@ class HostTask(Task):
         )
 
     def on_failure(self, exc, task_id, args, kwargs, einfo):
-        # an eager retry hands over the exception wrapped (AgentError does not pickle)
-        kind = getattr(exc, "exc_cls_name", exc.__class__.__name__)
-        detail = getattr(exc, "exc_msg", None) or str(exc)
-        if kind == AgentUnavailable.__name__:
+        detail = str(exc)
+        if isinstance(exc, AgentUnavailable):
             reason = f"agent_unavailable: gave up after {self.max_retries} retries: {detail}"
-        elif kind == AgentRejected.__name__:
+        elif isinstance(exc, AgentRejected):
             reason = f"agent_rejected: {detail}"
         else:
-            reason = f"internal_error: {kind} in {self.name.rsplit('.', 1)[-1]}"
+            reason = f"internal_error: {exc.__class__.__name__} in {self.name.rsplit('.', 1)[-1]}"
         log.warning("instance %s failed in %s: %s", args[0], self.name, detail)
         services.fail_instance(args[0], reason)
 

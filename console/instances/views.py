@@ -131,6 +131,8 @@ def launch(request):
 
 
 def _detail_context(request, instance):
+    from billing.services import stopped_disk_cost_per_month  # billing imports this app
+
     allocation = None
     if request.user.is_staff:
         allocation = instance.allocations.select_related("host").first()
@@ -143,6 +145,7 @@ def _detail_context(request, instance):
         "allocation": allocation,
         "placement": placement.describe(allocation) if allocation else None,
         "per_month": (instance.spec.price_per_hour * HOURS_PER_MONTH).quantize(Decimal("0.01")),
+        "stopped_per_month": stopped_disk_cost_per_month(instance),
     }
 
 

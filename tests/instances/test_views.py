@@ -119,6 +119,8 @@ def test_detail_actions_and_terminate_confirmation(web, catalog, tenant):
         assert f'data-action="{action}"' in page
     assert 'data-action="start"' not in page
     assert "placement-host" not in page  # tenants do not see hosts
+    # before stopping, the page says what the kept disk will cost (50 GiB x $0.10)
+    assert "$5.00/month for its 50 GiB disk" in page
     fragment = web.get(f"/instances/{instance.pk}/?partial=1").content.decode()
     assert fragment.lstrip().startswith("<div data-live-detail")
 
