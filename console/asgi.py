@@ -9,11 +9,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from accounts.websocket import TenantAuthMiddleware  # noqa: E402
+from console.fleet.asgi import with_samples_route  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": with_samples_route(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             TenantAuthMiddleware(URLRouter(websocket_urlpatterns))
         ),

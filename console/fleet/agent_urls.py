@@ -7,5 +7,5 @@ from console.fleet import agent_api
 urlpatterns = [
     path("register", agent_api.RegisterView.as_view(), name="agent-register"),
     path("heartbeat", agent_api.HeartbeatView.as_view(), name="agent-heartbeat"),
-    path("samples", agent_api.SamplesView.as_view(), name="agent-samples"),
+    path("samples", agent_api.samples_view, name="agent-samples"),
 ]

@@ -1,18 +1,25 @@
-"""Where an agent's metric samples enter the control plane.
+"""Where an agent's metric samples enter the control plane: `POST /agent/v1/samples`.
 
-The agent API authenticates the host, checks the batch's shape (`check_batch`) and hands it to
-`ingest`. For now `ingest` only follows GPU health; the metrics pipeline (live window, history,
-websockets, Prometheus) grows here."""
+Every agent posts a batch each second, so this endpoint is the control plane's hottest path.
+`accept_batch` is the whole endpoint as a plain function: console/asgi.py serves it straight
+from the ASGI server (no middleware stack, whose synchronous parts cost a thread hand-off each),
+and a small Django view serves the same function to anything that goes through the URLconf.
+It authenticates the host, checks the batch (`check_batch`), and `ingest`s it: GPU health, then
+the metrics pipeline (live window, websockets, history, Prometheus)."""
 
+import json
 import logging
 
 from django.utils import timezone
 
 from console.fleet.models import Gpu, Host
+from console.fleet.services import host_for_secret
+from console.metrics.ingest import ingest_samples
 
 log = logging.getLogger(__name__)
 
 MAX_SAMPLES = 20000
+MAX_BODY_BYTES = 16 * 1024 * 1024
 KINDS = ("gpu", "mig", "allocation")
 NUMBER = (int, float)
 # field: (accepted types, may be null)
@@ -82,9 +89,44 @@ def check_batch(samples) -> dict[str, str]:
     return errors
 
 
+def _error(status: int, code: str, detail: str) -> tuple[int, dict]:
+    return status, {"code": code, "detail": detail}
+
+
+def accept_batch(authorization: str, body: bytes) -> tuple[int, dict]:
+    """The samples endpoint: (HTTP status, JSON answer) for an Authorization header and a body."""
+    keyword, _, secret = authorization.partition(" ")
+    if keyword.lower() != "bearer" or not secret.strip():
+        return _error(401, "not_authenticated", "Authorization must be 'Bearer <host secret>'.")
+    host = host_for_secret(secret.strip())
+    if host is None:
+        return _error(401, "invalid_secret", "Invalid host secret.")
+    if len(body) > MAX_BODY_BYTES:
+        return _error(413, "too_large", f"A batch is at most {MAX_BODY_BYTES} bytes.")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return _error(400, "parse_error", "The body is not JSON.")
+    if not isinstance(data, dict):
+        return _error(400, "parse_error", "The body must be a JSON object.")
+    host_id = data.get("host_id")
+    if not isinstance(host_id, int) or isinstance(host_id, bool):
+        return _error(400, "invalid", "host_id: must be an integer")
+    if host_id != host.pk:
+        detail = f"This secret belongs to host {host.pk} ({host.name}), not {host_id}."
+        return _error(403, "wrong_host", detail)
+    errors = check_batch(data.get("samples"))
+    if errors:
+        return _error(400, "invalid", "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    ingest(host, data["samples"])
+    return 202, {"accepted": len(data["samples"])}
+
+
 def ingest(host: Host, samples: list[dict]) -> None:
-    """Take a checked batch of one host's samples. Today: GPU health follows the latest GPU
-    sample of each GPU (a GPU the agent no longer lists stays as the heartbeat left it)."""
+    """Take a checked batch of one host's samples: GPU health follows the latest GPU sample of
+    each GPU (a GPU the agent no longer lists stays as the heartbeat left it), and the metrics
+    pipeline gets the batch."""
+    ingest_samples(host, samples)
     latest: dict[str, dict] = {}
     for sample in samples:
         uuid = sample.get("gpu_uuid")

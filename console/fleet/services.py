@@ -2,6 +2,7 @@
 heartbeats, host status, GPU modes. The agent API, the fleet page, the admin, the management
 command and the watchdog call them and stay thin."""
 
+import hmac
 import logging
 import re
 import secrets
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from console.catalog.models import GpuModel, Mode, Region
 from console.fleet import agent_client
-from console.fleet.models import Gpu, Host, HostEvent, JoinToken
+from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret
 from console.instances.models import GpuClaim
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,15 @@ HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # The agent samples every second; it heartbeats a few times per grace period so that one lost
 # heartbeat never makes a host unreachable.
 SAMPLE_INTERVAL_SECONDS = 1.0
+
+
+def host_for_secret(secret: str) -> Host | None:
+    """The host whose agent holds this secret: found by the secret's hash, then the secret
+    itself compared in constant time."""
+    host = Host.objects.filter(secret_hash=hash_secret(secret)).first()
+    if host is None or not hmac.compare_digest(host.secret.encode(), secret.encode()):
+        return None
+    return host
 
 
 def heartbeat_interval() -> float:

@@ -252,3 +252,34 @@ def test_heartbeat_answers_the_hosts_status(register):
     host.refresh_from_db()
     assert host.agent_version == "0.2.0"
     assert Mode.MIG in host.gpus.values_list("mode", flat=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_asgi_server_answers_samples_itself(register):
+    """console.asgi serves POST /agent/v1/samples without Django's stack: same answers."""
+    import asyncio
+
+    import httpx
+
+    from console.asgi import application
+
+    host, secret = register()
+    gpu = host.gpus.get(index=0)
+
+    async def post(body, token=secret):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            return await client.post(
+                "/agent/v1/samples", json=body, headers={"Authorization": f"Bearer {token}"}
+            )
+
+    ok = asyncio.run(post({"host_id": host.pk, "samples": [sample(gpu, healthy=False)]}))
+    assert ok.status_code == 202
+    assert ok.json() == {"accepted": 1}
+    gpu.refresh_from_db()
+    assert not gpu.healthy
+    assert asyncio.run(post({"host_id": host.pk, "samples": []}, token="nope")).status_code == 401
+    wrong = asyncio.run(post({"host_id": host.pk + 1, "samples": []}))
+    assert (wrong.status_code, wrong.json()["code"]) == (403, "wrong_host")
+    bad = asyncio.run(post({"host_id": host.pk, "samples": [{"kind": "gpu"}]}))
+    assert (bad.status_code, bad.json()["code"]) == (400, "invalid")

@@ -1,0 +1,592 @@
+"""Live metrics fan-out: N agents x G GPUs pushing 1 Hz samples through the real ASGI server
+(uvicorn subprocesses) and Redis to M websocket viewers, each watching one instance.
+
+Everything runs in a throwaway directory: a SQLite database (migrated here, with N hosts of G
+GPUs, one whole-GPU instance per GPU, and tenants of 8 instances with a member token each),
+Redis (REDIS_URL, else `--redis embedded`: the fakeredis server `make run` uses, in its own
+process; or `--redis redis-server`), and `--servers` uvicorn processes. The agents are simulated
+in this process (asyncio + httpx): each posts the agent sample contract (a `gpu` and an
+`allocation` sample per GPU) once a second to /agent/v1/samples with its host's secret. The
+viewers are `websockets` clients on /ws/instances/<id>/metrics/ with a member's bearer token.
+
+Per run it prints: samples in, messages expected and delivered, lost, agent-read → client-
+received latency (p50/p99/max), the CPU the server processes (and Redis) used, as cores.
+The baseline (`polling`) is the target load watched by plain HTTP polling of the history API
+every second instead of websockets.
+
+    .venv/bin/python bench/metrics.py                        # small, target, polling
+    .venv/bin/python bench/metrics.py --runs target --seconds 30 --servers 4 --redis redis-server
+    .venv/bin/python bench/metrics.py --agents 50 --gpus 8 --viewers 200 --runs custom
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RUNS = {
+    "small": {"agents": 10, "gpus": 8, "viewers": 50, "watch": "ws"},
+    "target": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "ws"},
+    "polling": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "poll"},
+}
+INSTANCES_PER_TENANT = 8
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU of a process and its reaped children, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLK_TCK
+
+
+# --- the throwaway installation -------------------------------------------------------------
+
+
+def prepare_environment(work: Path, redis: str) -> tuple[str, subprocess.Popen | None]:
+    """Point this process (and the servers it starts) at a fresh database and a Redis."""
+    from console import processes
+
+    os.environ["GPUCLOUD_VAR_DIR"] = str(work)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
+    if not os.environ.get("DATABASE_URL"):
+        os.environ["DATABASE_URL"] = ""
+        os.environ["GPUCLOUD_SQLITE_PATH"] = str(work / "bench.sqlite3")
+    os.environ["LOG_LEVEL"] = "WARNING"
+    os.environ["METRICS_ALLOWED_IPS"] = "127.0.0.1"
+    proc = None
+    url = os.environ.get("REDIS_URL", "")
+    if not url or redis != "env":
+        port = processes.free_port()
+        if redis == "redis-server":
+            binary = shutil.which("redis-server")
+            if not binary:
+                raise SystemExit("--redis redis-server: no redis-server binary")
+            cmd = [binary, "--port", str(port), "--save", "", "--appendonly", "no"]
+        else:
+            # What `make run` starts (console.processes.start_embedded_redis), with Nagle off:
+            # its replies are small writes that otherwise wait 40 ms for delayed ACKs.
+            code = (
+                "from fakeredis import TcpFakeServer; "
+                f"server = TcpFakeServer(('127.0.0.1', {port}), server_type='redis'); "
+                "server.daemon_threads = True; "
+                "server.RequestHandlerClass.disable_nagle_algorithm = True; "
+                "server.serve_forever()"
+            )
+            cmd = [sys.executable, "-c", code]
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 20
+        import redis as redis_client
+
+        while time.monotonic() < deadline:
+            try:
+                redis_client.Redis.from_url(url).ping()
+                break
+            except redis_client.ConnectionError:
+                time.sleep(0.1)
+        else:
+            raise SystemExit(f"Redis did not start: {' '.join(cmd)}")
+    os.environ["REDIS_URL"] = url
+    return url, proc
+
+
+@dataclass
+class World:
+    hosts: list[dict] = field(
+        default_factory=list
+    )  # {id, secret, gpus: [(index, uuid, alloc, instance)]}
+    tokens: dict[int, str] = field(default_factory=dict)  # instance id -> a member's token
+
+
+def build_world(agents: int, gpus: int) -> World:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+
+    from accounts import services as accounts_services
+    from accounts.models import Membership, Quota, Tenant
+    from accounts.roles import Role
+    from console.catalog.models import GpuModel, Image, Mode, Region, Spec
+    from console.fleet.models import Gpu, Host
+    from console.instances.models import Allocation, Instance, State
+
+    region = Region.objects.create(code="bench-1", name="Bench 1")
+    model = GpuModel.objects.create(code="a100-80gb", name="NVIDIA A100 80GB", memory_mib=81920)
+    image = Image.objects.create(name="pytorch", cuda_version="12.4")
+    spec = Spec.objects.create(
+        code="a100x1", name="1x A100", gpu_model=model, mode=Mode.WHOLE, gpu_memory_mib=81920,
+        vcpus=8, ram_mib=65536, disk_gib=100, price_per_hour="2.0000",
+    )  # fmt: skip
+    world = World()
+    hosts = []
+    for n in range(agents):
+        host = Host(
+            name=f"bench-{n:04d}", region=region, address=f"http://10.0.{n // 250}.{n % 250}:9101"
+        )
+        host.set_secret(f"bench-secret-{n:04d}-{random.getrandbits(64):x}")
+        hosts.append(host)
+    Host.objects.bulk_create(hosts)
+    hosts = list(Host.objects.order_by("name"))
+    Gpu.objects.bulk_create(
+        Gpu(host=h, index=i, uuid=f"GPU-{h.name}-{i}", model=model, name="NVIDIA A100-SXM4-80GB",
+            memory_mib=81920, mode=Mode.WHOLE)
+        for h in hosts
+        for i in range(gpus)
+    )  # fmt: skip
+    total = agents * gpus
+    tenants = Tenant.objects.bulk_create(
+        Tenant(name=f"Tenant {t}", slug=f"tenant-{t}")
+        for t in range((total + INSTANCES_PER_TENANT - 1) // INSTANCES_PER_TENANT)
+    )
+    tenants = list(Tenant.objects.order_by("pk"))
+    Quota.objects.bulk_create(Quota(tenant=t, gpu_quota=100, max_instances=100) for t in tenants)
+    user_model = get_user_model()
+    users = user_model.objects.bulk_create(user_model(username=f"viewer-{t.slug}") for t in tenants)
+    users = list(user_model.objects.order_by("pk"))
+    Membership.objects.bulk_create(
+        Membership(user=u, tenant=t, role=Role.VIEWER) for u, t in zip(users, tenants, strict=True)
+    )
+    instances = Instance.objects.bulk_create(
+        Instance(tenant=tenants[k // INSTANCES_PER_TENANT], name=f"i{k}", spec=spec, image=image,
+                 region=region, state=State.RUNNING)
+        for k in range(total)
+    )  # fmt: skip
+    instances = list(Instance.objects.order_by("pk"))
+    allocations = []
+    for k, instance in enumerate(instances):
+        host, index = hosts[k // gpus], k % gpus
+        allocations.append(
+            Allocation(id=f"inst-{instance.pk}-bench", instance=instance, host=host,
+                       mode=Mode.WHOLE, request={"mode": "whole", "gpus": [index]})
+        )  # fmt: skip
+    Allocation.objects.bulk_create(allocations)
+    token_of_tenant = {
+        t.pk: accounts_services.issue_token(u, t, "bench").raw
+        for u, t in zip(users, tenants, strict=True)
+    }
+    for k, host in enumerate(hosts):
+        world.hosts.append(
+            {
+                "id": host.pk,
+                "secret": host.secret,
+                "gpus": [
+                    (i, f"GPU-{host.name}-{i}", allocations[k * gpus + i].id,
+                     instances[k * gpus + i].pk)
+                    for i in range(gpus)
+                ],
+            }
+        )  # fmt: skip
+    world.tokens = {i.pk: token_of_tenant[i.tenant_id] for i in instances}
+    return world
+
+
+def start_servers(count: int, work: Path) -> list[tuple[subprocess.Popen, str]]:
+    from console import processes
+
+    servers = []
+    for n in range(count):
+        port = processes.free_port()
+        log = (work / f"web-{n}.log").open("wb")
+        cmd = processes.web_cmd(port)
+        env = processes.child_env()
+        if os.environ.get("BENCH_ASGI_APP"):  # profiling: a wrapper of console.asgi:application
+            cmd[cmd.index("console.asgi:application")] = os.environ["BENCH_ASGI_APP"]
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        servers.append((proc, f"127.0.0.1:{port}"))
+    for proc, address in servers:
+        processes.wait_http(f"http://{address}/healthz", timeout=60, proc=proc)
+    return servers
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- the load ---------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    start: float = 0.0  # samples read from here on count
+    end: float = 0.0
+    samples_in: int = 0
+    posts_failed: int = 0
+    post_seconds: list[float] = field(default_factory=list)
+    expected: set = field(default_factory=set)  # (instance, ts) of watched instances
+    delivered: set = field(default_factory=set)
+    duplicates: int = 0
+    latencies: list[float] = field(default_factory=list)
+    viewers_refused: int = 0
+    poll_seconds: list[float] = field(default_factory=list)
+    arrivals: list[tuple[float, float]] = field(default_factory=list)  # (received at, latency)
+
+
+def reading(ts: float, index: int, uuid: str, alloc: str | None) -> list[dict]:
+    util = round(random.uniform(20, 100), 1)
+    used = random.randint(1000, 70000)
+    base = {
+        "ts": ts, "gpu_index": index, "gpu_uuid": uuid, "mig_uuid": None,
+        "gpu_util": util, "mem_used_mib": used, "mem_total_mib": 81920,
+        "temperature_c": round(random.uniform(40, 80), 1),
+        "power_w": round(random.uniform(80, 400), 1), "sm_clock_mhz": 1410, "ecc_errors": 0,
+        "healthy": True, "processes": [{"pid": 4242, "used_mib": used}],
+    }  # fmt: skip
+    samples = [{**base, "kind": "gpu", "allocation": None}]
+    if alloc:
+        samples.append({**base, "kind": "allocation", "allocation": alloc})
+    return samples
+
+
+async def agent(client, address, host, watched, tally, stop_at, phase):
+    import httpx
+
+    await asyncio.sleep(phase)
+    headers = {"Authorization": f"Bearer {host['secret']}"}
+    next_at = time.monotonic()
+    while time.monotonic() < stop_at:
+        ts = time.time()
+        samples = [
+            s for index, uuid, alloc, _ in host["gpus"] for s in reading(ts, index, uuid, alloc)
+        ]
+        began = time.monotonic()
+        try:
+            response = await client.post(
+                f"http://{address}/agent/v1/samples",
+                json={"host_id": host["id"], "samples": samples},
+                headers=headers,
+            )
+            ok = response.status_code == 202
+        except httpx.HTTPError:
+            ok = False
+        if ts >= tally.start and ts < tally.end:
+            if ok:
+                tally.samples_in += len(samples)
+                tally.post_seconds.append(time.monotonic() - began)
+                for _, _, _, instance in host["gpus"]:
+                    if instance in watched:
+                        tally.expected.add((instance, ts))
+            else:
+                tally.posts_failed += 1
+        next_at += 1.0
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+
+async def ws_viewer(address, instance, token, tally, ready, stop_at):
+    import websockets
+
+    try:
+        socket = await websockets.connect(
+            f"ws://{address}/ws/instances/{instance}/metrics/",
+            additional_headers={"Authorization": f"Bearer {token}"},
+            origin=f"http://{address}",
+            open_timeout=60,
+            max_queue=None,
+        )
+    except Exception:
+        tally.viewers_refused += 1
+        ready.release()
+        return
+    ready.release()
+    async with socket:
+        while True:
+            left = stop_at - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                raw = await asyncio.wait_for(socket.recv(), timeout=left)
+            except (TimeoutError, websockets.ConnectionClosed):
+                return
+            now = time.time()
+            message = json.loads(raw)
+            if message.get("type") != "sample" or message["ts"] < tally.start:
+                continue
+            key = (message["instance"], message["ts"])
+            if key in tally.delivered:
+                tally.duplicates += 1
+                continue
+            tally.delivered.add(key)
+            tally.latencies.append(now - message["ts"])
+            tally.arrivals.append((now, now - message["ts"]))
+
+
+async def poll_viewer(client, address, instance, token, tally, ready, stop_at, phase):
+    ready.release()
+    await asyncio.sleep(phase)
+    seen = set()
+    headers = {"Authorization": f"Bearer {token}"}
+    next_at = time.monotonic()
+    while time.monotonic() < stop_at:
+        began = time.monotonic()
+        try:
+            response = await client.get(
+                f"http://{address}/api/v1/instances/{instance}/metrics/?range=10m", headers=headers
+            )
+            data = response.json() if response.status_code == 200 else {"ts": []}
+        except Exception:
+            data = {"ts": []}
+        now = time.time()
+        tally.poll_seconds.append(time.monotonic() - began)
+        for ts in data["ts"]:
+            if ts >= tally.start and ts not in seen:
+                seen.add(ts)
+                tally.delivered.add((instance, ts))
+                tally.latencies.append(now - ts)
+        next_at += 1.0
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+
+async def drive(world, servers, agents, viewers, watch, warmup, seconds, drain):
+    import httpx
+
+    hosts = world.hosts[:agents]
+    instances = [inst for host in hosts for _, _, _, inst in host["gpus"]]
+    watched = instances[:viewers]
+    tally = Tally()
+    addresses = [address for _, address in servers]
+    limits = httpx.Limits(
+        max_connections=max(agents, viewers) + 10,
+        max_keepalive_connections=max(agents, viewers) + 10,
+    )
+    clients = [httpx.AsyncClient(limits=limits, timeout=30) for _ in addresses]
+    ready = asyncio.Semaphore(0)
+    now = time.monotonic()
+    tally.start = time.time() + 3600  # nothing counts until the viewers are in and warmed up
+    tally.end = tally.start
+    far = now + 3600
+    viewer_tasks = []
+    for n, instance in enumerate(watched):
+        address = addresses[n % len(addresses)]
+        if watch == "ws":
+            coro = ws_viewer(address, instance, world.tokens[instance], tally, ready, far)
+            viewer_tasks.append(asyncio.ensure_future(coro))
+        else:
+            viewer_tasks.append(asyncio.ensure_future(poll_viewer(
+                clients[n % len(clients)], address, instance, world.tokens[instance], tally, ready,
+                far, phase=n / max(1, viewers),
+            )))  # fmt: skip
+    for _ in watched:
+        await ready.acquire()
+    agent_tasks = [
+        asyncio.ensure_future(agent(
+            clients[n % len(clients)], addresses[n % len(addresses)], host, set(watched), tally,
+            far, phase=n / max(1, agents),
+        ))
+        for n, host in enumerate(hosts)
+    ]  # fmt: skip
+    await asyncio.sleep(warmup)
+    tally.start = time.time()
+    tally.end = tally.start + seconds
+    cpu_before = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
+    wall_before = time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu_after = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
+    wall = time.monotonic() - wall_before
+    for task in agent_tasks:
+        task.cancel()
+    await asyncio.sleep(drain)
+    for task in viewer_tasks:
+        task.cancel()
+    await asyncio.gather(*agent_tasks, *viewer_tasks, return_exceptions=True)
+    for client in clients:
+        await client.aclose()
+    server_cpu = sum(cpu_after[p] - cpu_before[p] for p in cpu_after) / wall
+    return tally, server_cpu, wall
+
+
+def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> dict:
+    import redis as redis_client
+
+    redis_client.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+    servers = start_servers(args.servers, work)
+    redis_before = cpu_seconds(redis_proc.pid) if redis_proc else None
+    bench_before = time.process_time()
+    began = time.monotonic()
+    try:
+        tally, server_cpu, wall = asyncio.run(
+            drive(world, servers, agents, viewers, watch, args.warmup, args.seconds, args.drain)
+        )
+    finally:
+        for proc, _ in servers:
+            stop(proc)
+    elapsed = time.monotonic() - began
+    try:
+        redis_memory = redis_client.Redis.from_url(os.environ["REDIS_URL"]).info("memory")[
+            "used_memory"
+        ]
+    except Exception:  # fakeredis answers INFO partly
+        redis_memory = None
+    redis_cpu = (cpu_seconds(redis_proc.pid) - redis_before) / elapsed if redis_proc else None
+    lost = len(tally.expected - tally.delivered)
+    if os.environ.get("BENCH_TIMELINE"):  # the worst seconds: stalls, and when
+        worst: dict[int, float] = {}
+        for at, latency in tally.arrivals:
+            second = int(at - tally.start)
+            worst[second] = max(worst.get(second, 0.0), latency)
+        print("worst latency per second:", {s: round(v * 1000) for s, v in sorted(worst.items())})
+    return {
+        "run": name,
+        "watch": watch,
+        "gpus": agents * gpus,
+        "agents": agents,
+        "viewers": viewers,
+        "servers": args.servers,
+        "samples_in": tally.samples_in,
+        "samples_per_s": tally.samples_in / args.seconds,
+        "expected": len(tally.expected),
+        "delivered": len(tally.expected & tally.delivered),
+        "lost": lost,
+        "duplicates": tally.duplicates,
+        "refused": tally.viewers_refused,
+        "posts_failed": tally.posts_failed,
+        "p50_ms": percentile(tally.latencies, 50) * 1000,
+        "p99_ms": percentile(tally.latencies, 99) * 1000,
+        "max_ms": max(tally.latencies, default=float("nan")) * 1000,
+        "post_p99_ms": percentile(tally.post_seconds, 99) * 1000,
+        "poll_p99_ms": percentile(tally.poll_seconds, 99) * 1000 if tally.poll_seconds else None,
+        "server_cpu": server_cpu,
+        "redis_cpu": redis_cpu,
+        "bench_cpu": (time.process_time() - bench_before) / elapsed,
+        "seconds": wall,
+        "load": os.getloadavg()[0],
+        "redis_memory_mib": redis_memory / 2**20 if redis_memory else None,
+    }
+
+
+def table(results: list[dict], redis: str) -> str:
+    head = (
+        "| run | watch | GPUs (agents x G) | viewers | servers | samples in (/s) "
+        "| msgs expected "
+        "| delivered | lost | p50 ms | p99 ms | max ms | server CPU (cores) | Redis CPU "
+        "| bench CPU | load avg |"
+    )
+    lines = [head, "|" + "---|" * 16]
+    for r in results:
+        redis_cpu = f"{r['redis_cpu']:.2f}" if r["redis_cpu"] is not None else "n/a"
+        lines.append(
+            f"| {r['run']} | {r['watch']} "
+            f"| {r['gpus']} ({r['agents']} x {r['gpus'] // r['agents']}) "
+            f"| {r['viewers']} | {r['servers']} "
+            f"| {r['samples_in']} ({r['samples_per_s']:.0f}) "
+            f"| {r['expected']} | {r['delivered']} | {r['lost']} | {r['p50_ms']:.1f} "
+            f"| {r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['server_cpu']:.2f} | {redis_cpu} "
+            f"| {r['bench_cpu']:.2f} | {r['load']:.1f} |"
+        )
+    lines.append(
+        f"\nRedis: {redis}. CPU in cores (1.00 = one core busy) over the measured window; "
+        f"load avg: the machine's 1-minute load average after the run ({os.cpu_count()} CPUs)."
+    )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="small,target,polling",
+                        help=f"comma-separated: {', '.join(RUNS)}, custom")  # fmt: skip
+    parser.add_argument("--agents", type=int, default=20, help="custom run: agents")
+    parser.add_argument("--gpus", type=int, default=8, help="custom run: GPUs per agent")
+    parser.add_argument("--viewers", type=int, default=100, help="custom run: viewers")
+    parser.add_argument("--watch", choices=["ws", "poll"], default="ws", help="custom run")
+    parser.add_argument("--servers", type=int, default=2, help="uvicorn processes")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--drain", type=float, default=2.0, help="seconds to wait for stragglers")
+    parser.add_argument(
+        "--redis", choices=["env", "embedded", "redis-server"], default="env",
+        help="env: REDIS_URL if set, else embedded",
+    )  # fmt: skip
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    args = parser.parse_args()
+
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    runs = []
+    for name in names:
+        if name == "custom":
+            runs.append(
+                (
+                    name,
+                    {
+                        "agents": args.agents,
+                        "gpus": args.gpus,
+                        "viewers": args.viewers,
+                        "watch": args.watch,
+                    },
+                )
+            )
+        elif name in RUNS:
+            runs.append((name, RUNS[name]))
+        else:
+            parser.error(f"unknown run {name!r}")
+    agents = max(r["agents"] for _, r in runs)
+    gpus = max(r["gpus"] for _, r in runs)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+
+    work = Path(tempfile.mkdtemp(prefix="gpucloud-bench-metrics-"))
+    redis_proc = None
+    try:
+        redis_url, redis_proc = prepare_environment(work, args.redis)
+        redis_kind = (
+            ("redis-server" if args.redis == "redis-server" else "embedded fakeredis (own process)")
+            if redis_proc else redis_url
+        )  # fmt: skip
+        print(f"building {agents} hosts x {gpus} GPUs in {work} …", flush=True)
+        world = build_world(agents, gpus)
+
+        results = []
+        for name, spec in runs:
+            print(f"run {name}: {spec} …", flush=True)
+            result = run(name, world, work, redis_proc, args, spec["agents"], spec["gpus"],
+                         spec["viewers"], spec["watch"])  # fmt: skip
+            results.append(result)
+            print(json.dumps(result), flush=True)
+        print()
+        print(table(results, redis_kind))
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2))
+    finally:
+        if redis_proc is not None:
+            stop(redis_proc)
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,368 @@
+"""Where a host's batch of metric samples becomes live metrics.
+
+`ingest_samples(host, samples)` takes a batch the agent API has authenticated and checked
+(console.fleet.samples), and:
+
+1. attributes each allocation sample to its instance and tenant (allocation id → Allocation →
+   Instance, cached in this process: no query per sample, one per batch at most, for ids not
+   seen before);
+2. adds every sample to the live window and records the latest sample of each series
+   (console.metrics.live);
+3. publishes them to small Channels groups: one per instance (`metrics.instance.<id>`), one per
+   tenant (`metrics.tenant.<id>`) and one per host (`metrics.host.<id>`): group_send costs grow
+   with a group's size, so there is never one group for everybody.
+
+Websocket frames are serialised once here, not once per viewer."""
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer
+from django.conf import settings
+
+from console.fleet.models import Host
+from console.instances.models import Allocation
+from console.metrics import live
+
+log = logging.getLogger(__name__)
+
+MIG_SLICES = 8  # memory slices of a MIG-capable GPU: a MIG slice's share of the GPU's power
+
+
+def instance_group(instance_id: int) -> str:
+    return f"metrics.instance.{instance_id}"
+
+
+def tenant_group(tenant_id: int) -> str:
+    return f"metrics.tenant.{tenant_id}"
+
+
+def host_group(host_id: int) -> str:
+    return f"metrics.host.{host_id}"
+
+
+def instance_series(instance_id: int) -> str:
+    return f"instance:{instance_id}"
+
+
+def gpu_series(host_id: int, index: int) -> str:
+    return f"gpu:{host_id}:{index}"
+
+
+def mig_series(host_id: int, index: int, mig_uuid: str) -> str:
+    return f"mig:{host_id}:{index}:{mig_uuid}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Whose an allocation's samples are."""
+
+    allocation: str
+    host_id: int
+    instance_id: int
+    instance_name: str
+    tenant_id: int
+    tenant: str  # the tenant's slug
+    mode: str
+    gpus: tuple[int, ...] = ()
+    mig_size: int | None = None
+
+
+class AllocationCache:
+    """allocation id → Attribution, for this process.
+
+    An allocation never changes instance, so a found one is kept (the least recently used go
+    beyond MAX); an id the database does not know is asked again at most every MISS_SECONDS
+    (an agent may report an allocation a moment before its row commits, or long after it is
+    gone)."""
+
+    MAX = 50_000
+    MISS_SECONDS = 2.0
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._found: OrderedDict[str, Attribution] = OrderedDict()
+        self._missed: dict[str, float] = {}
+        self.queries = 0
+
+    def resolve(self, ids: set[str]) -> dict[str, Attribution]:
+        now = time.monotonic()
+        found: dict[str, Attribution] = {}
+        ask = set()
+        with self._lock:
+            for alloc_id in ids:
+                attribution = self._found.get(alloc_id)
+                if attribution is not None:
+                    self._found.move_to_end(alloc_id)
+                    found[alloc_id] = attribution
+                elif now - self._missed.get(alloc_id, float("-inf")) >= self.MISS_SECONDS:
+                    ask.add(alloc_id)
+        if not ask:
+            return found
+        self.queries += 1
+        rows = Allocation.objects.filter(pk__in=ask).values_list(
+            "id",
+            "host_id",
+            "instance_id",
+            "instance__name",
+            "instance__tenant_id",
+            "instance__tenant__slug",
+            "mode",
+            "request",
+        )
+        with self._lock:
+            for alloc_id, host_id, inst, name, tenant_id, slug, mode, request in rows:
+                request = request if isinstance(request, dict) else {}
+                mig = request.get("mig") or {}
+                attribution = Attribution(
+                    allocation=alloc_id,
+                    host_id=host_id,
+                    instance_id=inst,
+                    instance_name=name,
+                    tenant_id=tenant_id,
+                    tenant=slug,
+                    mode=mode,
+                    gpus=tuple(i for i in request.get("gpus") or () if isinstance(i, int)),
+                    mig_size=mig.get("size") if isinstance(mig.get("size"), int) else None,
+                )
+                self._found[alloc_id] = attribution
+                found[alloc_id] = attribution
+                self._missed.pop(alloc_id, None)
+                ask.discard(alloc_id)
+            for alloc_id in ask:
+                self._missed[alloc_id] = now
+            while len(self._found) > self.MAX:
+                self._found.popitem(last=False)
+            if len(self._missed) > self.MAX:
+                self._missed.clear()
+        return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._found.clear()
+            self._missed.clear()
+            self.queries = 0
+
+
+allocations = AllocationCache()
+
+
+@dataclass
+class Result:
+    """What one batch became (for logs, tests and the benchmark)."""
+
+    points: int = 0
+    unattributed: int = 0
+    too_old: int = 0
+    groups: list[str] = field(default_factory=list)
+
+
+def _values(sample: dict) -> tuple:
+    return tuple(sample.get(name) for name in live.FIELDS)
+
+
+def _frame(instance_id: int, sample: dict) -> str:
+    return json.dumps(
+        {
+            "type": "sample",
+            "instance": instance_id,
+            "ts": sample["ts"],
+            "gpu_util": sample.get("gpu_util"),
+            "mem_used_mib": sample.get("mem_used_mib"),
+            "mem_total_mib": sample.get("mem_total_mib"),
+            "temperature_c": sample.get("temperature_c"),
+            "power_w": sample.get("power_w"),
+        },
+        separators=(",", ":"),
+    )
+
+
+def _with_parent_readings(sample: dict, parent: dict | None, owner: Attribution) -> dict:
+    """A MIG slice has no temperature or power sensor of its own: it has its GPU's temperature,
+    and the share of its GPU's power that its memory slices are (as the agent shares a
+    time-sliced GPU's power by fraction)."""
+    if parent is None or owner.mode != "mig":
+        return sample
+    filled = dict(sample)
+    if filled.get("temperature_c") is None:
+        filled["temperature_c"] = parent.get("temperature_c")
+    if filled.get("power_w") is None and parent.get("power_w") is not None and owner.mig_size:
+        filled["power_w"] = round(parent["power_w"] * owner.mig_size / MIG_SLICES, 1)
+    return filled
+
+
+def _labels(host: Host, sample: dict, kind: str, owner: Attribution | None) -> dict:
+    labels = {
+        "kind": kind,
+        "host": host.pk,
+        "hostname": host.name,
+        "gpu": sample["gpu_index"],
+        "uuid": sample.get("gpu_uuid"),
+        "mig_uuid": sample.get("mig_uuid"),
+        "healthy": sample.get("healthy", True),
+    }
+    if owner is not None:
+        labels.update(
+            tenant=owner.tenant,
+            tenant_id=owner.tenant_id,
+            instance=owner.instance_id,
+            mode=owner.mode,
+        )
+    return labels
+
+
+def ingest_samples(host: Host, samples: list[dict]) -> Result:
+    """Attribute, keep and publish one checked batch of `host`'s samples."""
+    now = live.now()
+    oldest = now - live.window_seconds()
+    result = Result()
+    samples = sorted(samples, key=lambda s: s["ts"])
+    owners = allocations.resolve(
+        {s["allocation"] for s in samples if s["kind"] == "allocation" and s.get("allocation")}
+    )
+    gpu_readings = {(s["gpu_index"], s["ts"]): s for s in samples if s["kind"] == "gpu"}
+
+    points: list[live.Point] = []
+    latest: dict[str, dict] = {}
+    whole_owner: dict[int, Attribution] = {}
+    mig_owner: dict[str, Attribution] = {}
+    instance_frames: dict[int, list] = defaultdict(list)
+    tenant_frames: dict[int, list] = defaultdict(list)
+    gpu_frames: list[dict] = []
+    gpu_latest: dict[int, dict] = {}
+    mig_latest: dict[str, dict] = {}
+
+    for sample in samples:
+        ts = sample["ts"]
+        if ts < oldest:
+            # Older than the window (an agent's backlog after a long outage): its minute has been
+            # downsampled from what arrived in time and is not mended from a part of it.
+            result.too_old += 1
+            continue
+        kind = sample["kind"]
+        if kind == "gpu":
+            points.append(live.Point(gpu_series(host.pk, sample["gpu_index"]), ts, _values(sample)))
+            gpu_latest[sample["gpu_index"]] = sample
+            gpu_frames.append(
+                {
+                    "gpu": sample["gpu_index"],
+                    "ts": ts,
+                    "gpu_util": sample.get("gpu_util"),
+                    "mem_used_mib": sample.get("mem_used_mib"),
+                    "mem_total_mib": sample.get("mem_total_mib"),
+                    "temperature_c": sample.get("temperature_c"),
+                    "power_w": sample.get("power_w"),
+                    "healthy": sample.get("healthy", True),
+                }
+            )
+        elif kind == "mig":
+            if not sample.get("mig_uuid"):
+                continue
+            series = mig_series(host.pk, sample["gpu_index"], sample["mig_uuid"])
+            points.append(live.Point(series, ts, _values(sample)))
+            mig_latest[series] = sample
+        else:  # an allocation's own view of its slice
+            owner = owners.get(sample.get("allocation") or "")
+            if owner is None or owner.host_id != host.pk:
+                # Unknown, or another host's allocation: nobody's, and never shown to anyone.
+                result.unattributed += 1
+                continue
+            if owner.mode == "whole":
+                for index in owner.gpus or (sample["gpu_index"],):
+                    whole_owner[index] = owner
+            elif owner.mode == "mig" and sample.get("mig_uuid"):
+                mig_owner[sample["mig_uuid"]] = owner
+            sample = _with_parent_readings(
+                sample, gpu_readings.get((sample["gpu_index"], ts)), owner
+            )
+            series = instance_series(owner.instance_id)
+            points.append(live.Point(series, ts, _values(sample)))
+            latest[series] = {
+                "ts": ts,
+                **dict(zip(live.FIELDS, _values(sample), strict=True)),
+                **_labels(host, sample, "allocation", owner),
+            }
+            frame = [ts, _frame(owner.instance_id, sample)]
+            instance_frames[owner.instance_id].append(frame)
+            tenant_frames[owner.tenant_id].append(frame)
+
+    for index, sample in gpu_latest.items():
+        latest[gpu_series(host.pk, index)] = {
+            "ts": sample["ts"],
+            **dict(zip(live.FIELDS, _values(sample), strict=True)),
+            **_labels(host, sample, "gpu", whole_owner.get(index)),
+        }
+    for series, sample in mig_latest.items():
+        latest[series] = {
+            "ts": sample["ts"],
+            **dict(zip(live.FIELDS, _values(sample), strict=True)),
+            **_labels(host, sample, "mig", mig_owner.get(sample["mig_uuid"])),
+        }
+
+    result.points = len(points)
+    messages = [
+        (instance_group(inst), {"type": "metrics.frames", "frames": frames})
+        for inst, frames in instance_frames.items()
+    ]
+    messages += [
+        (tenant_group(tenant), {"type": "metrics.frames", "frames": frames})
+        for tenant, frames in tenant_frames.items()
+    ]
+    if gpu_frames:
+        frame = json.dumps(
+            {"type": "gpus", "host": host.pk, "samples": gpu_frames}, separators=(",", ":")
+        )
+        messages.append(
+            (
+                host_group(host.pk),
+                {"type": "metrics.frames", "frames": [[gpu_frames[-1]["ts"], frame]]},
+            )
+        )
+    store = live.store()
+    wire = pubsub_wire(messages) if isinstance(store, live.RedisWindow) else None
+    if points or latest or wire:
+        store.add(points, latest, now, publish=wire or ())
+    if wire is None:
+        publish(messages)
+    result.groups = [group for group, _ in messages]
+    return result
+
+
+def publish(messages: list[tuple[str, dict]]) -> None:
+    """group_send each (group, message); a lost live update is not worth failing the batch (the
+    window has the samples, and a viewer that reconnects gets them)."""
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return
+
+    async def send_all():
+        for group, message in messages:
+            await layer.group_send(group, message)
+
+    try:
+        async_to_sync(send_all)()
+    except Exception:
+        log.warning("could not publish %d metric messages", len(messages), exc_info=True)
+
+
+def pubsub_wire(messages: list[tuple[str, dict]]) -> list[tuple[str, bytes]] | None:
+    """The messages as (Redis channel, bytes) exactly as RedisPubSubChannelLayer.group_send
+    would PUBLISH them, when the layer is that one on a single Redis (REDIS_URL): then they go
+    out in the same pipeline as the window's writes, one round trip a batch, instead of one
+    group_send at a time through the event loop (under load, the event loop and the layer's
+    per-connection lock made each batch wait most of a second). None: use group_send.
+    tests/metrics/test_publish.py checks the wire format against channels_redis itself."""
+    layer = get_channel_layer()
+    if not isinstance(layer, RedisPubSubChannelLayer) or not settings.REDIS_URL:
+        return None
+    hosts = getattr(layer, "_kwargs", {}).get("hosts") or []
+    if len(hosts) != 1 or hosts[0] != settings.REDIS_URL:
+        return None
+    prefix = layer._kwargs.get("prefix", "asgi")
+    return [(f"{prefix}__group__{group}", layer.serialize(msg)) for group, msg in messages]

