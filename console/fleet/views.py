@@ -1,12 +1,8 @@
 """The operators' fleet page: hosts, GPUs, slices in use, and what operators do to them."""
 
-from functools import wraps
-
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
-from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import Resolver404, resolve, reverse
 from django.views.decorators.http import require_POST
@@ -15,6 +11,7 @@ from console.catalog.models import MIG_SLOTS, Mode
 from console.fleet import services
 from console.fleet.forms import GpuModeForm, HostStatusForm, JoinTokenForm
 from console.fleet.models import Gpu, Host, JoinToken
+from console.web.access import staff_view
 
 # The buttons each operator-chosen status offers: (target status, label, danger).
 ACTIONS = {
@@ -28,20 +25,6 @@ ACTIONS = {
                               ("draining", "Drain", False), ("retired", "Retire", True)],
     Host.Status.RETIRED: [],
 }  # fmt: skip
-
-
-def staff_view(view):
-    """Operators only; to anyone else signed in, the page does not exist."""
-
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not request.user.is_staff:
-            raise Http404
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 def _error_text(error: ValidationError) -> str:

@@ -1,10 +1,7 @@
 """Pages and plain endpoints of live metrics: /metrics (Prometheus), an instance's charts, the
 operators' fleet heatmap and a host's GPU charts."""
 
-from functools import wraps
-
-from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
@@ -16,21 +13,7 @@ from console.instances.models import Instance
 from console.metrics import history
 from console.metrics.ingest import gpu_series
 from console.metrics.prometheus import LiveCollector, scrape_allowed
-from console.web.access import tenant_view
-
-
-def operator_view(view):
-    """Operators only; to anyone else signed in, the page does not exist."""
-
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not request.user.is_staff:
-            raise Http404
-        return view(request, *args, **kwargs)
-
-    return wrapper
+from console.web.access import staff_view, tenant_view
 
 
 @require_GET
@@ -55,18 +38,18 @@ def instance_charts(request, pk: int):
     return render(request, "metrics/instance.html", {"instance": instance})
 
 
-@operator_view
+@staff_view
 def fleet_heatmap(request):
     return render(request, "metrics/fleet.html")
 
 
-@operator_view
+@staff_view
 def host_charts(request, pk: int):
     host = get_object_or_404(Host.objects.select_related("region"), pk=pk)
     return render(request, "metrics/host.html", {"host": host, "gpus": host.gpus.order_by("index")})
 
 
-@operator_view
+@staff_view
 @require_GET
 def host_history(request, pk: int):
     """{"host", "range", "gpus": {index: chart data}} of a host's GPUs."""

@@ -4,6 +4,7 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
+from django.http import Http404
 from django.shortcuts import redirect, render
 
 from accounts.roles import READ
@@ -35,3 +36,17 @@ def tenant_view(needed: str = READ, write_needed: str | None = None):
         return wrapper
 
     return decorator
+
+
+def staff_view(view):
+    """Operators only; to anyone else signed in, the page does not exist."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not request.user.is_staff:
+            raise Http404
+        return view(request, *args, **kwargs)
+
+    return wrapper

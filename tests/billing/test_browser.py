@@ -1,7 +1,6 @@
 """The usage page in a real browser (headless Chromium), and an invoice download."""
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -13,17 +12,9 @@ from billing.models import Invoice
 from billing.rating import month_start
 from console.instances.models import State
 from tests.billing.conftest import move
+from tests.pages import screenshot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
-
-
-def sign_in(page, base_url, username):
-    page.goto(f"{base_url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "correct-horse-battery")
-    page.click("button[type=submit]")
 
 
 def test_usage_page_and_invoice_download(page, live_server, world, tenant, make_member, tmp_path):
@@ -46,8 +37,7 @@ def test_usage_page_and_invoice_download(page, live_server, world, tenant, make_
     expect(page.locator("#usage-chart[data-rendered=true] .main-svg").first).to_be_visible()
     expect(page.get_by_test_id("by-instance")).to_contain_text("infer")
     expect(page.get_by_test_id("budget-form")).to_be_visible()
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "billing-usage.png"), full_page=True)
+    screenshot(page, "billing-usage")
 
     page.get_by_test_id("previous-month").click()
     expect(page.get_by_test_id("month-invoice")).to_contain_text(invoice.number)
@@ -60,4 +50,4 @@ def test_usage_page_and_invoice_download(page, live_server, world, tenant, make_
     saved = tmp_path / download.suggested_filename
     download.save_as(saved)
     assert saved.read_bytes().startswith(b"%PDF")
-    page.screenshot(path=str(SHOTS / "billing-invoice.png"), full_page=True)
+    screenshot(page, "billing-invoice")

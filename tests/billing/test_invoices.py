@@ -8,7 +8,6 @@ import subprocess
 import zipfile
 from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 import time_machine
@@ -22,11 +21,11 @@ from billing.usage import usage_report
 from console.instances.models import State
 from tests.billing.conftest import at, move, snapshot
 from tests.factories import TenantFactory
+from tests.pages import SHOTS
 
 pytestmark = pytest.mark.django_db
 
 S = State
-SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 MARCH = at(2026, 3, 1).date()
 APRIL_1 = at(2026, 4, 1, 2)  # after the grace period
 

@@ -1,21 +1,11 @@
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import expect
 
 from accounts.models import ApiToken
 from accounts.roles import Role
+from tests.pages import screenshot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
-
-
-def sign_in(page, base_url, username):
-    page.goto(f"{base_url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "correct-horse-battery")
-    page.click("button[type=submit]")
 
 
 def test_log_in_switch_tenant_create_token(page, live_server, tenant, other_tenant, make_member):
@@ -40,12 +30,10 @@ def test_log_in_switch_tenant_create_token(page, live_server, tenant, other_tena
     page.goto(f"{live_server.url}/tokens/")  # the secret is shown once
     expect(page.locator("#new-token-value")).to_have_count(0)
     expect(page.get_by_test_id("token-list")).to_contain_text(f"gpc_{token.prefix}_")
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "tokens-desktop.png"), full_page=True)
+    screenshot(page, "tokens-desktop")
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(f"{live_server.url}/")
-    page.screenshot(path=str(SHOTS / "dashboard-phone.png"), full_page=True)
+    screenshot(page, "dashboard-phone")
 
 
 def test_viewer_sees_refusal_message(page, live_server, tenant, make_member):

@@ -3,20 +3,18 @@ watch the instance turn running without a reload, stop it, terminate it."""
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.instances.e2e import make_catalog, make_tenant, start_agent
+from tests.pages import screenshot, sign_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
-SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 
 
 def shoot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"instances-{name}.png"), full_page=True)
+    screenshot(page, f"instances-{name}")
 
 
 def test_launch_watch_stop_terminate(stack, page):
@@ -25,10 +23,7 @@ def test_launch_watch_stop_terminate(stack, page):
     agent, _ = start_agent(stack, "gpu-1", gpus=2, mode="shared,mig")
     base = stack.url
 
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", "mia")
-    page.fill("#id_password", "correct-horse-battery")
-    page.click("button[type=submit]")
+    sign_in(page, base, "mia")
     page.goto(f"{base}/instances/launch/")
 
     # the form says what fits and what the launch does to the quota, before submitting

@@ -1,8 +1,6 @@
 """Headless Chromium on the live stack: an instance's charts grow every second without a reload;
 the operators' heatmap shows every GPU, marks an unhealthy one, and leads to the host's charts."""
 
-from pathlib import Path
-
 import httpx
 import pytest
 from playwright.sync_api import expect
@@ -10,18 +8,9 @@ from playwright.sync_api import expect
 from accounts.roles import Role
 from tests.factories import UserFactory
 from tests.metrics.realstack import bring_up_host, launch
+from tests.pages import screenshot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
-
-SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
-
-
-def sign_in(page, base_url, username):
-    page.goto(f"{base_url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state()
 
 
 def points(page, selector="[data-testid=instance-metrics]") -> int:
@@ -70,8 +59,7 @@ def test_the_instance_charts_grow_live(stack, page, tenant, make_member):
     grown = points(page)
     page.wait_for_timeout(2500)
     assert points(page) >= grown + 1  # the longer range keeps growing too
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "metrics-instance.png"), full_page=True)
+    screenshot(page, "metrics-instance")
 
 
 def test_the_instance_page_has_the_growing_charts(stack, page, tenant, make_member):
@@ -86,8 +74,7 @@ def test_the_instance_page_has_the_growing_charts(stack, page, tenant, make_memb
             "templates/instances/detail.html does not include metrics/instance_charts.html yet"
         )
     charts_grow(page)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "metrics-instance-detail.png"), full_page=True)
+    screenshot(page, "metrics-instance-detail")
 
 
 def test_the_fleet_heatmap_marks_an_unhealthy_gpu(stack, page, db):
@@ -105,8 +92,7 @@ def test_the_fleet_heatmap_marks_an_unhealthy_gpu(stack, page, db):
     expect(heatmap).to_have_attribute("data-reporting", "4")
     expect(heatmap).to_have_attribute("data-unhealthy", "1")
     expect(page.locator("[data-stat=unhealthy]")).to_have_text("1")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "metrics-fleet.png"), full_page=True)
+    screenshot(page, "metrics-fleet")
 
     page.get_by_role("link", name="gpu-host-5").click()
     expect(page).to_have_url(f"{stack.url}/metrics/hosts/{host.pk}/")
@@ -117,4 +103,4 @@ def test_the_fleet_heatmap_marks_an_unhealthy_gpu(stack, page, db):
     before = points(page, "[data-testid=host-metrics]")
     page.wait_for_timeout(2500)
     assert points(page, "[data-testid=host-metrics]") >= before + 4  # 4 GPUs, each growing
-    page.screenshot(path=str(SHOTS / "metrics-host.png"), full_page=True)
+    screenshot(page, "metrics-host")

@@ -26,6 +26,18 @@ def use_redis(settings, url):
     live.reset_store()
 
 
+async def receive_while(layer, channel, send, timeout: float = 5.0):
+    """Receive on `channel`, calling `send()` until something arrives: a Redis SUBSCRIBE that
+    group_add issued may still be on its way when the first PUBLISH goes out."""
+    received = asyncio.ensure_future(layer.receive(channel))
+    deadline = time.monotonic() + timeout
+    while not received.done():
+        assert time.monotonic() < deadline, "nothing arrived"
+        await send()
+        await asyncio.wait({received}, timeout=0.2)
+    return received.result()
+
+
 def test_the_wire_format_is_the_layers(settings, redis_url):
     use_redis(settings, redis_url)
     message = {"type": "metrics.frames", "frames": [[1.5, '{"type":"sample"}']]}
@@ -35,8 +47,11 @@ def test_the_wire_format_is_the_layers(settings, redis_url):
         channel = await layer.new_channel()
         await layer.group_add("metrics.instance.77", channel)
         [(name, payload)] = ingest.pubsub_wire([("metrics.instance.77", message)])
-        redis.Redis.from_url(redis_url).publish(name, payload)
-        assert await asyncio.wait_for(layer.receive(channel), timeout=5) == message
+
+        async def publish():
+            redis.Redis.from_url(redis_url).publish(name, payload)
+
+        assert await receive_while(layer, channel, publish) == message
         await layer.group_discard("metrics.instance.77", channel)
         await layer.flush()
 
@@ -59,11 +74,14 @@ def test_a_batch_reaches_a_consumer_of_the_redis_layer(world, settings, redis_ur
         channel = await layer.new_channel()
         await layer.group_add(ingest.instance_group(world.train.pk), channel)
         now = time.time()
-        result = await sync_to_async(ingest.ingest_samples)(
-            world.host, [alloc_sample(now, "alloc-train", util=42.0)]
-        )
-        assert ingest.instance_group(world.train.pk) in result.groups
-        got = await asyncio.wait_for(layer.receive(channel), timeout=5)
+
+        async def push():
+            result = await sync_to_async(ingest.ingest_samples)(
+                world.host, [alloc_sample(now, "alloc-train", util=42.0)]
+            )
+            assert ingest.instance_group(world.train.pk) in result.groups
+
+        got = await receive_while(layer, channel, push)
         assert got["type"] == "metrics.frames"
         [[ts, frame]] = got["frames"]
         assert ts == now and '"gpu_util":42.0' in frame
