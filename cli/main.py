@@ -157,11 +157,15 @@ def run(args, config: dict) -> tuple[object, str]:
         return instance, table([instance], INSTANCE_COLUMNS)
     if args.command == "usage":
         usage = client.call("GET", "usage/", params={"month": args.month} if args.month else {})
-        text = table(usage["lines"], ["instance", "spec", "seconds", "price_per_hour", "amount"])
-        return usage, f"{text}\n\ntotal: {usage['total']}"
+        lines = [{**line, "instance": line["instance"]["name"]} for line in usage["lines"]]
+        text = table(lines, ["instance", "kind", "spec", "seconds", "price_per_hour", "amount"])
+        return usage, (
+            f"{text}\n\ntotal {usage['total']} {usage['currency']} · now "
+            f"{usage['rate_per_hour']}/h · month-end forecast {usage['forecast']}"
+        )
     if args.command == "invoices":
         rows = client.all("invoices/")
-        return rows, table(rows, ["id", "number", "period", "status", "total"])
+        return rows, table(rows, ["id", "number", "month", "status", "total", "currency"])
     raise CliError(f"unknown command {args.command}")
 
 

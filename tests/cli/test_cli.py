@@ -76,3 +76,13 @@ def test_login_saves_the_config(cli, live_server, monkeypatch, tmp_path):
     code, out, _ = cli("quota")
     assert code == 0
     assert "gpu_quota: 2" in out
+
+
+def test_usage_and_invoices(cli):
+    code, out, _ = cli("usage")
+    assert code == 0
+    assert "total 0" in out and "forecast" in out
+    code, out, _ = cli("invoices")
+    assert code == 0
+    code, out, _ = cli("usage", "--month", "2026-13")
+    assert code == 1
