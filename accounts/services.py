@@ -178,3 +178,15 @@ def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token, membership
+
+
+def access_stands(membership_id: int, token_id: int | None = None) -> bool:
+    """Whether an access granted earlier (an open websocket) still holds: the membership is
+    there, its tenant active, and the token it came with (if any) neither revoked nor expired."""
+    active = Membership.objects.filter(pk=membership_id, tenant__status=Tenant.Status.ACTIVE)
+    if not active.exists():
+        return False
+    if token_id is None:
+        return True
+    token = ApiToken.objects.filter(pk=token_id).first()
+    return token is not None and not token.is_revoked and not token.is_expired()

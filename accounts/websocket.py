@@ -1,5 +1,6 @@
 """Websocket authentication: a browser session or `Authorization: Bearer <token>` on the
-handshake. Sets scope["user"] and scope["membership"] (None when neither identifies a member)."""
+handshake. Sets scope["user"], scope["membership"] (None when neither identifies a member) and,
+for a token, scope["api_token_id"] so that long-lived sockets can check it still stands."""
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
@@ -13,8 +14,8 @@ def _from_token(raw: str):
     try:
         token, membership = authenticate_token(raw)
     except TokenRejected:
-        return None, None
-    return token.user, membership
+        return None, None, None
+    return token.user, membership, token.pk
 
 
 @database_sync_to_async
@@ -40,8 +41,8 @@ class _BearerOrSession:
         headers = dict(scope.get("headers", []))
         auth = headers.get(b"authorization", b"").decode("latin-1")
         if auth.startswith("Bearer "):
-            user, membership = await _from_token(auth[len("Bearer ") :].strip())
-            scope = {**scope, "membership": membership}
+            user, membership, token_id = await _from_token(auth[len("Bearer ") :].strip())
+            scope = {**scope, "membership": membership, "api_token_id": token_id}
             if user is not None:
                 scope["user"] = user
         else:

@@ -20,6 +20,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from accounts.models import Membership
 from accounts.roles import READ
+from accounts.services import access_stands
 from console.fleet.models import Gpu, Host
 from console.instances.models import Instance
 from console.metrics import live
@@ -31,7 +32,7 @@ from console.metrics.ingest import (
     tenant_group,
 )
 
-# How often an open tenant socket checks that its membership still stands.
+# How often an open tenant socket checks that its membership (and token) still stand.
 RECHECK_SECONDS = 30.0
 # How often a fleet socket looks for hosts that joined.
 HOSTS_REFRESH_SECONDS = 30.0
@@ -59,9 +60,7 @@ def _tenant_instance(instance_id: int, tenant_id: int) -> bool:
     return Instance.objects.filter(pk=instance_id, tenant_id=tenant_id).exists()
 
 
-@database_sync_to_async
-def _membership_stands(membership_id: int) -> bool:
-    return Membership.objects.filter(pk=membership_id, tenant__status="active").exists()
+_access_stands = database_sync_to_async(access_stands)
 
 
 def _member(scope) -> Membership | None:
@@ -120,7 +119,7 @@ class _TenantConsumer(_FramesConsumer):
         if time.monotonic() - self.checked_at < RECHECK_SECONDS:
             return True
         self.checked_at = time.monotonic()
-        return await _membership_stands(self.membership_id)
+        return await _access_stands(self.membership_id, self.scope.get("api_token_id"))
 
 
 class InstanceMetricsConsumer(_TenantConsumer):

@@ -217,3 +217,29 @@ def test_the_fleet_socket_is_for_operators(world):
         assert not (await refused.connect())[0]
 
     run(scenario)
+
+
+@pytest.mark.parametrize("revoke", ["token", "membership"])
+def test_an_open_socket_stops_when_its_access_is_withdrawn(world, monkeypatch, revoke):
+    from accounts.models import ApiToken
+    from console.metrics import consumers
+
+    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0)
+    alice = token_of(world.alice)
+
+    async def scenario():
+        train = socket(f"/ws/instances/{world.train.pk}/metrics/", token=alice)
+        assert (await train.connect())[0]
+        await receive(train)  # the window
+        await ingest_(world.host, [alloc_sample(time.time(), "alloc-train", util=10.0)])
+        assert (await receive(train))["gpu_util"] == 10.0
+        if revoke == "token":
+            await database_sync_to_async(
+                lambda: services.revoke_token(ApiToken.objects.get(name="ws"))
+            )()
+        else:
+            await database_sync_to_async(services.remove_member)(world.alice)
+        await ingest_(world.host, [alloc_sample(time.time() + 1, "alloc-train", util=20.0)])
+        assert (await train.receive_output(timeout=1))["type"] == "websocket.close"
+
+    run(scenario)
