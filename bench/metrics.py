@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
+
 RUNS = {
     "small": {"agents": 10, "gpus": 8, "viewers": 50, "watch": "ws"},
     "target": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "ws"},
@@ -43,14 +45,6 @@ RUNS = {
 }
 INSTANCES_PER_TENANT = 8
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 def cpu_seconds(pid: int) -> float:

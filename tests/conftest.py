@@ -7,7 +7,7 @@ from accounts import services
 from accounts.roles import Role
 from console import processes
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
-from tests.harness import Stack
+from tests.harness import running_stack
 
 ROLES = [Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER]
 
@@ -60,12 +60,8 @@ def redis_url():
 @pytest.fixture
 def stack(transactional_db, redis_url, tmp_path, request):
     """The real control plane: an ASGI server and a Celery worker on the test database."""
-    running = Stack(redis_url, tmp_path)
-    yield running
-    running.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(running.logs())
+    with running_stack(redis_url, tmp_path, request.node) as running:
+        yield running
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.db import connection
@@ -88,8 +89,13 @@ class Stack:
         self.procs: list[Proc] = []
         self.web = self.start("web", processes.web_cmd(self.port))
         self.worker = self.start_worker()
-        processes.wait_http(f"{self.url}/healthz", proc=self.web.popen)
-        self.worker.wait_for_log("ready.")
+        try:
+            processes.wait_http(f"{self.url}/healthz", proc=self.web.popen)
+            self.worker.wait_for_log("ready.")
+        except Exception:
+            print(self.logs())
+            self.stop()  # a stack that did not come up leaves no process behind
+            raise
 
     def start(self, name: str, cmd: list[str], **env: str) -> Proc:
         proc = Proc(name, cmd, {**self.env, **env}, self.log_dir)
@@ -137,3 +143,16 @@ class Stack:
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
+
+
+@contextmanager
+def running_stack(redis_url: str, log_dir: Path, node):
+    """A Stack for one test; its processes' logs are printed when the test failed."""
+    stack = Stack(redis_url, log_dir)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        report = getattr(node, "rep_call", None)
+        if report is not None and report.failed:
+            print(stack.logs())

@@ -127,14 +127,10 @@ def stack(transactional_db, redis_url, tmp_path, request, monkeypatch, stack_env
     retries and a clean broker: no task left over from an earlier test is redelivered."""
     import redis
 
-    from tests.harness import Stack
+    from tests.harness import running_stack
 
     redis.Redis.from_url(redis_url).flushdb()
     for name, value in {**STACK_ENV, **stack_env}.items():
         monkeypatch.setenv(name, value)
-    running = Stack(redis_url, tmp_path)
-    yield running
-    running.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(running.logs())
+    with running_stack(redis_url, tmp_path, request.node) as running:
+        yield running
