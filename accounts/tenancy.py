@@ -5,18 +5,21 @@ from accounts.models import Membership
 SESSION_KEY = "tenant_id"
 
 
-def session_membership(request) -> Membership | None:
-    """The membership for the tenant chosen in this session, else the user's first one."""
-    user = getattr(request, "user", None)
+def chosen_membership(user, session) -> Membership | None:
+    """The user's membership in the tenant chosen in this session, else their first one."""
     if user is None or not user.is_authenticated:
         return None
     memberships = Membership.objects.select_related("tenant").filter(user=user)
-    chosen = request.session.get(SESSION_KEY)
+    chosen = session.get(SESSION_KEY) if session is not None else None
     if chosen is not None:
         membership = memberships.filter(tenant_id=chosen).first()
         if membership is not None:
             return membership
     return memberships.order_by("tenant__name").first()
+
+
+def session_membership(request) -> Membership | None:
+    return chosen_membership(getattr(request, "user", None), request.session)
 
 
 def switch_tenant(request, tenant_id: int) -> Membership | None:

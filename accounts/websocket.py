@@ -5,8 +5,8 @@ for a token, scope["api_token_id"] so that long-lived sockets can check it still
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 
-from accounts.models import Membership
 from accounts.services import TokenRejected, authenticate_token
+from accounts.tenancy import chosen_membership
 
 
 @database_sync_to_async
@@ -20,14 +20,7 @@ def _from_token(raw: str):
 
 @database_sync_to_async
 def _from_session(scope):
-    user = scope.get("user")
-    if user is None or not user.is_authenticated:
-        return None
-    memberships = Membership.objects.select_related("tenant").filter(user=user)
-    chosen = scope["session"].get("tenant_id") if scope.get("session") else None
-    membership = (memberships.filter(tenant_id=chosen).first() if chosen else None) or (
-        memberships.order_by("tenant__name").first()
-    )
+    membership = chosen_membership(scope.get("user"), scope.get("session"))
     if membership is not None and not membership.tenant.is_active:
         return None
     return membership
