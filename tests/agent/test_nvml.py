@@ -1,7 +1,7 @@
 """The nvml backend, against a fake pynvml module (there is no GPU here)."""
 
 import asyncio
-import os
+import subprocess
 
 import httpx
 import pynvml
@@ -149,8 +149,17 @@ def test_ecc_errors_make_the_gpu_unhealthy(nvml):
     assert backend.sample([])[0]["ecc_errors"] == 2
 
 
-def test_samples_of_gpus_mig_devices_and_allocations(nvml, tmp_path):
-    me = os.getpid()
+@pytest.fixture
+def workload():
+    """A real process leading its own session, as the process runtime starts workloads."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_samples_of_gpus_mig_devices_and_allocations(nvml, tmp_path, workload):
+    me = workload
     shared_gpu = gpu(
         1,
         util=60,
@@ -173,7 +182,7 @@ def test_samples_of_gpus_mig_devices_and_allocations(nvml, tmp_path):
     shared = {"mode": "shared", "gpus": [1], "shared": {"milli": 500, "memory_mib": 8192}}
     asyncio.run(host.put("s", shared))
     asyncio.run(host.put("w", {"mode": "whole", "gpus": [2]}))
-    host.allocations["s"].pid = os.getsid(me)  # the workload's session: this test's
+    host.allocations["s"].pid = workload  # its processes are those of the workload's session
 
     samples = host.poll()
     gpu1 = _gpu_sample(samples, 1)
