@@ -76,10 +76,15 @@ class SpeaksForItself(exceptions.PermissionDenied):
 
 
 class InventoryGpuSerializer(serializers.Serializer):
+    """One GPU. A GPU the agent cannot read (fallen off the bus since it started) comes with
+    no UUID or model: it must be unhealthy."""
+
     index = serializers.IntegerField(min_value=0, max_value=1023)
-    uuid = serializers.CharField(max_length=80)
-    name = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
-    model = serializers.CharField(max_length=40)
+    uuid = serializers.CharField(max_length=80, allow_null=True)
+    name = serializers.CharField(
+        max_length=200, allow_blank=True, allow_null=True, required=False, default=""
+    )
+    model = serializers.CharField(max_length=40, allow_null=True)
     pci_bus_id = serializers.CharField(allow_blank=True, allow_null=True, required=False)
     memory_mib = serializers.IntegerField(min_value=0, allow_null=True, required=False)
     mode = serializers.ChoiceField(choices=Mode.values)
@@ -89,6 +94,13 @@ class InventoryGpuSerializer(serializers.Serializer):
     driver_version = serializers.CharField(allow_blank=True, allow_null=True, required=False)
     cuda_version = serializers.CharField(allow_blank=True, allow_null=True, required=False)
     mig_devices = serializers.ListField(child=serializers.DictField(), required=False, default=list)
+
+    def validate(self, attrs):
+        if attrs["uuid"] is None and attrs["healthy"]:
+            raise serializers.ValidationError({"uuid": "A healthy GPU must have a UUID."})
+        if attrs["uuid"] is not None and attrs["model"] is None:
+            raise serializers.ValidationError({"model": "A readable GPU must have a model."})
+        return attrs
 
 
 class InventorySerializer(serializers.Serializer):
@@ -103,7 +115,7 @@ class InventorySerializer(serializers.Serializer):
 
     def validate_gpus(self, gpus):
         for key in ("index", "uuid"):
-            values = [gpu[key] for gpu in gpus]
+            values = [gpu[key] for gpu in gpus if gpu[key] is not None]
             if len(set(values)) != len(values):
                 raise serializers.ValidationError(f"two GPUs share one {key}")
         return gpus

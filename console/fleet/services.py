@@ -214,7 +214,7 @@ def register_host(
             "invalid_hostname", f"hostname must match {HOSTNAME_RE.pattern}, not {hostname!r}"
         )
     address = _check_address(address)
-    gpus = inventory["gpus"]
+    gpus, _ = _readable(hostname, inventory)  # an unreadable GPU gets its row once read
     models = _gpu_models(gpus)
     unknown = sorted({gpu["model"] for gpu in gpus} - set(models))
     if unknown:
@@ -285,13 +285,34 @@ def sync_inventory(host: Host, inventory: dict) -> bool:
         return False
 
 
+def _readable(host_name: str, inventory: dict) -> tuple[list[dict], list[dict]]:
+    """The inventory's GPUs split into those the agent could read and those it could not
+    (no UUID: it cannot tell which GPU sits in that slot)."""
+    readable = [gpu for gpu in inventory["gpus"] if gpu["uuid"] is not None]
+    unreadable = [gpu for gpu in inventory["gpus"] if gpu["uuid"] is None]
+    for gpu in unreadable:
+        log.warning(
+            "host %s: GPU %d cannot be read: %s",
+            host_name, gpu["index"], gpu.get("health_reason") or "no UUID",
+        )  # fmt: skip
+    return readable, unreadable
+
+
 def _sync_gpus(host: Host, inventory: dict) -> bool:
     now = timezone.now()
-    items = {item["uuid"]: item for item in inventory["gpus"]}
-    models = _gpu_models(inventory["gpus"])
+    gpus, unreadable = _readable(host.name, inventory)
+    items = {item["uuid"]: item for item in gpus}
+    models = _gpu_models(gpus)
     existing = {gpu.uuid: gpu for gpu in Gpu.objects.select_for_update().filter(host=host)}
     missing = {gpu.index: gpu for uuid, gpu in existing.items() if uuid not in items}
     complete = True
+    for item in unreadable:  # the GPU known in that slot, if any, is unhealthy
+        gpu = missing.pop(item["index"], None)
+        reason = (item.get("health_reason") or "cannot be read")[:200]
+        if gpu is not None and (gpu.healthy or gpu.health_reason != reason):
+            Gpu.objects.filter(pk=gpu.pk).update(
+                healthy=False, health_reason=reason, health_changed_at=now
+            )
     wanted = []
     for uuid, item in items.items():
         if item["model"] not in models:

@@ -7,7 +7,7 @@ from django.test import Client
 from console.catalog.models import Mode
 from console.fleet import services
 from console.fleet.models import Gpu, Host, HostEvent
-from tests.fleet.conftest import agent_client_for, make_inventory, post_json
+from tests.fleet.conftest import agent_client_for, make_inventory, post_json, with_digest
 
 pytestmark = pytest.mark.django_db
 
@@ -130,6 +130,53 @@ def test_register_detail_names_the_bad_field(region, a100):
     body = register_body(raw)
     body["inventory"]["gpus"][1]["uuid"] = body["inventory"]["gpus"][0]["uuid"]
     assert post_json(Client(), "/agent/v1/register", body).status_code == 400
+
+
+def unreadable(gpu: dict) -> dict:
+    """The agent's view of a GPU that fell off the bus before it could ever be read."""
+    return {
+        **gpu, "uuid": None, "name": None, "model": None, "pci_bus_id": None,
+        "memory_mib": None, "healthy": False, "health_reason": "NVML: GPU is lost",
+    }  # fmt: skip
+
+
+def test_a_gpu_lost_before_it_was_read_does_not_stop_registration(region, a100):
+    _, raw = services.create_join_token(region)
+    body = register_body(raw, gpus=3)
+    body["inventory"]["gpus"][1] = unreadable(body["inventory"]["gpus"][1])
+    body["inventory"] = with_digest(body["inventory"])
+    response = post_json(Client(), "/agent/v1/register", body)
+    assert response.status_code == 201, response.content
+    host = Host.objects.get(pk=response.json()["host_id"])
+    assert sorted(host.gpus.values_list("index", flat=True)) == [0, 2]
+
+    # read at last: the GPU gets its row
+    inventory = make_inventory("host-x", gpus=3)
+    secret = response.json()["secret"]
+    beat = {"host_id": host.pk, "inventory_digest": inventory["digest"], "inventory": inventory}
+    assert post_json(agent_client_for(secret), "/agent/v1/heartbeat", beat).status_code == 200
+    assert host.gpus.filter(healthy=True).count() == 3
+
+
+def test_an_unreadable_gpu_in_a_known_slot_is_unhealthy_not_missing(register):
+    host, secret = register("host-x", gpus=2)
+    inventory = make_inventory("host-x", gpus=2)
+    inventory["gpus"][0] = unreadable(inventory["gpus"][0])
+    beat = {"host_id": host.pk, "inventory_digest": "after-restart", "inventory": inventory}
+    assert post_json(agent_client_for(secret), "/agent/v1/heartbeat", beat).status_code == 200
+    gpu = host.gpus.get(index=0)
+    assert (gpu.healthy, gpu.health_reason) == (False, "NVML: GPU is lost")
+    assert gpu.uuid == "GPU-host-x-0"
+
+
+def test_a_gpu_without_uuid_must_be_unhealthy(region, a100):
+    _, raw = services.create_join_token(region)
+    body = register_body(raw, gpus=2)
+    body["inventory"]["gpus"][1] = {**unreadable(body["inventory"]["gpus"][1]), "healthy": True}
+    response = post_json(Client(), "/agent/v1/register", body)
+    assert response.status_code == 400
+    assert "inventory.gpus[1].uuid" in response.json()["detail"]
+    assert not Host.objects.exists()
 
 
 def test_register_rejects_non_json_and_broken_json(region):
