@@ -2,11 +2,18 @@
 handshake. Sets scope["user"], scope["membership"] (None when neither identifies a member) and,
 for a token, scope["api_token_id"] so that long-lived sockets can check it still stands."""
 
+import time
+
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 
-from accounts.services import TokenRejected, authenticate_token
+from accounts.services import TokenRejected, access_stands, authenticate_token
 from accounts.tenancy import chosen_membership
+
+# How often an open tenant socket checks that its membership (and token) still stand.
+RECHECK_SECONDS = 30.0
+
+_access_stands = database_sync_to_async(access_stands)
 
 
 @database_sync_to_async
@@ -45,3 +52,20 @@ class _BearerOrSession:
 
 def TenantAuthMiddleware(inner):  # noqa: N802 - reads like the middleware class it builds
     return AuthMiddlewareStack(_BearerOrSession(inner))
+
+
+class StandingAccess:
+    """Whether the access an open socket was granted at its handshake still holds: its
+    membership is there, its tenant active, its API token (if any) neither revoked nor
+    expired. Looked up at most every RECHECK_SECONDS, when the socket has something to send."""
+
+    def __init__(self, scope):
+        self.membership_id = scope["membership"].pk
+        self.token_id = scope.get("api_token_id")
+        self.checked_at = time.monotonic()
+
+    async def holds(self) -> bool:
+        if time.monotonic() - self.checked_at < RECHECK_SECONDS:
+            return True
+        self.checked_at = time.monotonic()
+        return await _access_stands(self.membership_id, self.token_id)

@@ -3,20 +3,24 @@
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts.roles import READ
+from accounts.websocket import StandingAccess
 from console.instances.lifecycle import events_group
 
 
 class TenantEventsConsumer(AsyncJsonWebsocketConsumer):
     """Joins the group of the tenant the socket's membership belongs to; every transition of
-    that tenant's instances arrives as {"type": "instance.state", "instance": {...}}."""
+    that tenant's instances arrives as {"type": "instance.state", "instance": {...}}, until
+    the membership or the API token it came with is withdrawn (then it closes, 4403)."""
 
     group = None
+    access: StandingAccess
 
     async def connect(self):
         membership = self.scope.get("membership")
         if membership is None or not membership.can(READ) or not membership.tenant.is_active:
             await self.close(code=4403)
             return
+        self.access = StandingAccess(self.scope)
         self.group = events_group(membership.tenant_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -31,4 +35,7 @@ class TenantEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "pong"})
 
     async def instance_state(self, event):
+        if not await self.access.holds():
+            await self.close(code=4403)
+            return
         await self.send_json(event["payload"])

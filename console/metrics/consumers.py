@@ -12,7 +12,6 @@ so it never gets a single sample."""
 
 import asyncio
 import json
-import time
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -20,7 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from accounts.models import Membership
 from accounts.roles import READ
-from accounts.services import access_stands
+from accounts.websocket import StandingAccess
 from console.fleet.models import Gpu, Host
 from console.instances.models import Instance
 from console.metrics import live
@@ -32,8 +31,6 @@ from console.metrics.ingest import (
     tenant_group,
 )
 
-# How often an open tenant socket checks that its membership (and token) still stand.
-RECHECK_SECONDS = 30.0
 # How often a fleet socket looks for hosts that joined.
 HOSTS_REFRESH_SECONDS = 30.0
 FORBIDDEN = 4403
@@ -58,9 +55,6 @@ def _reader(method):
 @database_sync_to_async
 def _tenant_instance(instance_id: int, tenant_id: int) -> bool:
     return Instance.objects.filter(pk=instance_id, tenant_id=tenant_id).exists()
-
-
-_access_stands = database_sync_to_async(access_stands)
 
 
 def _member(scope) -> Membership | None:
@@ -112,14 +106,10 @@ class _FramesConsumer(AsyncWebsocketConsumer):
 
 
 class _TenantConsumer(_FramesConsumer):
-    membership_id = None
-    checked_at = 0.0
+    access: StandingAccess
 
     async def allowed_still(self) -> bool:
-        if time.monotonic() - self.checked_at < RECHECK_SECONDS:
-            return True
-        self.checked_at = time.monotonic()
-        return await _access_stands(self.membership_id, self.scope.get("api_token_id"))
+        return await self.access.holds()
 
 
 class InstanceMetricsConsumer(_TenantConsumer):
@@ -133,8 +123,7 @@ class InstanceMetricsConsumer(_TenantConsumer):
         if not await _tenant_instance(instance_id, membership.tenant_id):
             await self.close(code=NOT_FOUND)  # another tenant's, or none: the same answer
             return
-        self.membership_id = membership.pk
-        self.checked_at = time.monotonic()
+        self.access = StandingAccess(self.scope)
         # Join first, then read the window: a sample published meanwhile is in both, and
         # `since` lets it through once.
         await self.join(instance_group(instance_id))
@@ -164,8 +153,7 @@ class TenantMetricsConsumer(_TenantConsumer):
         if membership is None:
             await self.close(code=FORBIDDEN)
             return
-        self.membership_id = membership.pk
-        self.checked_at = time.monotonic()
+        self.access = StandingAccess(self.scope)
         await self.join(tenant_group(membership.tenant_id))
         await self.accept()
         await self.send(_dumps({"type": "hello", "tenant": membership.tenant.slug}))

@@ -95,3 +95,34 @@ def test_strangers_are_turned_away(transactional_db):
         assert not connected and code == 4403
 
     run(scenario)
+
+
+@pytest.mark.parametrize("withdrawn", ["token", "membership"])
+@pytest.mark.usefixtures("in_memory_layer", "no_tasks")
+def test_an_open_socket_stops_when_its_access_is_withdrawn(
+    transactional_db, catalog, tenant, make_member, monkeypatch, withdrawn
+):
+    from accounts import websocket
+
+    monkeypatch.setattr(websocket, "RECHECK_SECONDS", 0.0)
+    membership = make_member(tenant, Role.MEMBER)
+    token = accounts.issue_token(membership.user, membership.tenant, "ws")
+    headers = [(b"authorization", f"Bearer {token.raw}".encode())]
+    first = make_instance(catalog, tenant, state=State.RUNNING, name="first")
+    second = make_instance(catalog, tenant, state=State.RUNNING, name="second")
+    app = TenantAuthMiddleware(URLRouter(websocket_urlpatterns))
+
+    async def scenario():
+        socket = WebsocketCommunicator(app, "/ws/events/", headers=headers)
+        assert (await socket.connect())[0]
+        await socket.receive_json_from()  # hello
+        await database_sync_to_async(services.stop_instance)(first)
+        assert (await socket.receive_json_from(timeout=3))["instance"]["name"] == "first"
+        if withdrawn == "token":
+            await database_sync_to_async(accounts.revoke_token)(token.token)
+        else:
+            await database_sync_to_async(accounts.remove_member)(membership)
+        await database_sync_to_async(services.stop_instance)(second)
+        assert (await socket.receive_output(timeout=3)) == {"type": "websocket.close", "code": 4403}
+
+    run(scenario)

@@ -221,10 +221,10 @@ def test_the_fleet_socket_is_for_operators(world):
 
 @pytest.mark.parametrize("revoke", ["token", "membership"])
 def test_an_open_socket_stops_when_its_access_is_withdrawn(world, monkeypatch, revoke):
+    from accounts import websocket
     from accounts.models import ApiToken
-    from console.metrics import consumers
 
-    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr(websocket, "RECHECK_SECONDS", 0.0)
     alice = token_of(world.alice)
 
     async def scenario():
