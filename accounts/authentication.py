@@ -1,5 +1,7 @@
 """DRF authentication: bearer API tokens and browser sessions, both bound to one tenant."""
 
+from drf_spectacular.authentication import SessionScheme
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 
@@ -47,3 +49,22 @@ class TenantSessionAuthentication(SessionAuthentication):
             raise TenantSuspended(f"Tenant {membership.tenant.slug} is suspended.")
         request._request.membership = membership
         return result
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI document describes API tokens."""
+
+    target_class = BearerTokenAuthentication
+    name = "apiToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token (gpc_…) from the console's API tokens page; it acts "
+            "for one user in one tenant.",
+        }
+
+
+class TenantSessionScheme(SessionScheme):
+    target_class = TenantSessionAuthentication

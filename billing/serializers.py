@@ -1,11 +1,20 @@
 """API representations of usage and invoices. Amounts are decimal strings: usage at 6
 places, invoice totals in cents."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.invoices import document
 from billing.models import Invoice
 from billing.usage import parse_month
+
+
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-11"})
+class MonthField(serializers.DateField):
+    """A UTC month, written YYYY-MM."""
+
+    def __init__(self, **kwargs):
+        super().__init__(format="%Y-%m", **kwargs)
 
 
 class MonthQuerySerializer(serializers.Serializer):
@@ -73,7 +82,7 @@ class AccruingSerializer(serializers.Serializer):
 
 
 class UsageReportSerializer(serializers.Serializer):
-    month = serializers.DateField(format="%Y-%m")
+    month = MonthField()
     currency = serializers.SerializerMethodField()
     period_start = serializers.DateTimeField()
     period_end = serializers.DateTimeField()
@@ -104,7 +113,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
     """An invoice or credit note. A draft shows the month's usage so far (no number yet;
     credits apply at finalization)."""
 
-    month = serializers.DateField(format="%Y-%m")
+    month = MonthField()
     period_start = serializers.DateTimeField()
     period_end = serializers.DateTimeField()
     subtotal = _cents()

@@ -18,7 +18,7 @@ class ImageSerializer(serializers.ModelSerializer):
 class SpecSerializer(serializers.ModelSerializer):
     gpu_model = serializers.CharField(source="gpu_model.code")
     gpu_model_name = serializers.CharField(source="gpu_model.name")
-    mig_profile = serializers.CharField(source="mig_profile.name", default=None)
+    mig_profile = serializers.CharField(source="mig_profile.name", default=None, allow_null=True)
     gpu_equivalents = serializers.DecimalField(
         max_digits=8, decimal_places=3, normalize_output=True
     )

@@ -4,6 +4,7 @@ host's secret). Every answer is JSON; a refusal is `{"code", "detail"}` (+ `erro
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.parsers import JSONParser
@@ -185,6 +186,7 @@ def _flatten(errors, where: str = "") -> list[str]:
 # --- views ----------------------------------------------------------------------------------
 
 
+@extend_schema(exclude=True)  # the agents' protocol, not the tenants' API (ARCHITECTURE.md)
 class AgentView(APIView):
     parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]
@@ -200,6 +202,7 @@ class AgentView(APIView):
         return host
 
 
+@extend_schema(exclude=True)
 class RegisterView(APIView):
     parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]

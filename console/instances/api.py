@@ -30,6 +30,7 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     `state` (or /ws/events/) for the outcome."""
 
     serializer_class = InstanceSerializer
+    lookup_value_regex = "[0-9]+"
     read_role = READ
     write_role = OPERATE
 
@@ -61,7 +62,14 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("state", str, description="one state or several, comma-separated"),
+            OpenApiParameter(
+                "state",
+                str,
+                enum=State.values,
+                many=True,
+                explode=False,
+                description="one state or several, comma-separated",
+            ),
             OpenApiParameter("name", str),
         ]
     )

@@ -1,0 +1,57 @@
+"""The OpenAPI document's error responses: every operation lists the errors it can answer,
+each in the API's one error shape (console.api.errors), so generated clients know them."""
+
+from drf_spectacular.plumbing import build_object_type
+
+ERROR = "Error"
+ERROR_SCHEMA = build_object_type(
+    properties={
+        "code": {"type": "string", "description": "stable: invalid, not_found, quota_exceeded …"},
+        "detail": {"type": "string", "description": "for a person to read"},
+        "errors": {
+            "type": "object",
+            "description": "only with code invalid: the messages of each field",
+            "additionalProperties": {"type": "array", "items": {}},
+        },
+    },
+    required=["code", "detail"],
+)
+DESCRIPTIONS = {
+    "400": "The request is not valid: `errors` names the fields.",
+    "401": "No credentials, or a token that is unknown, revoked or expired.",
+    "403": "Signed in, but the role or tenant does not allow it.",
+    "404": "No such object, or not one of this tenant's.",
+    "409": "Not possible in the current state (e.g. quota_exceeded, invalid_state).",
+}
+
+
+def _errors_of(path: str, method: str, operation: dict) -> list[str]:
+    codes = ["401", "403"]
+    if operation.get("requestBody") or any(
+        p.get("in") == "query" for p in operation.get("parameters", [])
+    ):
+        codes.append("400")
+    if "{" in path:
+        codes.append("404")
+    if method in ("post", "put", "patch", "delete"):
+        codes.append("409")
+    return codes
+
+
+def add_error_responses(result, generator, request, public):
+    """drf-spectacular postprocessing hook: add the Error component and the error responses
+    an operation does not document already."""
+    result.setdefault("components", {}).setdefault("schemas", {})[ERROR] = ERROR_SCHEMA
+    reference = {"$ref": f"#/components/schemas/{ERROR}"}
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            for code in _errors_of(path, method, operation):
+                responses.setdefault(
+                    code,
+                    {
+                        "description": DESCRIPTIONS[code],
+                        "content": {"application/json": {"schema": reference}},
+                    },
+                )
+    return result
