@@ -34,9 +34,20 @@ def _channel_layer() -> dict:
     layer = get_channel_layer()
 
     async def roundtrip():
+        # A pub/sub layer subscribes a new channel without waiting for the server to confirm,
+        # so the first ping can pass before the subscription: ping again, with one receive
+        # kept waiting throughout (cancelling a receive unsubscribes the channel).
         channel = await layer.new_channel()
-        await layer.send(channel, {"type": "health.ping"})
-        return await asyncio.wait_for(layer.receive(channel), timeout=2)
+        reply = asyncio.ensure_future(layer.receive(channel))
+        try:
+            for _ in range(8):
+                await layer.send(channel, {"type": "health.ping"})
+                done, _ = await asyncio.wait({reply}, timeout=0.25)
+                if done:
+                    return reply.result()
+            raise TimeoutError("no ping came back from the channel layer within 2 s")
+        finally:
+            reply.cancel()
 
     async_to_sync(roundtrip)()
     return {"status": "ok", "kind": layer.__class__.__name__}
