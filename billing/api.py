@@ -23,7 +23,9 @@ from billing.serializers import (
 )
 from billing.usage import current_month, usage_report
 
-MONTH_PARAM = OpenApiParameter("month", str, description="YYYY-MM (UTC); default: this month")
+MONTH_PARAM = OpenApiParameter(
+    "month", str, pattern=r"^\d{4}-\d{2}$", description="YYYY-MM (UTC); default: this month"
+)
 
 
 class UsageView(APIView):

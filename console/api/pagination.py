@@ -1,4 +1,4 @@
-"""Pages of a list: `?limit=` (1 to 500, default 50) and `?offset=` (0 or more).
+"""Pages of a list: `?limit=` (1 or more, default 50, at most 500 given) and `?offset=`.
 
 DRF's LimitOffsetPagination quietly ignores a limit or offset it cannot read; a client that
 typed `?offset=1O` deserves to hear about it, so here it is a 400 naming the parameter."""
@@ -34,10 +34,10 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
 
     def get_schema_operation_parameters(self, view):
         parameters = super().get_schema_operation_parameters(view)
-        bounds = {
-            self.limit_query_param: {"minimum": 1, "maximum": self.max_limit},
-            self.offset_query_param: {"minimum": 0},
-        }
         for parameter in parameters:
-            parameter["schema"].update(bounds.get(parameter["name"], {}))
+            if parameter["name"] == self.limit_query_param:
+                parameter["schema"]["minimum"] = 1
+                parameter["description"] = f"Results per page: a larger limit gives {MAX_LIMIT}."
+            elif parameter["name"] == self.offset_query_param:
+                parameter["schema"]["minimum"] = 0
         return parameters
