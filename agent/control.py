@@ -7,6 +7,8 @@
 Heartbeats and samples carry `Authorization: Bearer <secret>`.
 """
 
+import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -28,6 +30,7 @@ PUSH_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
 BUFFER_ROUNDS = 300  # sample rounds (one sample per GPU each) kept while the server is away
 ROUNDS_PER_POST = 60
+FLUSH_SECONDS = 2.0  # at shutdown, how long the last push of buffered samples may take
 # answers that say a batch will never be taken: drop it rather than block the ones after it
 REJECTED = (400, 413, 422)
 
@@ -186,6 +189,13 @@ class Reporter:
 
     def push_delay(self) -> float:
         return min(MAX_BACKOFF_SECONDS, PUSH_SECONDS * 2**self._failures)
+
+    async def flush(self) -> None:
+        """At shutdown: one short try at sending the rounds still buffered, so a restart
+        loses no samples when the server is there."""
+        if self._rounds:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.push(), FLUSH_SECONDS)
 
     async def aclose(self) -> None:
         await self.client.aclose()

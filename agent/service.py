@@ -48,6 +48,7 @@ def lifespan(host: Host, sample_interval: float, reporter: Reporter | None):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             if reporter:
+                await reporter.flush()
                 await reporter.aclose()
             log.info("agent stopped")
 

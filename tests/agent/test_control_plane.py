@@ -10,6 +10,7 @@ from agent.control import BUFFER_ROUNDS, ROUNDS_PER_POST, Reporter
 from agent.host import Host
 from agent.models import MODELS
 from agent.runtime import SimRuntime
+from agent.service import lifespan
 from agent.state import StateStore
 from tests.agent.agents import free_port, wait_for
 from tests.agent.fake_control_plane import HOST_ID, HOST_SECRET, FakeControlPlane
@@ -170,3 +171,27 @@ def test_samples_wait_in_a_bounded_buffer_while_the_server_is_away(tmp_path):
     assert len(server.received("samples")) == BUFFER_ROUNDS // ROUNDS_PER_POST
     stamps = [s["ts"] for s in _samples(server)]
     assert stamps == [samples[0]["ts"] for samples in rounds[20:]]  # the oldest 20 dropped
+
+
+def test_samples_still_buffered_at_shutdown_are_sent_before_the_agent_stops(tmp_path):
+    host = Host("h", SimBackend("h", MODELS["l4"], ["whole"]), SimRuntime(), StateStore(tmp_path))
+    identity = {"host_id": HOST_ID, "secret": HOST_SECRET}
+
+    async def scenario(server):
+        reporter = Reporter(host, {**identity, "server": server.url}, 5.0, "http://127.0.0.1:1")
+        async with lifespan(host, 3600.0, reporter)(app=None):
+            await asyncio.sleep(0.2)  # the loops' first rounds: a sample, then a push
+            last = host.poll()
+            reporter.add(last)  # the next push would be a second away: shutdown comes first
+        return last
+
+    with FakeControlPlane() as server:
+        last = asyncio.run(scenario(server))
+        assert [s["ts"] for s in _samples(server)][-1] == last[0]["ts"]
+
+    with FakeControlPlane() as away:
+        port = away.port
+    stopping = time.monotonic()
+    gone = FakeControlPlane(port=port)  # nobody listens there now: the flush gives up quickly
+    asyncio.run(scenario(gone))
+    assert time.monotonic() - stopping < 5
