@@ -23,11 +23,18 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from billing.bulk import upsert_rows
-from billing.models import Invoice, UsageKind, UsagePiece, UsageSegment, decimal_to_micros
+from billing.models import (
+    Invoice,
+    MeterCursor,
+    UsageKind,
+    UsagePiece,
+    UsageSegment,
+    decimal_to_micros,
+)
 from billing.rating import DiskPiece, PricePoint, as_utc, rate_disk, rate_segment
 from billing.rating import UsagePiece as RatedPiece
 from console.catalog.models import Spec, SpecPrice
@@ -499,6 +506,16 @@ def instances_to_reconcile(now: datetime, window: timedelta = REPAIR_WINDOW) -> 
 
 
 def reconcile(now: datetime | None = None, window: timedelta = REPAIR_WINDOW) -> int:
-    """Repair segments from the event history (see ``instances_to_reconcile``)."""
+    """Repair segments from the event history: the instances of ``instances_to_reconcile``
+    and those with a transition since the last run (MeterCursor), however long ago it was."""
     now = now or timezone.now()
-    return reconcile_instances(instances_to_reconcile(now, window))
+    cursor, _ = MeterCursor.objects.get_or_create(pk=1)
+    newest = InstanceEvent.objects.aggregate(newest=Max("pk"))["newest"] or 0
+    unseen = (
+        InstanceEvent.objects.filter(pk__gt=cursor.event_id, pk__lte=newest)
+        .values_list("instance_id", flat=True)
+        .distinct()
+    )
+    changed = reconcile_instances(instances_to_reconcile(now, window) | set(unseen))
+    MeterCursor.objects.filter(pk=1, event_id__lt=newest).update(event_id=newest)
+    return changed

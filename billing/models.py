@@ -341,3 +341,15 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.month:%Y-%m} {self.threshold}%"
+
+
+class MeterCursor(models.Model):
+    """How far the meter has compared segments with the event history: the newest instance
+    event seen by its last repair. One row. Events after it are checked on the next run
+    however long the meter was away (the recent-transition window alone would miss a signal
+    lost while the meter was down for longer than the window)."""
+
+    event_id = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"events up to {self.event_id}"

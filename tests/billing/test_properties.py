@@ -11,7 +11,7 @@ import pytest
 import time_machine
 from django.db import transaction
 from django.test import override_settings
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from billing import services
@@ -28,6 +28,7 @@ from tests.factories import TenantFactory
 S = State
 START = at(2026, 1, 27, 22, 13, 5, 123_456)
 MICRO = timedelta(microseconds=1)
+ZERO = timedelta(0)
 
 gaps = st.one_of(
     st.integers(0, 90_000_000),  # up to 90 s, around the minimum
@@ -88,6 +89,7 @@ def oracle_amount(start, end, minimum, history) -> Decimal:
 
 
 @pytest.mark.django_db
+@pytest.mark.timeout(600)  # shrinking a failure replays many walks
 @settings(
     max_examples=60,
     deadline=None,
@@ -99,6 +101,16 @@ def oracle_amount(start, end, minimum, history) -> Decimal:
     minimum=st.sampled_from([0, 1, 60, 300]),
     tail=gaps,
     jitter=st.integers(0, 10**6),
+)
+# Found by this test: every signal lost, and the meter's first run more than an hour (its
+# recent-transition window) after a 1 µs run: the run was never billed.
+@example(
+    walk=[(0, ZERO, False, 0.0), (1, ZERO, False, 0.0), (1, ZERO, False, 0.0)]
+    + [(0, MICRO, False, 0.0)],
+    changes=[],
+    minimum=0,
+    tail=timedelta(hours=1) + MICRO,
+    jitter=0,
 )
 def test_billed_time_matches_running_time(world, walk, changes, minimum, tail, jitter):
     with override_settings(BILLING_MINIMUM_SECONDS=minimum), transaction.atomic():
