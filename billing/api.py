@@ -21,10 +21,10 @@ from billing.serializers import (
     MonthQuerySerializer,
     UsageReportSerializer,
 )
-from billing.usage import current_month, usage_report
+from billing.usage import MONTH_PATTERN, current_month, usage_report
 
 MONTH_PARAM = OpenApiParameter(
-    "month", str, pattern=r"^\d{4}-\d{2}$", description="YYYY-MM (UTC); default: this month"
+    "month", str, pattern=MONTH_PATTERN, description="YYYY-MM (UTC); default: this month"
 )
 
 

@@ -6,10 +6,10 @@ from rest_framework import serializers
 
 from billing.invoices import document
 from billing.models import Invoice
-from billing.usage import parse_month
+from billing.usage import MONTH_PATTERN, parse_month
 
 
-@extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-11"})
+@extend_schema_field({"type": "string", "pattern": MONTH_PATTERN, "example": "2026-11"})
 class MonthField(serializers.DateField):
     """A UTC month, written YYYY-MM."""
 

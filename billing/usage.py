@@ -195,6 +195,9 @@ def _breakdown(lines: Iterable[UsageLine], key) -> list[Breakdown]:
     return sorted(rows, key=lambda row: (-row.amount, row.label))
 
 
+MONTH_PATTERN = r"^\d{4}-\d{2}$"  # what parse_month reads, for the API schema
+
+
 def parse_month(text: str) -> date:
     """``YYYY-MM`` → the month's first day; ValueError when it is not a month."""
     if not isinstance(text, str) or len(text) != 7 or text[4] != "-":
