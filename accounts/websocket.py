@@ -7,6 +7,8 @@ import time
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 
+from accounts.models import Membership
+from accounts.roles import READ
 from accounts.services import TokenRejected, access_stands, authenticate_token
 from accounts.tenancy import chosen_membership
 
@@ -52,6 +54,14 @@ class _BearerOrSession:
 
 def TenantAuthMiddleware(inner):  # noqa: N802 - reads like the middleware class it builds
     return AuthMiddlewareStack(_BearerOrSession(inner))
+
+
+def reading_member(scope) -> Membership | None:
+    """The socket's membership when it may read its tenant's things (an active tenant)."""
+    membership = scope.get("membership")
+    if membership is None or not membership.can(READ) or not membership.tenant.is_active:
+        return None
+    return membership
 
 
 class StandingAccess:

@@ -2,8 +2,7 @@
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from accounts.roles import READ
-from accounts.websocket import StandingAccess
+from accounts.websocket import StandingAccess, reading_member
 from console.instances.lifecycle import events_group
 
 
@@ -16,8 +15,8 @@ class TenantEventsConsumer(AsyncJsonWebsocketConsumer):
     access: StandingAccess
 
     async def connect(self):
-        membership = self.scope.get("membership")
-        if membership is None or not membership.can(READ) or not membership.tenant.is_active:
+        membership = reading_member(self.scope)
+        if membership is None:
             await self.close(code=4403)
             return
         self.access = StandingAccess(self.scope)

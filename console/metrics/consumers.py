@@ -17,9 +17,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from accounts.models import Membership
-from accounts.roles import READ
-from accounts.websocket import StandingAccess
+from accounts.websocket import StandingAccess, reading_member
 from console.fleet.models import Gpu, Host
 from console.instances.models import Instance
 from console.metrics import live
@@ -55,13 +53,6 @@ def _reader(method):
 @database_sync_to_async
 def _tenant_instance(instance_id: int, tenant_id: int) -> bool:
     return Instance.objects.filter(pk=instance_id, tenant_id=tenant_id).exists()
-
-
-def _member(scope) -> Membership | None:
-    membership = scope.get("membership")
-    if membership is None or not membership.can(READ) or not membership.tenant.is_active:
-        return None
-    return membership
 
 
 def _operator(scope) -> bool:
@@ -116,7 +107,7 @@ class InstanceMetricsConsumer(_TenantConsumer):
     async def connect(self):
         self.groups_joined = []
         instance_id = int(self.scope["url_route"]["kwargs"]["instance_id"])
-        membership = _member(self.scope)
+        membership = reading_member(self.scope)
         if membership is None:
             await self.close(code=FORBIDDEN)
             return
@@ -149,7 +140,7 @@ class TenantMetricsConsumer(_TenantConsumer):
 
     async def connect(self):
         self.groups_joined = []
-        membership = _member(self.scope)
+        membership = reading_member(self.scope)
         if membership is None:
             await self.close(code=FORBIDDEN)
             return
