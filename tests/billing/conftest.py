@@ -8,13 +8,13 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection, transaction
-from django.utils import timezone
 
 from billing.models import Invoice, InvoiceLine, UsagePiece, UsageSegment
 from console.catalog.models import Mode, SpecPrice
 from console.instances import lifecycle
-from console.instances.models import Instance, InstanceEvent, State
+from console.instances.models import Instance, State
 from tests.factories import GpuModelFactory, ImageFactory, RegionFactory, SpecFactory
+from tests.instances.helpers import make_instance
 
 _serial = itertools.count(1)
 LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
@@ -63,21 +63,8 @@ class World:
 
     def instance(self, tenant, *, spec=None, name=None, when=None, state=State.PENDING):
         """A new instance with its first event (no signal: pending bills nothing)."""
-        when = when or timezone.now()
-        instance = Instance.objects.create(
-            tenant=tenant,
-            name=name or f"box-{next(_serial)}",
-            spec=spec or self.quarter,
-            image=self.image,
-            region=self.region,
-            state=state,
-            created_at=when,
-            updated_at=when,
-        )
-        InstanceEvent.objects.create(
-            instance=instance, at=when, actor_label="system", from_state="", to_state=state
-        )
-        return instance
+        name = name or f"box-{next(_serial)}"
+        return make_instance(self, tenant, state=state, spec=spec, name=name, when=when)
 
     def running(self, tenant, when: datetime, **kwargs) -> Instance:
         instance = self.instance(tenant, when=when, **kwargs)

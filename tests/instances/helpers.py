@@ -3,8 +3,10 @@ from django.utils import timezone
 from console.instances.models import Instance, InstanceEvent
 
 
-def make_instance(catalog, tenant, *, state="pending", spec=None, name=None, **extra):
-    now = timezone.now()
+def make_instance(catalog, tenant, *, state="pending", spec=None, name=None, when=None, **extra):
+    """A new instance of `catalog` (its quarter spec, image and region unless told) with its
+    first event, made `when` (default: now)."""
+    now = when or timezone.now()
     instance = Instance.objects.create(
         tenant=tenant,
         name=name or f"box-{Instance.objects.count() + 1}",
@@ -16,7 +18,7 @@ def make_instance(catalog, tenant, *, state="pending", spec=None, name=None, **e
         updated_at=now,
         **extra,
     )
-    InstanceEvent.objects.create(instance=instance, actor_label="system", to_state=state)
+    InstanceEvent.objects.create(instance=instance, at=now, actor_label="system", to_state=state)
     return instance
 
 
