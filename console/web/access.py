@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from accounts.roles import READ
 
@@ -30,12 +31,23 @@ def tenant_view(needed: str = READ, write_needed: str | None = None):
                 messages.error(
                     request, f"Your role ({membership.role}) cannot do this; it needs {role}."
                 )
-                return redirect(request.META.get("HTTP_REFERER") or "dashboard")
+                return redirect_back(request)
             return view(request, *args, **kwargs)
 
         return wrapper
 
     return decorator
+
+
+def redirect_back(request, fallback: str = "dashboard"):
+    """Back to the page the request came from when that page is on this site, else `fallback`
+    (a Referer naming another site is never followed)."""
+    referer = request.META.get("HTTP_REFERER", "")
+    if url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(referer)
+    return redirect(fallback)
 
 
 def staff_view(view):

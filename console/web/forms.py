@@ -17,6 +17,10 @@ class AddMemberForm(forms.Form):
         return username
 
 
+class SwitchTenantForm(forms.Form):
+    tenant = forms.IntegerField(min_value=1, max_value=2**63 - 1)
+
+
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
 

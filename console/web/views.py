@@ -14,7 +14,7 @@ from accounts.tenancy import switch_tenant
 from console.instances.models import Instance, State
 from console.instances.quota import usage
 from console.web.access import tenant_view
-from console.web.forms import AddMemberForm, RoleForm, TokenForm
+from console.web.forms import AddMemberForm, RoleForm, SwitchTenantForm, TokenForm
 
 NEW_TOKEN_KEY = "new_api_token"  # noqa: S105 - a session key, not a secret
 
@@ -57,7 +57,8 @@ def dashboard(request):
 def switch(request):
     if not request.user.is_authenticated:
         return redirect("login")
-    membership = switch_tenant(request, int(request.POST.get("tenant", "0") or 0))
+    form = SwitchTenantForm(request.POST)
+    membership = switch_tenant(request, form.cleaned_data["tenant"]) if form.is_valid() else None
     if membership is None:
         messages.error(request, "You are not a member of that tenant.")
     else:
