@@ -6,6 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -100,16 +101,20 @@ def remove_member(membership: Membership) -> None:
 
 @transaction.atomic
 def ensure_user(username: str, password: str | None = None, email: str = "", **extra) -> "User":
-    """Create the user if missing; set the password when one is given."""
-    user, created = User.objects.get_or_create(
-        username=username, defaults={"email": email, **extra}
-    )
-    if password:
-        user.set_password(password)
-        user.save(update_fields=["password"])
-    elif created:
+    """Create the user if missing; set the password when one is given. The username and the
+    password pass the same validators as the admin's forms (AUTH_PASSWORD_VALIDATORS)."""
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        user = User(username=username, email=email, **extra)
         user.set_unusable_password()
-        user.save(update_fields=["password"])
+        user.full_clean(exclude=["password"])
+    if password:
+        try:
+            validate_password(password, user)
+        except ValidationError as error:
+            raise ValidationError({"password": error.messages}) from None
+        user.set_password(password)
+    user.save()
     return user
 
 

@@ -24,7 +24,12 @@ class CliError(Exception):
 
 def load_config() -> dict:
     path = config_path()
-    config = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        config = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError) as error:
+        raise CliError(f"cannot read {path} ({error}): run `gpucloud login` again") from None
+    if not isinstance(config, dict):
+        raise CliError(f"{path} is not a gpucloud config: run `gpucloud login` again")
     config["url"] = os.environ.get("GPUCLOUD_URL") or config.get("url") or "http://127.0.0.1:8000"
     config["token"] = os.environ.get("GPUCLOUD_TOKEN") or config.get("token")
     return config

@@ -2,12 +2,15 @@ from decimal import Decimal
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.contrib.auth import get_user_model
+from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
 
 from accounts.models import ApiToken, Membership, Tenant
 from accounts.services import authenticate_token
 from console.catalog.models import Spec, SpecPrice
+from console.fleet.models import JoinToken
+from tests.factories import RegionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -91,3 +94,80 @@ def test_seed_demo_is_idempotent():
     assert "alice" in first
     modes = set(Spec.objects.values_list("mode", flat=True))
     assert modes == {"whole", "mig", "shared"}
+
+
+@pytest.fixture
+def command_line(monkeypatch, capsys):
+    """Runs `manage.py ARGS` as a shell would: the exit status and what went to stderr."""
+    monkeypatch.setattr("django.core.management.base.connections.close_all", lambda: None)
+
+    def run_argv(*args: str) -> tuple[int, str]:
+        try:
+            execute_from_command_line(["manage.py", *args])
+        except SystemExit as leaving:
+            code = leaving.code
+        else:
+            code = 0
+        return code, capsys.readouterr().err
+
+    return run_argv
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["create_tenant", "deep", "--gpu-quota", "abc"], "'abc' is not a decimal number"),
+        (["create_tenant", "deep", "--gpu-quota", "nan"], "'nan' is not a decimal number"),
+        (["create_tenant", "deep", "--monthly-budget", "inf"], "'inf' is not a decimal number"),
+        (["create_join_token", "--region", "local-1", "--ttl-hours", "nan"], "at most 720 hours"),
+        (["create_join_token", "--region", "local-1", "--ttl-hours", "1e12"], "at most 720 hours"),
+        (["create_join_token", "--region", "local-1", "--ttl-hours", "-1"], "at most 720 hours"),
+        (
+            ["create_user", "zoe", "--tenant", "deep", "--role", "member", "--password", "123"],
+            "too short",
+        ),
+        (
+            [
+                "create_user",
+                "zoehartmann",
+                "--tenant",
+                "deep",
+                "--role",
+                "member",
+                "--password",
+                "zoe.hartmann",
+            ],
+            "too similar",
+        ),
+        (
+            [
+                "create_user",
+                "zoe",
+                "--tenant",
+                "deep",
+                "--role",
+                "member",
+                "--password",
+                "password",
+            ],
+            "too common",
+        ),
+        (["create_user", "zo e!", "--tenant", "deep", "--role", "member"], "valid username"),
+    ],
+)
+def test_bad_command_line_input_is_one_clear_line_and_a_non_zero_exit(command_line, args, message):
+    RegionFactory()
+    run("create_tenant", "deep")
+    code, err = command_line(*args)
+    assert code != 0
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not get_user_model().objects.filter(username__startswith="zo").exists()
+    assert not JoinToken.objects.exists()
+
+
+def test_create_user_with_a_good_password_signs_in():
+    run("create_tenant", "deep")
+    run("create_user", "zoe", "--tenant", "deep", "--role", "member", "--password", "s3cret-pass!")
+    assert get_user_model().objects.get(username="zoe").check_password("s3cret-pass!")

@@ -137,7 +137,10 @@ class GpuAdmin(admin.ModelAdmin):
 
 class JoinTokenForm(forms.ModelForm):
     ttl_hours = forms.IntegerField(
-        label="Valid for (hours)", min_value=1, max_value=24 * 30, required=False
+        label="Valid for (hours)",
+        min_value=1,
+        max_value=services.JOIN_TOKEN_MAX_TTL_HOURS,
+        required=False,
     )
 
     class Meta:

@@ -3,13 +3,14 @@ from django.conf import settings
 
 from console.catalog.models import Mode, Region
 from console.fleet.models import Host
+from console.fleet.services import JOIN_TOKEN_MAX_TTL_HOURS
 
 
 class JoinTokenForm(forms.Form):
     region = forms.ModelChoiceField(queryset=Region.objects.all(), empty_label=None)
     note = forms.CharField(max_length=120, required=False, help_text="e.g. rack 4, node 12")
     ttl_hours = forms.IntegerField(
-        min_value=1, max_value=24 * 30, label="Valid for (hours)", required=False
+        min_value=1, max_value=JOIN_TOKEN_MAX_TTL_HOURS, label="Valid for (hours)", required=False
     )
 
     def __init__(self, *args, **kwargs):

@@ -66,13 +66,20 @@ def _event(host: Host, from_status: str, to_status: str, message: str, actor=Non
 
 # --- join tokens -------------------------------------------------------------------------
 
+JOIN_TOKEN_MAX_TTL_HOURS = 24 * 30
+
 
 def issue_join_token(token: JoinToken, ttl_hours: float | None = None) -> str:
     """Give `token` (region, note, created_by set) a fresh secret and an expiry, save it, and
     answer the raw token: it is shown once and only its hash is kept."""
     ttl = settings.JOIN_TOKEN_TTL_HOURS if ttl_hours is None else ttl_hours
-    if ttl <= 0:
-        raise ValidationError({"ttl_hours": "A join token must live for some time (hours > 0)."})
+    if not 0 < ttl <= JOIN_TOKEN_MAX_TTL_HOURS:  # also refuses NaN
+        raise ValidationError(
+            {
+                "ttl_hours": "A join token lives more than 0 and at most "
+                f"{JOIN_TOKEN_MAX_TTL_HOURS} hours."
+            }
+        )
     prefix = f"{JoinToken.PREFIX}_{secrets.token_hex(4)}"
     raw = f"{prefix}_{secrets.token_urlsafe(32)}"
     token.prefix = prefix

@@ -86,3 +86,15 @@ def test_usage_and_invoices(cli):
     assert code == 0
     code, out, _ = cli("usage", "--month", "2026-13")
     assert code == 1
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", "\xff\xfe"])
+def test_a_corrupt_config_file_is_one_clear_line_and_exit_1(monkeypatch, tmp_path, capsys, content):
+    path = tmp_path / "config.json"
+    path.write_bytes(content.encode("latin-1"))
+    monkeypatch.setenv("GPUCLOUD_CONFIG", str(path))
+    assert main(["quota"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpucloud: {path}") or err.startswith(f"gpucloud: cannot read {path}")
+    assert "gpucloud login" in err
+    assert len(err.strip().splitlines()) == 1

@@ -7,11 +7,16 @@ from accounts import services
 from accounts.models import Tenant
 
 
-def _decimal(value: str) -> Decimal:
+def _decimal(option: str, value: str | None) -> Decimal | None:
+    if value is None:
+        return None
     try:
-        return Decimal(value)
+        number = Decimal(value)
     except InvalidOperation:
-        raise CommandError(f"{value!r} is not a decimal number") from None
+        number = None
+    if number is None or not number.is_finite():
+        raise CommandError(f"{option}: {value!r} is not a decimal number")
+    return number
 
 
 class Command(BaseCommand):
@@ -20,17 +25,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("slug")
         parser.add_argument("--name")
-        parser.add_argument("--gpu-quota", type=_decimal, help="GPU-equivalents, e.g. 1.5")
+        parser.add_argument("--gpu-quota", help="GPU-equivalents, e.g. 1.5")
         parser.add_argument("--max-instances", type=int)
-        parser.add_argument("--monthly-budget", type=_decimal)
+        parser.add_argument("--monthly-budget", help="e.g. 100.00")
 
     def handle(self, slug, name, gpu_quota, max_instances, monthly_budget, **options):
         quota_options = {
             key: value
             for key, value in {
-                "gpu_quota": gpu_quota,
+                "gpu_quota": _decimal("--gpu-quota", gpu_quota),
                 "max_instances": max_instances,
-                "monthly_budget": monthly_budget,
+                "monthly_budget": _decimal("--monthly-budget", monthly_budget),
             }.items()
             if value is not None
         }

@@ -25,9 +25,9 @@ class Command(BaseCommand):
         tenant_obj = Tenant.objects.filter(slug=tenant).first()
         if tenant_obj is None:
             raise CommandError(f"No tenant with slug {tenant!r}.")
-        user = services.ensure_user(username, password=password, email=email)
-        membership = Membership.objects.filter(user=user, tenant=tenant_obj).first()
         try:
+            user = services.ensure_user(username, password=password, email=email)
+            membership = Membership.objects.filter(user=user, tenant=tenant_obj).first()
             if membership is None:
                 services.add_member(tenant_obj, user, role)
             elif membership.role != role:
