@@ -93,6 +93,7 @@ class ImageFactory(factory.django.DjangoModelFactory):
         django_get_or_create = ["name"]
 
     name = "pytorch-2.5-cuda12.4"
+    reference = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
     cuda_version = "12.4"
 
 

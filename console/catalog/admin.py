@@ -46,6 +46,16 @@ class SpecAdmin(admin.ModelAdmin):
 
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
-    list_display = ["name", "cuda_version", "active"]
+    list_display = ["name", "reference", "cuda_version", "active"]
     list_filter = ["active", "cuda_version"]
-    search_fields = ["name", "description"]
+    search_fields = ["name", "reference", "description"]
+    fields = [
+        "name",
+        "reference",
+        "cuda_version",
+        "description",
+        "command",
+        "env",
+        "ports",
+        "active",
+    ]

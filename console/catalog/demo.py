@@ -69,12 +69,23 @@ SPECS = [
     ("l4-half", "l4", Mode.SHARED, 1, None, 500, 11517, 4, 16384, 100, "0.3200"),
 ]  # fmt: skip
 
+# name, OCI reference, CUDA, description, default command, default env, ports. The first by
+# name (demo-busybox) is what the launch form preselects: `make run` builds it locally.
+KEEP_RUNNING = ["sleep", "infinity"]
+JUPYTER = [{"port": 8888, "name": "Jupyter"}]
 IMAGES = [
-    ("pytorch-2.5-cuda12.4", "12.4", "PyTorch 2.5, CUDA 12.4, cuDNN 9, Python 3.11, Jupyter"),
-    ("vllm-0.6-cuda12.4", "12.4", "vLLM 0.6 OpenAI-compatible inference server"),
-    ("tensorflow-2.17-cuda12.3", "12.3", "TensorFlow 2.17, CUDA 12.3, Python 3.11"),
-    ("ubuntu-22.04-cuda12.4", "12.4", "Ubuntu 22.04 with the CUDA 12.4 toolkit, nothing else"),
-]
+    ("demo-busybox", "localhost/gpucloud/demo:latest", "12.4",
+     "A tiny local image for hosts without a registry", [], {}, JUPYTER),
+    ("pytorch-2.5-cuda12.4", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "12.4",
+     "PyTorch 2.5, CUDA 12.4, cuDNN 9, Python 3.11, Jupyter", KEEP_RUNNING, {}, JUPYTER),
+    ("vllm-0.6-cuda12.4", "vllm/vllm-openai:v0.6.6", "12.4",
+     "vLLM 0.6 OpenAI-compatible inference server", [], {"HF_HOME": "/workspace/hf"},
+     [{"port": 8000, "name": "OpenAI API"}]),
+    ("tensorflow-2.17-cuda12.3", "tensorflow/tensorflow:2.17.0-gpu", "12.3",
+     "TensorFlow 2.17, CUDA 12.3, Python 3.11", KEEP_RUNNING, {}, []),
+    ("ubuntu-22.04-cuda12.4", "nvidia/cuda:12.4.1-base-ubuntu22.04", "12.4",
+     "Ubuntu 22.04 with the CUDA 12.4 toolkit, nothing else", KEEP_RUNNING, {}, []),
+]  # fmt: skip
 
 # username, password, staff, memberships (tenant slug, role)
 USERS = [
@@ -131,9 +142,17 @@ def load_catalog() -> None:
             SpecPrice.objects.create(
                 spec=spec, effective_from=PRICES_FROM, price_per_hour=spec.price_per_hour
             )
-    for name, cuda, description in IMAGES:
+    for name, reference, cuda, description, command, env, ports in IMAGES:
         Image.objects.get_or_create(
-            name=name, defaults={"cuda_version": cuda, "description": description}
+            name=name,
+            defaults={
+                "reference": reference,
+                "cuda_version": cuda,
+                "description": description,
+                "command": command,
+                "env": env,
+                "ports": ports,
+            },
         )
 
 

@@ -1,5 +1,6 @@
 """What tenants can rent: regions, GPU models and their MIG profiles, specs, images."""
 
+import re
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -163,10 +164,88 @@ class SpecPrice(models.Model):
         return f"{self.spec.code} {self.price_per_hour}/h from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
+# The shapes of what a workload is told: environment names as POSIX shells accept them.
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+MAX_ARGS = 64
+MAX_ENV = 64
+MAX_VALUE = 4096
+# An OCI reference: [registry[:port]/]path[:tag][@digest], lower-case path (no spaces).
+REFERENCE = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[a-z0-9]+:[a-f0-9]{32,})?$"
+)
+
+
+def command_errors(command) -> list[str]:
+    """What is wrong with a command (a list of 1..64 strings of up to 4096 characters)."""
+    if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
+        return ["Must be a list of strings."]
+    if len(command) > MAX_ARGS:
+        return [f"At most {MAX_ARGS} arguments."]
+    if any(len(arg) > MAX_VALUE for arg in command):
+        return [f"Each argument has at most {MAX_VALUE} characters."]
+    return []
+
+
+def env_errors(env) -> list[str]:
+    """What is wrong with an environment ({NAME: value}, up to 64 names like PATH_2)."""
+    if not isinstance(env, dict):
+        return ["Must be an object of names to strings."]
+    if len(env) > MAX_ENV:
+        return [f"At most {MAX_ENV} variables."]
+    errors = []
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            errors.append(f"{name!r} is not a variable name (A-Z, 0-9 and _, not first a digit).")
+        elif not isinstance(value, str):
+            errors.append(f"{name}: the value must be a string.")
+        elif len(value) > MAX_VALUE:
+            errors.append(f"{name}: the value has more than {MAX_VALUE} characters.")
+    return errors
+
+
+def port_errors(ports) -> list[str]:
+    """What is wrong with a list of served ports ([{"port": 8888, "name": "Jupyter"}])."""
+    if not isinstance(ports, list):
+        return ['Must be a list like [{"port": 8888, "name": "Jupyter"}].']
+    errors, seen = [], set()
+    for entry in ports:
+        if not isinstance(entry, dict) or set(entry) != {"port", "name"}:
+            errors.append(f'{entry!r}: each entry is {{"port": <number>, "name": <text>}}.')
+            continue
+        port, name = entry["port"], entry["name"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            errors.append(f"{port!r}: a port is a number from 1 to 65535.")
+        elif port in seen:
+            errors.append(f"Port {port} is listed twice.")
+        if not isinstance(name, str) or not name.strip() or len(name) > 40:
+            errors.append(f"{name!r}: a port's name is 1 to 40 characters.")
+        seen.add(port)
+    return errors
+
+
 class Image(models.Model):
     name = models.CharField(max_length=80, unique=True)
+    reference = models.CharField(
+        max_length=255,
+        help_text="OCI reference hosts pull: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+    )
     cuda_version = models.CharField(max_length=16)
     description = models.TextField(blank=True)
+    command = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='default command, e.g. ["jupyter", "lab"]; empty: the image\'s own CMD',
+    )
+    env = models.JSONField(
+        default=dict, blank=True, help_text='default environment {"NAME": "value"}'
+    )
+    ports = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='ports it serves, e.g. [{"port": 8888, "name": "Jupyter"}]',
+    )
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -174,3 +253,16 @@ class Image(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self):
+        errors = {}
+        if not REFERENCE.match(self.reference or ""):
+            errors["reference"] = "An OCI reference, e.g. docker.io/library/python:3.12-slim."
+        if self.command and (problems := command_errors(self.command)):
+            errors["command"] = problems
+        if problems := env_errors(self.env):
+            errors["env"] = problems
+        if problems := port_errors(self.ports):
+            errors["ports"] = problems
+        if errors:
+            raise ValidationError(errors)

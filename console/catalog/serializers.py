@@ -12,7 +12,7 @@ class RegionSerializer(serializers.ModelSerializer):
 class ImageSerializer(serializers.ModelSerializer):
     class Meta:
         model = Image
-        fields = ["name", "cuda_version", "description"]
+        fields = ["name", "reference", "cuda_version", "description", "command", "env", "ports"]
 
 
 class SpecSerializer(serializers.ModelSerializer):

@@ -40,6 +40,18 @@ class Instance(models.Model):
     # Set while a resize that could not happen in place stops the instance: when the stop is
     # done it starts again by itself, and its quota stays taken meanwhile (see quota.usage).
     resume_after_stop = models.BooleanField(default=False)
+    # What the workload runs: the tenant's command (None: the image's default) and its
+    # environment, laid over the image's default environment.
+    command = models.JSONField(null=True, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    # Its disk (volume gpucloud-<pk>): sized at launch, on the host of its first placement,
+    # where it stays until terminate; start and resize go back to that host.
+    disk_gib = models.PositiveIntegerField(default=0)
+    disk_host = models.ForeignKey(
+        Host, on_delete=models.SET_NULL, null=True, blank=True, related_name="disks"
+    )
+    # How the workload ended by itself (the agent's report), None while it has not.
+    exit_code = models.IntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
