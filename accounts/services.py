@@ -187,11 +187,19 @@ def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
 
 def access_stands(membership_id: int, token_id: int | None = None) -> bool:
     """Whether an access granted earlier (an open websocket) still holds: the membership is
-    there, its tenant active, and the token it came with (if any) neither revoked nor expired."""
-    active = Membership.objects.filter(pk=membership_id, tenant__status=Tenant.Status.ACTIVE)
+    there, its user and its tenant active, and the token it came with (if any) neither revoked
+    nor expired."""
+    active = Membership.objects.filter(
+        pk=membership_id, tenant__status=Tenant.Status.ACTIVE, user__is_active=True
+    )
     if not active.exists():
         return False
     if token_id is None:
         return True
     token = ApiToken.objects.filter(pk=token_id).first()
     return token is not None and not token.is_revoked and not token.is_expired()
+
+
+def operator_stands(user_id: int) -> bool:
+    """Whether an operator's access granted earlier (an open websocket) still holds."""
+    return User.objects.filter(pk=user_id, is_active=True, is_staff=True).exists()

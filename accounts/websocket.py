@@ -1,21 +1,24 @@
-"""Websocket authentication: a browser session or `Authorization: Bearer <token>` on the
-handshake. Sets scope["user"], scope["membership"] (None when neither identifies a member) and,
-for a token, scope["api_token_id"] so that long-lived sockets can check it still stands."""
+"""Websocket authentication: a browser session (from an allowed Origin) or `Authorization:
+Bearer <token>` (with or without an Origin) on the handshake. Sets scope["user"],
+scope["membership"] (None when neither identifies a member) and, for a token,
+scope["api_token_id"] so that long-lived sockets can check it still stands."""
 
 import time
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
+from channels.security.websocket import AllowedHostsOriginValidator
 
 from accounts.models import Membership
 from accounts.roles import READ
-from accounts.services import TokenRejected, access_stands, authenticate_token
+from accounts.services import TokenRejected, access_stands, authenticate_token, operator_stands
 from accounts.tenancy import chosen_membership
 
 # How often an open tenant socket checks that its membership (and token) still stand.
 RECHECK_SECONDS = 30.0
 
 _access_stands = database_sync_to_async(access_stands)
+_operator_stands = database_sync_to_async(operator_stands)
 
 
 @database_sync_to_async
@@ -35,15 +38,19 @@ def _from_session(scope):
     return membership
 
 
+def _bearer(scope) -> str | None:
+    auth = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
+    return auth[len("Bearer ") :].strip() if auth.startswith("Bearer ") else None
+
+
 class _BearerOrSession:
     def __init__(self, inner):
         self.inner = inner
 
     async def __call__(self, scope, receive, send):
-        headers = dict(scope.get("headers", []))
-        auth = headers.get(b"authorization", b"").decode("latin-1")
-        if auth.startswith("Bearer "):
-            user, membership, token_id = await _from_token(auth[len("Bearer ") :].strip())
+        raw = _bearer(scope)
+        if raw is not None:
+            user, membership, token_id = await _from_token(raw)
             scope = {**scope, "membership": membership, "api_token_id": token_id}
             if user is not None:
                 scope["user"] = user
@@ -52,8 +59,23 @@ class _BearerOrSession:
         return await self.inner(scope, receive, send)
 
 
+class _OriginUnlessBearer:
+    """The Origin check guards cookie sessions against cross-site websocket hijacking. A
+    handshake with `Authorization: Bearer` never uses the session (a browser cannot set that
+    header on a websocket), so scripts and CLIs, which send no Origin, are let through."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.origin_checked = AllowedHostsOriginValidator(inner)
+
+    async def __call__(self, scope, receive, send):
+        if _bearer(scope) is not None:
+            return await self.inner(scope, receive, send)
+        return await self.origin_checked(scope, receive, send)
+
+
 def TenantAuthMiddleware(inner):  # noqa: N802 - reads like the middleware class it builds
-    return AuthMiddlewareStack(_BearerOrSession(inner))
+    return _OriginUnlessBearer(AuthMiddlewareStack(_BearerOrSession(inner)))
 
 
 def reading_member(scope) -> Membership | None:
@@ -64,18 +86,46 @@ def reading_member(scope) -> Membership | None:
     return membership
 
 
-class StandingAccess:
-    """Whether the access an open socket was granted at its handshake still holds: its
-    membership is there, its tenant active, its API token (if any) neither revoked nor
-    expired. Looked up at most every RECHECK_SECONDS, when the socket has something to send."""
+class _Standing:
+    """Whether what an open socket was granted at its handshake still holds, looked up at most
+    every RECHECK_SECONDS, when the socket has something to send."""
 
-    def __init__(self, scope):
-        self.membership_id = scope["membership"].pk
-        self.token_id = scope.get("api_token_id")
+    def __init__(self):
         self.checked_at = time.monotonic()
 
     async def holds(self) -> bool:
         if time.monotonic() - self.checked_at < RECHECK_SECONDS:
             return True
         self.checked_at = time.monotonic()
+        return await self.stands()
+
+    async def stands(self) -> bool:
+        raise NotImplementedError
+
+
+class StandingAccess(_Standing):
+    """A tenant socket: its user active, its membership there, its tenant active, its API
+    token (if any) neither revoked nor expired."""
+
+    def __init__(self, scope):
+        super().__init__()
+        self.membership_id = scope["membership"].pk
+        self.token_id = scope.get("api_token_id")
+
+    async def stands(self) -> bool:
         return await _access_stands(self.membership_id, self.token_id)
+
+
+def is_operator(user) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+
+
+class StandingOperator(_Standing):
+    """An operator's socket: its user still active and staff."""
+
+    def __init__(self, scope):
+        super().__init__()
+        self.user_id = scope["user"].pk
+
+    async def stands(self) -> bool:
+        return await _operator_stands(self.user_id)

@@ -6,7 +6,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from accounts.websocket import TenantAuthMiddleware  # noqa: E402
 from console.fleet.asgi import with_samples_route  # noqa: E402
@@ -15,8 +14,6 @@ from console.routing import websocket_urlpatterns  # noqa: E402
 application = ProtocolTypeRouter(
     {
         "http": with_samples_route(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
-            TenantAuthMiddleware(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": TenantAuthMiddleware(URLRouter(websocket_urlpatterns)),
     }
 )

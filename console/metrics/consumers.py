@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from accounts.websocket import StandingAccess, reading_member
+from accounts.websocket import StandingAccess, StandingOperator, is_operator, reading_member
 from console.fleet.models import Gpu, Host
 from console.instances.models import Instance
 from console.metrics import live
@@ -53,11 +53,6 @@ def _reader(method):
 @database_sync_to_async
 def _tenant_instance(instance_id: int, tenant_id: int) -> bool:
     return Instance.objects.filter(pk=instance_id, tenant_id=tenant_id).exists()
-
-
-def _operator(scope) -> bool:
-    user = scope.get("user")
-    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
 
 
 class _FramesConsumer(AsyncWebsocketConsumer):
@@ -201,15 +196,30 @@ def _latest_gpus(latest: dict[str, dict]) -> list[dict]:
     ]
 
 
-class FleetMetricsConsumer(_FramesConsumer):
+class _OperatorConsumer(_FramesConsumer):
+    """Closes (4403) once its user is no longer an active operator."""
+
+    access: StandingOperator
+
+    async def allowed_still(self) -> bool:
+        return await self.access.holds()
+
+    async def connect_operator(self) -> bool:
+        if not is_operator(self.scope.get("user")):
+            await self.close(code=FORBIDDEN)
+            return False
+        self.access = StandingOperator(self.scope)
+        return True
+
+
+class FleetMetricsConsumer(_OperatorConsumer):
     """Operators' heatmap: joins every host's (small) group rather than one fleet-wide one."""
 
     refresher = None
 
     async def connect(self):
         self.groups_joined = []
-        if not _operator(self.scope):
-            await self.close(code=FORBIDDEN)
+        if not await self.connect_operator():
             return
         hosts = await _fleet()
         await self.join(*[host_group(h["id"]) for h in hosts])
@@ -221,6 +231,9 @@ class FleetMetricsConsumer(_FramesConsumer):
     async def _refresh(self):
         while True:
             await asyncio.sleep(HOSTS_REFRESH_SECONDS)
+            if not await self.allowed_still():
+                await self.close(code=FORBIDDEN)
+                return
             hosts = await _fleet()
             known = set(self.groups_joined)
             if any(host_group(h["id"]) not in known for h in hosts):
@@ -233,6 +246,9 @@ class FleetMetricsConsumer(_FramesConsumer):
         await super().disconnect(code)
 
     async def metrics_frames(self, event):
+        if not await self.allowed_still():
+            await self.close(code=FORBIDDEN)
+            return
         for _ts, text in event["frames"]:  # hosts' batches: each host its own order
             await self.send(text_data=text)
 
@@ -246,14 +262,13 @@ def _host_gpus(host_id: int) -> list[int] | None:
     )
 
 
-class HostMetricsConsumer(_FramesConsumer):
+class HostMetricsConsumer(_OperatorConsumer):
     """Operators: one host's GPUs, the window of each, then every batch."""
 
     async def connect(self):
         self.groups_joined = []
         host_id = int(self.scope["url_route"]["kwargs"]["host_id"])
-        if not _operator(self.scope):
-            await self.close(code=FORBIDDEN)
+        if not await self.connect_operator():
             return
         indices = await _host_gpus(host_id)
         if indices is None:

@@ -85,7 +85,11 @@ def test_strangers_are_turned_away(transactional_db):
     app = TenantAuthMiddleware(URLRouter(websocket_urlpatterns))
 
     async def scenario():
-        anonymous = WebsocketCommunicator(app, "/ws/events/")
+        anonymous = WebsocketCommunicator(
+            app,
+            "/ws/events/",
+            headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")],
+        )
         connected, code = await anonymous.connect()
         assert not connected and code == 4403
         forged = WebsocketCommunicator(
