@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pynvml
+from docker.errors import DockerException
 
 from agent.allocations import MODES
 from agent.api import create_app
@@ -15,6 +16,7 @@ from agent.backends.sim import SimBackend
 from agent.control import RegistrationError, Reporter, ensure_identity
 from agent.host import Host
 from agent.models import MODELS
+from agent.oci import OciRuntime
 from agent.runtime import ProcessRuntime, SimRuntime
 from agent.service import lifespan, serve
 from agent.state import StateStore
@@ -54,7 +56,18 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="nvml: create and destroy MIG instances for allocations (else only use existing)",
     )
-    p.add_argument("--runtime", choices=("sim", "process"), default="sim")
+    p.add_argument(
+        "--runtime",
+        choices=("sim", "process", "oci"),
+        default="sim",
+        help="oci: a container per allocation through the Docker Engine API (Docker or "
+        "Podman); process: a process per allocation; sim: no workload",
+    )
+    p.add_argument(
+        "--engine-url",
+        help="oci: the engine's API, e.g. unix:///run/podman/podman.sock (default: Podman's "
+        "usual sockets, then Docker's)",
+    )
     p.add_argument(
         "--stop-grace", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL"
     )
@@ -136,7 +149,18 @@ def main(argv: list[str] | None = None) -> None:
             backend = NvmlBackend(args.modes, args.manage_mig)
         except (ValueError, pynvml.NVMLError) as exc:
             sys.exit(f"gpucloud-agent: NVML: {exc}")
-    if args.runtime == "process":
+    if args.runtime == "oci":
+        try:
+            runtime = OciRuntime(
+                args.engine_url,
+                store.log_dir,
+                args.stop_grace,
+                cdi=args.backend == "nvml",
+                mps_dir=args.state_dir / "mps" if args.backend == "nvml" else None,
+            )
+        except DockerException as exc:
+            sys.exit(f"gpucloud-agent: container engine: {exc}")
+    elif args.runtime == "process":
         runtime = ProcessRuntime(store.log_dir, args.stop_grace)
     else:
         runtime = SimRuntime()
@@ -169,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
             args.heartbeat_interval or identity["heartbeat_interval"] or DEFAULT_HEARTBEAT_INTERVAL
         )
         reporter = Reporter(host, identity, heartbeat_interval, args.advertise_url)
+        host.listeners.append(reporter.add_event)
 
     app = create_app(host, secret, lifespan(host, sample_interval, reporter))
     serve(app, args.listen_host, args.listen_port, args.log_level)

@@ -10,7 +10,23 @@ from agent.models import mig_profiles
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MODES = ("whole", "mig", "shared")
-FIELDS = frozenset({"mode", "gpus", "mig", "shared", "command", "env", "labels", "sim"})
+FIELDS = frozenset(
+    {
+        "mode",
+        "gpus",
+        "mig",
+        "shared",
+        "command",
+        "env",
+        "labels",
+        "sim",
+        "image",
+        "resources",
+        "volume",
+    }
+)
+VOLUME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+MAX_REFERENCE = 512
 REQUIRED = ("mode", "gpus")
 
 
@@ -101,6 +117,37 @@ def _strings(value, what: str) -> dict[str, str]:
     return value
 
 
+def _image(value) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_REFERENCE:
+        raise invalid(f"image must be an OCI reference of at most {MAX_REFERENCE} characters")
+    if any(ch.isspace() for ch in value):
+        raise invalid(f"image must not contain white space: {value!r}")
+    return value
+
+
+def _resources(value) -> dict | None:
+    if value is None:
+        return None
+    obj = _object(value, "resources", {"vcpus", "memory_mib", "pids"})
+    for name, low in (("vcpus", 1), ("memory_mib", 6), ("pids", 16)):
+        if name in obj:
+            _int_field(obj, name, "resources", low)
+    return obj
+
+
+def _volume(value) -> dict | None:
+    if value is None:
+        return None
+    obj = _object(value, "volume", {"name", "size_gib"}, ("name",))
+    if not isinstance(obj["name"], str) or not VOLUME_PATTERN.fullmatch(obj["name"]):
+        raise invalid(f"volume.name must match {VOLUME_PATTERN.pattern}, not {obj['name']!r}")
+    if "size_gib" in obj:
+        _int_field(obj, "size_gib", "volume", 1)
+    return obj
+
+
 def _sim(value) -> dict | None:
     if value is None:
         return None
@@ -136,6 +183,9 @@ def parse_spec(body, gpus: list[dict]) -> dict:
         "env": _strings(body.get("env"), "env"),
         "labels": _strings(body.get("labels"), "labels"),
         "sim": _sim(body.get("sim")),
+        "image": _image(body.get("image")),
+        "resources": _resources(body.get("resources")),
+        "volume": _volume(body.get("volume")),
     }
 
 
@@ -164,6 +214,13 @@ class Allocation:
     exit_code: int | None = None
     pid: int | None = None
     pid_start: int | None = None  # the process's start time, to recognise it after a restart
+    container: str | None = None  # the oci runtime's container name
+    finished_at: str | None = None  # when the workload ended, as the runtime saw it
+
+    @property
+    def instance(self) -> str:
+        """The console's instance this allocation serves (its own id for a bare one)."""
+        return self.spec["labels"].get("instance") or self.id
 
     @property
     def mode(self) -> str:
@@ -173,11 +230,18 @@ class Allocation:
     def gpus(self) -> list[int]:
         return self.spec["gpus"]
 
-    def set_state(self, state: str, reason: str | None = None, exit_code: int | None = None):
+    def set_state(
+        self,
+        state: str,
+        reason: str | None = None,
+        exit_code: int | None = None,
+        finished_at: str | None = None,
+    ):
         self.state = state
         self.reason = reason
         self.exit_code = exit_code
         self.updated_at = now_iso()
+        self.finished_at = finished_at
 
     def view(self) -> dict:
         """The allocation as the API shows it."""
@@ -195,6 +259,9 @@ class Allocation:
             "pid": self.pid,
             "env": self.env,
             "labels": self.spec["labels"],
+            "image": self.spec.get("image"),
+            "container": self.container,
+            "finished_at": self.finished_at,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }

@@ -1,4 +1,5 @@
-"""The agent's HTTP API: inventory, allocations, GPU modes and (sim backend) fault injection.
+"""The agent's HTTP API: inventory, allocations, instances' logs and volumes, GPU modes and
+(sim backend) fault injection.
 
 Every call but /v1/healthz carries `Authorization: Bearer <host secret>`. JSON in and out;
 errors are `{"error": code, "detail": text}`.
@@ -102,6 +103,18 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
 
         return endpoint
 
+    async def instance_logs(request: Request) -> JSONResponse:
+        instance = request.path_params["instance"]
+        text = request.query_params.get("tail", "100")
+        if not text.isdigit():
+            raise invalid(f"tail must be a whole number of lines, not {text!r}")
+        lines = await host.logs(instance, int(text))
+        return JSONResponse({"instance": instance, "lines": lines})
+
+    async def delete_instance(request: Request) -> Response:
+        await host.delete_instance(request.path_params["instance"])
+        return Response(status_code=204)
+
     async def set_mode(request: Request) -> JSONResponse:
         body = await _json_body(request)
         if not isinstance(body, dict) or set(body) != {"mode"}:
@@ -131,6 +144,8 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
         Route("/v1/allocations/{alloc_id}/stop", action(host.stop), methods=["POST"]),
         Route("/v1/allocations/{alloc_id}/start", action(host.start), methods=["POST"]),
         Route("/v1/allocations/{alloc_id}/reboot", action(host.reboot), methods=["POST"]),
+        Route("/v1/instances/{instance}/logs", instance_logs, methods=["GET"]),
+        Route("/v1/instances/{instance}", delete_instance, methods=["DELETE"]),
         Route("/v1/gpus/{index:int}/mode", set_mode, methods=["PUT"]),
     ]
     if host.backend.name == "sim":

@@ -3,8 +3,10 @@
 - `POST {server}/agent/v1/register` once, with a join token, to get the host id and secret;
 - `POST {server}/agent/v1/heartbeat` every heartbeat interval with the API's address,
   inventory and allocations;
-- `POST {server}/agent/v1/samples` every second with the samples read since the last push.
-Heartbeats and samples carry `Authorization: Bearer <secret>`.
+- `POST {server}/agent/v1/samples` every second with the samples read since the last push;
+- `POST {server}/agent/v1/events` as soon as something happens to a workload that the console
+  did not ask for (it exited, failed, a slow launch ended, an image pull progressed).
+Each carries `Authorization: Bearer <secret>`.
 """
 
 import asyncio
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 REGISTER_PATH = "/agent/v1/register"
 HEARTBEAT_PATH = "/agent/v1/heartbeat"
 SAMPLES_PATH = "/agent/v1/samples"
+EVENTS_PATH = "/agent/v1/events"
+BUFFER_EVENTS = 1000  # events kept while the server is away
 TIMEOUT_SECONDS = 10.0
 PUSH_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
@@ -136,6 +140,44 @@ class Reporter:
         self._rounds: deque[tuple[int, list[dict]]] = deque(maxlen=BUFFER_ROUNDS)
         self._serial = itertools.count(1)
         self._failures = 0
+        self._events: deque[dict] = deque(maxlen=BUFFER_EVENTS)
+        self._new_event = asyncio.Event()
+        self._event_failures = 0
+
+    def add_event(self, event: dict) -> None:
+        """Queue an event to send at once (the host's listener)."""
+        self._events.append(event)
+        self._new_event.set()
+
+    async def push_events(self) -> None:
+        """Wait for events, then send every one queued; on failure keep them (and back off:
+        event_delay). The console handles an event sent twice as once."""
+        while not self._events:
+            self._new_event.clear()
+            await self._new_event.wait()
+        batch = list(self._events)
+        payload = {"host_id": self.host_id, "events": batch}
+        try:
+            response = await self.client.post(self.server + EVENTS_PATH, json=payload)
+        except httpx.HTTPError as exc:
+            self._event_failures = min(self._event_failures + 1, 8)
+            log.warning("events to %s failed: %s; %d kept", self.server, exc, len(batch))
+            return
+        if response.status_code in REJECTED:
+            log.error(
+                "events rejected, dropped: HTTP %d: %s", response.status_code, _message(response)
+            )
+        elif not response.is_success:
+            self._event_failures = min(self._event_failures + 1, 8)
+            log.warning("events: HTTP %d: %s", response.status_code, _message(response))
+            return
+        sent = {id(event) for event in batch}
+        while self._events and id(self._events[0]) in sent:
+            self._events.popleft()
+        self._event_failures = 0
+
+    def event_delay(self) -> float:
+        return 0 if not self._event_failures else min(MAX_BACKOFF_SECONDS, 2**self._event_failures)
 
     def add(self, samples: list[dict]) -> None:
         """Buffer a round of samples; beyond BUFFER_ROUNDS the oldest round is dropped."""

@@ -12,10 +12,15 @@ from agent.allocations import MODES, Allocation, check_id, cuda_env, now_iso, pa
 from agent.errors import ApiError, conflict, invalid
 from agent.models import mig_profiles
 from agent.placement import check_placement
-from agent.runtime import DEFAULT_COMMAND
+from agent.runtime import Exit, LaunchError
 from agent.state import StateStore
 
 log = logging.getLogger(__name__)
+
+# How long a PUT, start or reboot waits for its workload to run before it answers `starting`
+# (an image being pulled); the outcome then reaches the console as an event.
+LAUNCH_WAIT_SECONDS = 5.0
+MAX_LOG_LINES = 10_000
 
 
 def digest(document: dict) -> str:
@@ -42,9 +47,12 @@ class Host:
         store: StateStore,
         cpu_count: int | None = None,
         memory: int | None = None,
+        launch_wait: float = LAUNCH_WAIT_SECONDS,
     ):
         """`cpu_count` and `memory` (MiB) are the capacity offered to workloads; by default
-        this machine's."""
+        this machine's. `listeners` are called with every event the console must hear of at
+        once (a workload that exited, a launch that ended after its request was answered,
+        an image pull's progress)."""
         self.hostname = hostname
         self.cpu_count = cpu_count or os.cpu_count()
         self.memory_mib = memory or memory_mib()
@@ -54,6 +62,9 @@ class Host:
         self.allocations: dict[str, Allocation] = {}
         self._locks: dict[str, list] = {}  # allocation id -> [lock, holders and waiters]
         self.gpu_modes: dict[int, str] = {}  # modes set through the API; they outlast restarts
+        self.launch_wait = launch_wait
+        self.listeners: list = []
+        self._launches: dict[str, asyncio.Task] = {}
 
     def inventory(self) -> dict:
         inventory = {
@@ -130,27 +141,74 @@ class Host:
             except ApiError as exc:
                 log.warning("allocation %s: %s", alloc.id, exc.detail)
                 return "mig_device_missing"
-        if alloc.state == "running" and not self.runtime.adopt(alloc):
+        if alloc.state in ("running", "starting") and not self.runtime.adopt(alloc):
             return "agent_restarted"
+        if alloc.state == "starting":
+            alloc.set_state("running")
         return None
 
-    def _ended(self, alloc: Allocation, state: str, reason=None, exit_code=None) -> None:
+    def _emit(self, alloc: Allocation, kind: str = "state", message: str = "") -> None:
+        event = {"allocation": alloc.id, "instance": alloc.instance, "kind": kind}
+        if kind == "state":
+            event.update(
+                state=alloc.state,
+                reason=alloc.reason,
+                exit_code=alloc.exit_code,
+                at=alloc.finished_at or alloc.updated_at,
+                message=message,
+            )
+        else:
+            event.update(at=now_iso(), message=message)
+        for listener in self.listeners:
+            listener(event)
+
+    def _ended(
+        self, alloc: Allocation, state: str, reason=None, exit_code=None, finished_at=None
+    ) -> None:
         alloc.pid = alloc.pid_start = None
-        alloc.set_state(state, reason, exit_code)
+        alloc.set_state(state, reason, exit_code, finished_at)
         detail = reason or (f"exit code {exit_code}" if exit_code is not None else "")
         log.info("allocation %s: %s %s", alloc.id, state, detail)
 
-    def _launch(self, alloc: Allocation) -> None:
+    def _progress(self, alloc: Allocation):
+        """A callback for the runtime's worker thread: progress of a launch, as an event."""
+        loop = asyncio.get_running_loop()
+
+        def report(message: str) -> None:
+            log.info("allocation %s: %s", alloc.id, message)
+            loop.call_soon_threadsafe(self._emit, alloc, "progress", message)
+
+        return report
+
+    async def _launch(self, alloc: Allocation) -> None:
         spec = alloc.spec
-        env = {**os.environ, **spec["env"], **alloc.env, "GPUCLOUD_ALLOCATION_ID": alloc.id}
+        env = {**spec["env"], **alloc.env, "GPUCLOUD_ALLOCATION_ID": alloc.id}
+        alloc.set_state("starting")
         try:
-            alloc.pid, alloc.pid_start = self.runtime.launch(
-                alloc, spec["command"] or DEFAULT_COMMAND, env
+            alloc.pid, alloc.pid_start = await asyncio.to_thread(
+                self.runtime.launch, alloc, spec["command"], env, self._progress(alloc)
             )
-        except OSError as exc:
-            self._ended(alloc, "failed", f"launch_failed: {exc.strerror or exc}")
-            return
-        alloc.set_state("running")
+        except LaunchError as exc:
+            self._ended(alloc, "failed", str(exc))
+        else:
+            alloc.set_state("running")
+        self._save()
+
+    async def _start_workload(self, alloc: Allocation) -> None:
+        """Launch the workload and wait for it at most `launch_wait` seconds; a launch that
+        takes longer (a pull) goes on, answered `starting`, and its outcome is an event."""
+        task = asyncio.create_task(self._launch(alloc))
+        self._launches[alloc.id] = task
+        task.add_done_callback(lambda _: self._launches.pop(alloc.id, None))
+        done, _ = await asyncio.wait({task}, timeout=self.launch_wait)
+        if not done:
+            task.add_done_callback(lambda _: self._emit(alloc))
+
+    async def _settled(self, alloc: Allocation) -> None:
+        """Wait for a launch still under way (a stop or delete comes after it)."""
+        task = self._launches.get(alloc.id)
+        if task is not None:
+            await asyncio.shield(task)
 
     def _check_healthy(self, alloc: Allocation) -> None:
         gpus = self.backend.gpus()
@@ -188,17 +246,18 @@ class Host:
                 gpu_uuids=gpu_uuids,
                 mig_uuid=mig_uuid,
                 env=cuda_env(spec, gpu_uuids, mig_uuid),
-                state="stopped",
+                state="starting",
                 created_at=stamp,
                 updated_at=stamp,
             )
-            self._launch(alloc)
             self.allocations[alloc_id] = alloc
             self._save()
+            await self._start_workload(alloc)
             log.info("allocation %s created on GPU %s: %s", alloc_id, spec["gpus"], alloc.state)
             return True, alloc
 
     async def _halt(self, alloc: Allocation) -> None:
+        await self._settled(alloc)
         if alloc.state == "running":
             code = await self.runtime.stop(alloc)
             self._ended(alloc, "stopped", exit_code=code)
@@ -216,10 +275,10 @@ class Host:
     async def start(self, alloc_id: str) -> Allocation:
         async with self._lock(alloc_id):
             alloc = self._get(alloc_id)
+            await self._settled(alloc)
             if alloc.state != "running":
                 self._check_healthy(alloc)
-                self._launch(alloc)
-                self._save()
+                await self._start_workload(alloc)
             return alloc
 
     async def reboot(self, alloc_id: str) -> Allocation:
@@ -227,8 +286,7 @@ class Host:
             alloc = self._get(alloc_id)
             self._check_healthy(alloc)
             await self._halt(alloc)
-            self._launch(alloc)
-            self._save()
+            await self._start_workload(alloc)
             return alloc
 
     async def delete(self, alloc_id: str) -> None:
@@ -238,13 +296,34 @@ class Host:
             alloc = self.allocations.get(alloc_id)
             if alloc is None:
                 return
+            await self._settled(alloc)
             if alloc.state == "running":
                 await self.runtime.stop(alloc)
+            await asyncio.to_thread(self.runtime.remove, alloc)
             if alloc.mig_uuid:
                 self.backend.release_mig(alloc.gpus[0], alloc.mig_uuid)
             del self.allocations[alloc_id]
             self._save()
             log.info("allocation %s deleted", alloc_id)
+
+    async def logs(self, instance: str, tail: int) -> list[str]:
+        """The output of the instance's workloads on this host, most recent last."""
+        check_id(instance)
+        if not 1 <= tail <= MAX_LOG_LINES:
+            raise invalid(f"tail must be between 1 and {MAX_LOG_LINES}, not {tail}")
+        mine = [a for a in self.allocations.values() if a.instance == instance]
+        return await asyncio.to_thread(self.runtime.logs, instance, mine, tail)
+
+    async def delete_instance(self, instance: str) -> None:
+        """Remove what outlives an instance's allocations here: its volume and its output."""
+        check_id(instance)
+        held = [a.id for a in self.allocations.values() if a.instance == instance]
+        if held:
+            raise conflict(
+                "instance_busy", f"instance {instance} still has allocation(s) {', '.join(held)}"
+            )
+        await asyncio.to_thread(self.runtime.delete_instance, instance)
+        log.info("instance %s: volume and logs deleted", instance)
 
     def set_mode(self, index: int, mode: str) -> dict:
         """Repartition a GPU that holds no allocation; answer its inventory entry."""
@@ -265,34 +344,52 @@ class Host:
         log.info("GPU %d: %s mode", index, mode)
         return self.backend.gpus()[index]
 
+    async def refresh(self) -> bool:
+        """Read the runtime's view of the running workloads (a container engine is asked
+        outside the event loop); False when it cannot be read this round."""
+        try:
+            await asyncio.to_thread(self.runtime.refresh, list(self.allocations.values()))
+        except Exception as exc:
+            log.warning(
+                "cannot read the workloads' state from the %s runtime: %s", self.runtime.name, exc
+            )
+            return False
+        return True
+
+    def _exited(self, alloc: Allocation, ended: Exit) -> None:
+        """A workload ended by itself: exit 0 `exited`, anything else `failed` with why."""
+        if ended.reason == "exit_status_unknown" or (ended.reason is None and ended.code == 0):
+            state, reason = "exited", ended.reason or "exited"
+        else:
+            state, reason = "failed", ended.reason or f"exit code {ended.code}"
+        self._ended(alloc, state, reason, ended.code, ended.at or now_iso())
+
     def poll(self) -> list[dict]:
         """Read a sample of every GPU, MIG device and running allocation, and act on what it
-        shows: workloads that exited, GPUs that were lost, memory caps exceeded."""
+        shows: workloads that exited, GPUs that were lost, GPU memory caps exceeded. Each
+        change is an event for the console."""
         allocations = list(self.allocations.values())
         samples = self.backend.sample(allocations)
         lost = self.backend.lost_gpus()
         over_cap = {s["allocation"] for s in samples if s["kind"] == "allocation" and _over_cap(s)}
-        changed = False
+        changed = []
         for alloc in allocations:
             if alloc.state != "running" or alloc.id in self._locks:
                 continue
-            exited, code = self.runtime.exit_status(alloc)
-            if exited and code is None:
-                self._ended(alloc, "exited", "exit_status_unknown")
-            elif exited and code == 0:
-                self._ended(alloc, "exited", exit_code=0)
-            elif exited:
-                reason = "killed_by_signal" if code < 0 else "nonzero_exit"
-                self._ended(alloc, "failed", reason, code)
+            ended = self.runtime.exit_status(alloc)
+            if ended is not None:
+                self._exited(alloc, ended)
             elif lost & set(alloc.gpus):
                 self.runtime.kill(alloc)
-                self._ended(alloc, "lost", "gpu_lost")
+                self._ended(alloc, "lost", "gpu_lost", finished_at=now_iso())
             elif alloc.id in over_cap:
                 self.runtime.kill(alloc)
-                self._ended(alloc, "failed", "memory_cap_exceeded")
+                self._ended(alloc, "failed", "gpu_memory_cap", finished_at=now_iso())
             else:
                 continue
-            changed = True
+            changed.append(alloc)
         if changed:
             self._save()
+            for alloc in changed:
+                self._emit(alloc)
         return samples

@@ -1,4 +1,9 @@
-"""Workload runtimes: `sim` keeps state only; `process` runs a real process per allocation.
+"""Workload runtimes: `sim` keeps state only; `process` runs a real process per allocation;
+`oci` (agent/oci.py) runs a container per allocation.
+
+Every runtime answers the same calls: `launch`, `adopt`, `refresh`, `exit_status`, `stop`,
+`kill`, `remove`, `logs` and `delete_instance`. The blocking ones are run in a worker thread
+by the host.
 
 A process workload leads its own session and process group (its pid is the group id), so
 stopping it signals every process it started. Its pid and start time are recorded so that a
@@ -11,16 +16,32 @@ import os
 import signal
 import subprocess
 import time
+from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
 from agent.allocations import Allocation
 
 DEFAULT_COMMAND = ["sleep", "infinity"]
+# what a process workload inherits of the agent's environment: nothing but where programs are
+INHERITED_ENV = ("PATH", "LANG", "TZ")
 POLL_SECONDS = 0.05
 # how long to wait for a process group to vanish after SIGKILL
 KILL_WAIT_SECONDS = 5.0
 KILL_REAP_SECONDS = 0.5
+
+
+class LaunchError(Exception):
+    """The workload could not start; the message is the allocation's failure reason."""
+
+
+class Exit(NamedTuple):
+    """How a workload ended: its code (None when unknown), a reason where the code does not
+    say it all (oom_killed, container_lost), and when (ISO time, None: when it was seen)."""
+
+    code: int | None
+    reason: str | None = None
+    at: str | None = None
 
 
 class Stat(NamedTuple):
@@ -56,24 +77,45 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def tail_lines(path: Path, tail: int) -> deque[str]:
+    """The last `tail` lines of a text file (none when there is no such file)."""
+    lines: deque[str] = deque(maxlen=tail)
+    with contextlib.suppress(FileNotFoundError), open(path, errors="replace") as text:
+        for line in text:
+            lines.append(line.rstrip("\n"))
+    return lines
+
+
 class SimRuntime:
     """No process: an allocation is state only."""
 
     name = "sim"
 
-    def launch(self, alloc: Allocation, command: list[str], env: dict[str, str]):
+    def launch(self, alloc: Allocation, command, env: dict[str, str], progress):
         return None, None
 
     def adopt(self, alloc: Allocation) -> bool:
         return alloc.pid is None
 
-    def exit_status(self, alloc: Allocation) -> tuple[bool, int | None]:
-        return False, None
+    def refresh(self, allocations: list[Allocation]) -> None:
+        return None
+
+    def exit_status(self, alloc: Allocation) -> Exit | None:
+        return None
 
     async def stop(self, alloc: Allocation) -> int | None:
         return None
 
     def kill(self, alloc: Allocation) -> None:
+        return None
+
+    def remove(self, alloc: Allocation) -> None:
+        return None
+
+    def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
+        return []
+
+    def delete_instance(self, instance: str) -> None:
         return None
 
 
@@ -85,18 +127,28 @@ class ProcessRuntime:
         self.stop_grace = stop_grace
         self._children: dict[int, subprocess.Popen] = {}
 
-    def launch(self, alloc: Allocation, command: list[str], env: dict[str, str]):
-        """Start the workload; answer (pid, start time). Raises OSError if it cannot start."""
+    def _log_file(self, instance: str) -> Path:
+        return self.log_dir / f"instance-{instance}.log"
+
+    def launch(self, alloc: Allocation, command, env: dict[str, str], progress):
+        """Start the workload (by default `sleep infinity`) with `env` and nothing of the
+        agent's environment but PATH; answer (pid, start time)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{alloc.id}.log", "ab") as log:
-            proc = subprocess.Popen(
-                command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        inherited = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+        instance = alloc.instance
+        try:
+            with open(self._log_file(instance), "ab") as log:
+                proc = subprocess.Popen(
+                    command or DEFAULT_COMMAND,
+                    env={**inherited, **env},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            reason = "command_not_found" if isinstance(exc, FileNotFoundError) else "launch_failed"
+            raise LaunchError(f"{reason}: {exc.strerror or exc}") from exc
         self._children[proc.pid] = proc
         return proc.pid, start_time(proc.pid)
 
@@ -113,19 +165,24 @@ class ProcessRuntime:
         stat = self._own_stat(alloc)
         return stat is not None and stat.session == alloc.pid
 
-    def exit_status(self, alloc: Allocation) -> tuple[bool, int | None]:
-        """(exited, exit code); the code is None for a process this agent did not start."""
+    def refresh(self, allocations: list[Allocation]) -> None:
+        return None
+
+    def exit_status(self, alloc: Allocation) -> Exit | None:
+        """How the workload ended, or None while it runs; the code is None for a process this
+        agent did not start. A process killed by signal N reads as exit code 128 + N, as a
+        shell says it."""
         proc = self._children.get(alloc.pid)
         if proc is not None:
             code = proc.poll()
             if code is None:
-                return False, None
+                return None
             del self._children[alloc.pid]
             self._signal(alloc.pid, signal.SIGKILL)  # whatever it left behind in its group
-            return True, code
+            return Exit(128 - code if code < 0 else code)
         if self._alive(alloc):
-            return False, None
-        return True, None
+            return None
+        return Exit(None, "exit_status_unknown")
 
     def _signal(self, pgid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -167,3 +224,13 @@ class ProcessRuntime:
                 # a process stuck in the driver may take a while; subprocess reaps it later
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(KILL_REAP_SECONDS)
+
+    def remove(self, alloc: Allocation) -> None:
+        return None
+
+    def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
+        """The instance's output on this host (every workload it ran here), most recent last."""
+        return list(tail_lines(self._log_file(instance), tail))
+
+    def delete_instance(self, instance: str) -> None:
+        self._log_file(instance).unlink(missing_ok=True)

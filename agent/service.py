@@ -28,6 +28,7 @@ async def _repeat(name: str, step, delay) -> None:
 
 def lifespan(host: Host, sample_interval: float, reporter: Reporter | None):
     async def sample() -> None:
+        await host.refresh()
         samples = host.poll()
         if reporter:
             reporter.add(samples)
@@ -40,6 +41,7 @@ def lifespan(host: Host, sample_interval: float, reporter: Reporter | None):
                 _repeat("heartbeat", reporter.heartbeat, lambda: reporter.heartbeat_interval)
             )
             loops.append(_repeat("sample push", reporter.push, reporter.push_delay))
+            loops.append(_repeat("event push", reporter.push_events, reporter.event_delay))
         tasks = [asyncio.create_task(loop) for loop in loops]
         try:
             yield

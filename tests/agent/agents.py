@@ -63,7 +63,13 @@ class Agent:
         if secret:
             cmd += ["--secret", secret]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "GPUCLOUD_TEST_AGENT_ONLY": "the agent's, not the workload's"},
+            )
         self.client = self.client_with(secret)
 
     def client_with(self, secret: str | None) -> httpx.Client:

@@ -15,6 +15,9 @@ MIG_3G = {"mode": "mig", "gpus": [0], "mig": {"profile": "3g.40gb", "start": 4, 
 SHARED_QUARTER = {"mode": "shared", "gpus": [2], "shared": {"milli": 250, "memory_mib": 20480}}
 ALLOCATION_KEYS = {
     "id",
+    "image",
+    "container",
+    "finished_at",
     "mode",
     "gpus",
     "gpu_uuids",

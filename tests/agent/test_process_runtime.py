@@ -22,6 +22,10 @@ IGNORE_TERM = (
 )
 
 
+def _logs(agent, instance: str) -> list[str]:
+    return agent.client.get(f"/v1/instances/{instance}/logs").json()["lines"]
+
+
 def _env_of(path) -> dict:
     wait_for(path.exists)
     return json.loads(path.read_text())
@@ -47,10 +51,10 @@ def test_workload_gets_its_slice_environment(start_agent, tmp_path):
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
     assert env["GPUCLOUD_ALLOCATION_ID"] == "shared-1"
     assert env["HF_HOME"] == "/data/hf"
-    assert env["PATH"]  # the agent's own environment is passed on
+    assert env["PATH"]  # where programs are, and nothing else of the agent's environment
+    assert not {"GPUCLOUD_TEST_AGENT_ONLY", "PYTHONPATH", "HOME"} & set(env)
     assert {k: env[k] for k in alloc["env"]} == alloc["env"]
-    log = agent.state_dir / "logs" / "shared-1.log"
-    wait_for(lambda: "env written" in log.read_text())
+    assert wait_for(lambda: "env written" in _logs(agent, "shared-1"))
 
     mig_env = tmp_path / "mig.json"
     body = {
@@ -108,9 +112,10 @@ def test_workload_exit_is_reported(start_agent):
     assert done["exit_code"] == 0 and done["pid"] is None
     crashed = agent.wait_state("crashed", "failed")
     assert crashed["exit_code"] == 3
-    assert crashed["reason"] == "nonzero_exit"
+    assert crashed["reason"] == "exit code 3"
+    assert crashed["finished_at"]
 
     missing = {"mode": "whole", "gpus": [2], "command": ["/nonexistent/binary"]}
     failed = agent.client.put("/v1/allocations/missing", json=missing).json()
     assert failed["state"] == "failed"
-    assert failed["reason"].startswith("launch_failed")
+    assert failed["reason"].startswith("command_not_found")

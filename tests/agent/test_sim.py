@@ -153,5 +153,5 @@ def test_exceeding_the_memory_cap_fails_the_workload(start_agent):
     agent.client.put("/v1/allocations/greedy-mig", json=mig)
     for name in ("greedy", "greedy-mig"):
         failed = agent.wait_state(name, "failed")
-        assert failed["reason"] == "memory_cap_exceeded"
+        assert failed["reason"] == "gpu_memory_cap"
     assert agent.allocation("modest")["state"] == "running"
