@@ -102,6 +102,18 @@ def delete_allocation(host: Host, allocation_id: str) -> None:
     _request(host, "DELETE", f"/v1/allocations/{allocation_id}")
 
 
+def instance_logs(host: Host, instance_pk: int, tail: int) -> list[str]:
+    """The last `tail` lines of the instance's workload output on that host, oldest first
+    (also of its earlier runs there; none for an instance the host does not know)."""
+    return _request(host, "GET", f"/v1/instances/{instance_pk}/logs?tail={tail}").json()["lines"]
+
+
+def delete_instance_data(host: Host, instance_pk: int) -> None:
+    """Remove the instance's disk (volume) and kept logs from the host. Idempotent; the
+    agent refuses (409 instance_busy) while an allocation of the instance is still there."""
+    _request(host, "DELETE", f"/v1/instances/{instance_pk}")
+
+
 def inject_fault(host: Host, gpu_index: int, fault: str) -> None:
     """Simulated hosts only: make a GPU fail (xid79, ecc) or heal (clear)."""
     _request(host, "POST", "/v1/sim/faults", {"gpu": gpu_index, "fault": fault})

@@ -12,6 +12,7 @@ import logging
 import secrets
 from dataclasses import dataclass, replace
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -237,13 +238,31 @@ def new_allocation_id(instance: Instance) -> str:
     return f"inst-{instance.pk}-{secrets.token_hex(4)}"
 
 
+def volume_name(instance_pk: int) -> str:
+    """The instance's disk on its host (kept from stop to start, deleted on terminate)."""
+    return f"gpucloud-{instance_pk}"
+
+
 def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
-    """The body of the agent's PUT /v1/allocations/{id}."""
+    """The body of the agent's PUT /v1/allocations/{id}: the slice, and the workload (image,
+    command, environment, limits, disk). The command is the tenant's, else the image's
+    default, else None (the image's own CMD); the environment is the image's default with
+    the tenant's laid over it."""
+    image = instance.image
     return {
         "mode": spec.mode,
         "gpus": list(choice.gpu_indexes),
         "mig": choice.mig,
         "shared": choice.shared,
+        "image": image.reference,
+        "command": instance.command or image.command or None,
+        "env": {**image.env, **instance.env},
+        "resources": {
+            "vcpus": spec.vcpus,
+            "memory_mib": spec.ram_mib,
+            "pids": settings.INSTANCE_PIDS_LIMIT,
+        },
+        "volume": {"name": volume_name(instance.pk), "size_gib": instance.disk_gib},
         "labels": {
             "instance": str(instance.pk),
             "name": instance.name,
@@ -321,6 +340,9 @@ def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
         )
         for claim in choice.claims
     )
+    if instance.disk_host_id is None:  # its first placement: the disk is made there
+        instance.disk_host_id = host.pk
+        Instance.objects.filter(pk=instance.pk).update(disk_host=host)
     return allocation
 
 

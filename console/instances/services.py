@@ -17,9 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Quota, Tenant
-from console.catalog.models import Image, Region, Spec
+from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.fleet.models import Host
-from console.instances import lifecycle, placement
+from console.instances import broadcast, lifecycle, placement
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
@@ -135,15 +135,22 @@ def _lock_for(instance: Instance, action: str) -> Instance:
 
 
 def _waiting_reason(instance: Instance) -> str:
+    if instance.disk_host_id is not None:
+        host = Host.objects.only("name").get(pk=instance.disk_host_id)
+        return (
+            f"Waiting for {host.name}, which holds its disk: no {instance.spec.name} free "
+            "there now."
+        )
     return f"Waiting for capacity: no {instance.spec.name} free in {instance.region.name}."
 
 
 def _place(instance: Instance, to_state: str, *, actor=None, message: str) -> str:
     """Try to give `instance` (locked) a slice now; on success move it to `to_state` and
-    queue its provisioning. Answers "placed", "full" (nothing fits now) or "busy" (other
-    workers kept taking the slices it chose: the scheduler tries again soon)."""
+    queue its provisioning. An instance that has a disk goes only to the host that holds it
+    (a disk does not move between hosts). Answers "placed", "full" (nothing fits now) or
+    "busy" (other workers kept taking the slices it chose: the scheduler tries again soon)."""
     try:
-        allocation = placement.allocate(instance, instance.spec)
+        allocation = placement.allocate(instance, instance.spec, host_pk=instance.disk_host_id)
     except placement.Busy as exc:
         log.info("%s", exc)
         kick_scheduler()
@@ -180,8 +187,21 @@ def default_region(spec: Spec) -> Region | None:
     return regions[0] if regions else Region.objects.order_by("code").first()
 
 
-def validate_launch(tenant: Tenant, name: str, spec: Spec, image: Image) -> None:
+def validate_launch(
+    tenant: Tenant,
+    name: str,
+    spec: Spec,
+    image: Image,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
     errors = {}
+    if command is not None:
+        problems = command_errors(command) or ([] if command else ["Give at least one argument."])
+        if problems:
+            errors["command"] = problems
+    if env is not None and (problems := env_errors(env)):
+        errors["env"] = problems
     if not NAME_PATTERN.match(name or ""):
         errors["name"] = (
             "Use 1 to 63 lowercase letters, digits and hyphens, starting and ending with a "
@@ -204,13 +224,16 @@ def launch_instance(
     spec: Spec,
     image: Image,
     region: Region | None = None,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
     actor=None,
 ) -> Instance:
     """Accept a launch: within quota, it is placed at once when a slice is free (and goes on
-    to provisioning) or waits in `pending` for the scheduler."""
+    to provisioning) or waits in `pending` for the scheduler. `command` replaces the image's
+    default command; `env` is laid over the image's default environment."""
     with transaction.atomic():
         quota = _lock_quota(tenant)  # first: it also serialises the name check below
-        validate_launch(tenant, name, spec, image)
+        validate_launch(tenant, name, spec, image, command, env)
         _check_quota(quota, spec)
         _check_budget(tenant)
         region = region or default_region(spec)
@@ -224,6 +247,9 @@ def launch_instance(
             spec=spec,
             image=image,
             region=region,
+            command=command or None,
+            env=env or {},
+            disk_gib=spec.disk_gib,
             state=S.PENDING,
             created_at=now,
             updated_at=now,
@@ -254,6 +280,7 @@ def start_instance(instance: Instance, *, actor=None) -> Instance:
         instance = _lock_for(instance, "start")
         _check_quota(quota, instance.spec, exclude_instance_id=instance.pk)
         _check_budget(instance.tenant)
+        _forget_exit(instance)
         placed = _place(
             instance, S.STARTING, actor=actor, message="Start requested; GPU slice reserved"
         )
@@ -403,7 +430,9 @@ def _stop_here(instance: Instance, message: str) -> None:
     if resume:
         instance.resume_after_stop = False
         Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
-    lifecycle.transition(instance, S.STOPPED, message=message)
+    # A workload that exited by itself stays stopped with that reason.
+    reason = instance.state_reason if instance.exit_code is not None else None
+    lifecycle.transition(instance, S.STOPPED, message=message, reason=reason)
     if (
         resume
         and _place(instance, S.STARTING, message=f"Starting again as {instance.spec.code}")
@@ -436,6 +465,12 @@ def _terminate_here(instance: Instance, message: str) -> None:
     kick_scheduler()
 
 
+def disk_to_delete(instance_pk: int) -> Host | None:
+    """The host that holds a terminating instance's disk (and kept logs), if it has one."""
+    instance = Instance.objects.select_related("disk_host").filter(pk=instance_pk).first()
+    return instance.disk_host if instance is not None else None
+
+
 def allocations_to_tear_down(instance_pk: int) -> list[Allocation]:
     """Every allocation of a terminating instance that may still exist on a host."""
     return list(
@@ -452,10 +487,12 @@ def fail_instance(
     allocation_id: str | None = None,
     at: datetime | None = None,
     only_states: tuple[str, ...] | None = None,
+    exit_code: int | None = None,
 ) -> bool:
-    """Something went wrong on the host side: failed, with the reason, and its slice freed
-    (the agent's copy, if any, is torn down by reconcile). With `allocation_id`, only if
-    that is still the instance's current allocation."""
+    """Something went wrong on the host side: failed, with the reason (and the workload's
+    exit code, when it ended by itself), and its slice freed (the agent's copy, if any, is
+    torn down by reconcile). With `allocation_id`, only if that is still the instance's
+    current allocation."""
     with transaction.atomic():
         instance = _lock(instance_pk)
         if instance is None or not lifecycle.can(instance.state, S.FAILED):
@@ -470,11 +507,122 @@ def fail_instance(
         if instance.resume_after_stop:
             instance.resume_after_stop = False
             Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
-        last = instance.events.order_by("-at").values_list("at", flat=True).first()
-        if at is not None and last is not None and at < last:
-            at = last
+        if exit_code is not None:
+            instance.exit_code = exit_code
+            Instance.objects.filter(pk=instance.pk).update(exit_code=exit_code)
+        at = _clamp(instance, at) if at is not None else None
         lifecycle.transition(instance, S.FAILED, message=reason, reason=reason, at=at)
         kick_scheduler()
+    return True
+
+
+def _clamp(instance: Instance, at: datetime | None) -> datetime:
+    """The time an agent gives for an outcome, not later than now and not earlier than the
+    instance's last event (billing closes there)."""
+    now = timezone.now()
+    at = min(at or now, now)
+    last = instance.events.order_by("-at").values_list("at", flat=True).first()
+    return max(at, last) if last is not None else at
+
+
+def _forget_exit(instance: Instance) -> None:
+    """A new run of the workload: how the last one ended is history (its events keep it)."""
+    if instance.exit_code is not None:
+        instance.exit_code = None
+        Instance.objects.filter(pk=instance.pk).update(exit_code=None)
+
+
+# --- what the agents report ---------------------------------------------------------------
+
+# States in which the workload of the current allocation is (being) run by its agent.
+WORKLOAD_STATES = (S.PROVISIONING, S.STARTING, S.REBOOTING, S.RUNNING)
+ENDED = ("exited", "failed", "lost")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an agent says of one of its allocations: in an answer to a call, an event it
+    pushes, or its listing (reconcile)."""
+
+    allocation_id: str
+    state: str
+    reason: str = ""
+    exit_code: int | None = None
+    at: datetime | None = None
+    message: str = ""
+
+
+def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
+    """Apply what the agent of `host` reports of its allocation of the instance: `running`
+    completes a start; `exited` stops the instance (reason exited), `failed` and `lost` fail
+    it, billing closing at the agent's time. Answers whether it changed anything: a report
+    about an allocation that is not the instance's current one on this host, or one already
+    applied (the same event twice), changes nothing."""
+    owned = Allocation.objects.filter(
+        pk=outcome.allocation_id, instance_id=instance_pk, host=host, released_at__isnull=True
+    ).exists()
+    if not owned:
+        return False
+    if outcome.state == "running":
+        return mark_running(instance_pk, outcome.allocation_id, outcome.message or "Running")
+    if outcome.state == "exited":
+        return _workload_exited(instance_pk, outcome)
+    if outcome.state in ("failed", "lost"):
+        reason = outcome.reason or "reported by the agent"
+        if outcome.state == "lost":
+            reason = f"allocation_lost: {reason}"
+        return fail_instance(
+            instance_pk,
+            reason,
+            allocation_id=outcome.allocation_id,
+            at=outcome.at or timezone.now(),
+            only_states=WORKLOAD_STATES,
+            exit_code=outcome.exit_code,
+        )
+    return False
+
+
+def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
+    """The workload ended by itself with exit code 0: stopping (billing closes at the exit),
+    then the stop task takes the allocation off its host; the disk stays."""
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None or instance.state not in WORKLOAD_STATES:
+            return False
+        current = instance.current_allocation()
+        if current is None or current.pk != outcome.allocation_id:
+            return False
+        at = _clamp(instance, outcome.at)
+        if instance.state != S.RUNNING:  # it ended before the console saw it run
+            lifecycle.transition(instance, S.RUNNING, message="Running", at=at)
+        instance.exit_code = outcome.exit_code or 0
+        Instance.objects.filter(pk=instance.pk).update(exit_code=instance.exit_code)
+        message = f"The workload exited with code {instance.exit_code}"
+        if outcome.message:
+            message += f": {outcome.message}"
+        lifecycle.transition(instance, S.STOPPING, message=message, reason="exited", at=at)
+        _enqueue("stop", instance.pk)
+    return True
+
+
+def record_progress(host: Host, instance_pk: int, allocation_id: str, message: str) -> bool:
+    """The agent is still starting the workload (pulling its image…): say so on the instance
+    and in its tenant's browsers, without a transition."""
+    with transaction.atomic():
+        instance = _lock(instance_pk)
+        if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
+            return False
+        current = instance.current_allocation()
+        if current is None or current.pk != allocation_id or current.host_id != host.pk:
+            return False
+        instance.state_reason = message[:200]
+        Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
+        payload = lifecycle.state_payload(instance, instance.state, timezone.now())
+        group = lifecycle.events_group(instance.tenant_id)
+        transaction.on_commit(
+            lambda: broadcast.group_send(group, {"type": "instance.state", "payload": payload}),
+            robust=True,
+        )
     return True
 
 
@@ -499,22 +647,23 @@ def place_pending(instance_pk: int) -> str | None:
 def schedule_pending() -> int:
     """Place queued instances, highest priority first, then oldest. An instance that does not
     fit does not hold back smaller ones behind it (backfill); one spec that does not fit in
-    a region is not tried again in the same pass. Answers how many were placed."""
+    a region (or on the host that holds a disk) is not tried again in the same pass. Answers
+    how many were placed."""
     queue = (
         Instance.objects.filter(state=S.PENDING)
         .order_by("-priority", "created_at", "pk")
-        .values_list("pk", "spec_id", "region_id")
+        .values_list("pk", "spec_id", "region_id", "disk_host_id")
     )
-    blocked: set[tuple[int, int]] = set()
+    blocked: set[tuple] = set()
     placed = 0
-    for pk, spec_id, region_id in queue:
-        if (spec_id, region_id) in blocked:
+    for pk, *where in queue:
+        if tuple(where) in blocked:
             continue
         outcome = place_pending(pk)
         if outcome == "placed":
             placed += 1
         elif outcome == "full":
-            blocked.add((spec_id, region_id))
+            blocked.add(tuple(where))
     return placed
 
 

@@ -8,10 +8,13 @@ when the retries run out, or the agent refuses, the instance ends `failed` with 
 acks_late + reject_on_worker_lost (global settings) bring a task back when a worker dies."""
 
 import logging
+from datetime import UTC
 
 from celery import Task, shared_task
 from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from console.fleet import agent_client
 from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
@@ -22,7 +25,6 @@ from console.instances.models import Allocation, State
 log = logging.getLogger(__name__)
 
 S = State
-BAD_AGENT_STATES = ("failed", "lost")
 
 
 class HostTask(Task):
@@ -65,10 +67,38 @@ class HostTask(Task):
         services.fail_instance(args[0], reason)
 
 
-def _host_failed(result: dict) -> str | None:
-    if result.get("state") in BAD_AGENT_STATES:
-        return f"allocation_{result['state']}: {result.get('reason') or 'reported by the agent'}"
-    return None
+def _outcome(allocation_id: str, item: dict) -> services.Outcome:
+    """An agent's view of an allocation (a call's answer, or an item of its listing)."""
+    exit_code = item.get("exit_code")
+    try:
+        at = parse_datetime(str(item.get("finished_at") or ""))
+    except ValueError:
+        at = None
+    if at is not None and timezone.is_naive(at):
+        at = timezone.make_aware(at, UTC)
+    return services.Outcome(
+        allocation_id=allocation_id,
+        state=str(item.get("state") or ""),
+        reason=str(item.get("reason") or ""),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        at=at,
+    )
+
+
+def _settle(job: services.Job, result: dict, running_message: str) -> bool:
+    """Record the agent's answer to a start: the workload ended at once (exited, failed,
+    lost), is still starting (its event, or reconcile, completes it), or runs. Answers
+    False when the instance is no longer this allocation's (it moved on meanwhile)."""
+    outcome = _outcome(job.allocation_id, result)
+    if outcome.state in services.ENDED:
+        services.record_outcome(job.host, job.instance_pk, outcome)
+        return True
+    if outcome.state == "starting":
+        services.record_progress(
+            job.host, job.instance_pk, job.allocation_id, "Starting the workload on its host"
+        )
+        return True
+    return services.mark_running(job.instance_pk, job.allocation_id, running_message)
 
 
 def _put(task: HostTask, job: services.Job) -> dict:
@@ -99,11 +129,7 @@ def provision(self, instance_pk: int) -> None:
     if job is None or job.allocation_id is None:
         return
     result = _put(self, job)
-    failure = _host_failed(result)
-    if failure:
-        services.fail_instance(instance_pk, failure, allocation_id=job.allocation_id)
-        return
-    if not services.mark_running(instance_pk, job.allocation_id):
+    if not _settle(job, result, "Running"):
         _discard(job.allocation_id)
 
 
@@ -131,11 +157,7 @@ def reboot(self, instance_pk: int) -> None:
     if job is None or job.allocation_id is None:
         return
     result = agent_client.allocation_action(job.host, job.allocation_id, "reboot")
-    failure = _host_failed(result)
-    if failure:
-        services.fail_instance(instance_pk, failure, allocation_id=job.allocation_id)
-        return
-    services.mark_running(instance_pk, job.allocation_id, "Running after reboot")
+    _settle(job, result, "Running after reboot")
 
 
 @shared_task(base=HostTask, bind=True)
@@ -149,11 +171,7 @@ def resize(self, instance_pk: int, old_allocation_id: str) -> None:
     if old is not None and old.pk != job.allocation_id:
         agent_client.delete_allocation(old.host, old.pk)
     result = _put(self, job)
-    failure = _host_failed(result)
-    if failure:
-        services.fail_instance(instance_pk, failure, allocation_id=job.allocation_id)
-        return
-    services.mark_running(instance_pk, job.allocation_id, "Running, resized")
+    _settle(job, result, "Running, resized")
 
 
 @shared_task(base=HostTask, bind=True)
@@ -164,7 +182,18 @@ def terminate(self, instance_pk: int) -> None:
         return
     for allocation in services.allocations_to_tear_down(instance_pk):
         agent_client.delete_allocation(allocation.host, allocation.pk)
-    services.finish_terminate(instance_pk)
+    message = "Terminated"
+    disk_host = services.disk_to_delete(instance_pk)
+    if disk_host is not None and disk_host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
+        message = f"Terminated; its disk on {disk_host.name} ({disk_host.status}) stays there"
+    elif disk_host is not None:
+        try:
+            agent_client.delete_instance_data(disk_host, instance_pk)
+        except AgentRejected as exc:
+            if exc.status == 409:  # an allocation of it is still being torn down there
+                raise self.retry_later(exc) from exc
+            raise
+    services.finish_terminate(instance_pk, message)
 
 
 @shared_task
@@ -189,10 +218,9 @@ def reconcile() -> None:
 @shared_task
 def reconcile_host(host_pk: int) -> dict:
     """Mend drift between one agent and the database: an allocation on the agent that no
-    instance owns is deleted; a running instance whose allocation vanished from the agent
-    (or that the agent reports failed or lost) is marked failed with the reason."""
-    from django.utils import timezone
-
+    instance owns is deleted; what the agent reports of the others is applied as its events
+    would have been (running, exited, failed, lost: an event lost on the way); a running
+    instance whose allocation vanished from the agent is marked failed."""
     host = Host.objects.filter(pk=host_pk).first()
     if host is None or host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
         return {}
@@ -217,10 +245,11 @@ def reconcile_host(host_pk: int) -> dict:
             except AgentError as exc:
                 log.info("reconcile: could not remove %s: %s", alloc_id, exc)
             continue
-        failure = _host_failed(item)
-        if failure and services.fail_instance(
-            allocation.instance_id, failure, allocation_id=alloc_id, only_states=(S.RUNNING,)
-        ):
+        outcome = _outcome(alloc_id, item)
+        changed = outcome.state in ("running", *services.ENDED) and services.record_outcome(
+            host, allocation.instance_id, outcome
+        )
+        if changed and outcome.state in ("failed", "lost"):
             failed.append(allocation.instance_id)
     seen = {item.get("id") for item in reported}
     for alloc_id, allocation in owned.items():

@@ -10,6 +10,9 @@ class FakeAgents:
         self.hosts: dict[str, dict[str, dict]] = {}
         self.down: set[str] = set()
         self.calls: list[tuple] = []
+        # What each host keeps of an instance after its allocations: its disk and its logs.
+        self.logs: dict[str, dict[str, list[str]]] = {}
+        self.deleted_instances: list[tuple[str, str]] = []
 
     def _host(self, host):
         self.calls.append(host.name)
@@ -37,6 +40,17 @@ class FakeAgents:
     def list_allocations(self, host):
         return list(self._host(host).values())
 
+    def instance_logs(self, host, instance_pk, tail):
+        self._host(host)
+        return self.logs.get(host.name, {}).get(str(instance_pk), [])[-tail:]
+
+    def delete_instance_data(self, host, instance_pk):
+        allocations = self._host(host)
+        if any(a["body"]["labels"]["instance"] == str(instance_pk) for a in allocations.values()):
+            raise AgentRejected(host, "an allocation of it is still here", 409, "instance_busy")
+        self.logs.get(host.name, {}).pop(str(instance_pk), None)
+        self.deleted_instances.append((host.name, str(instance_pk)))
+
     def install(self, monkeypatch):
         from console.fleet import agent_client
 
@@ -45,6 +59,8 @@ class FakeAgents:
             "allocation_action",
             "delete_allocation",
             "list_allocations",
+            "instance_logs",
+            "delete_instance_data",
         ):
             monkeypatch.setattr(agent_client, name, getattr(self, name))
         return self

@@ -299,13 +299,15 @@ class TestResize:
         assert no_tasks[-1] == ("resize", instance.pk, old.pk)
         assert services.mark_running(instance.pk, new.pk)
 
-    def test_stop_place_start_when_the_gpu_is_full(self, catalog, tenant, no_tasks):
+    def test_stop_then_wait_for_the_disk_host_when_the_gpu_is_full(
+        self, catalog, tenant, no_tasks
+    ):
         set_quota(tenant)
-        catalog.host("a", gpus=1, mode=Mode.SHARED)
+        home = catalog.host("a", gpus=1, mode=Mode.SHARED)
         instance = self.running(catalog, tenant)
         fillers = [launch(catalog, tenant, spec=catalog.half), launch(catalog, tenant)]
         assert {f.state for f in fillers} == {State.PROVISIONING}  # 250 + 500 + 250 of 1000
-        spare = catalog.host("b", gpus=1, mode=Mode.SHARED)
+        catalog.host("b", gpus=1, mode=Mode.SHARED)  # room, but not where its disk is
         services.resize_instance(instance, catalog.half)
         instance.refresh_from_db()
         assert instance.state == State.STOPPING and instance.resume_after_stop
@@ -313,10 +315,16 @@ class TestResize:
         assert no_tasks[-1] == ("stop", instance.pk)
         services.finish_stop(instance.pk)
         instance.refresh_from_db()
-        assert instance.state == State.STARTING
+        assert instance.state == State.PENDING
+        assert instance.state_reason.startswith("Waiting for a, which holds its disk")
         assert not instance.resume_after_stop
-        assert instance.current_allocation().host == spare
-        assert states(instance)[-3:] == ["stopping", "stopped", "starting"]
+        assert states(instance)[-3:] == ["stopping", "stopped", "pending"]
+        services.terminate_instance(fillers[1])
+        services.finish_terminate(fillers[1].pk)
+        assert services.schedule_pending() == 1
+        instance.refresh_from_db()
+        assert instance.state == State.PROVISIONING
+        assert instance.current_allocation().host == home == instance.disk_host
 
     def test_quota_first(self, catalog, tenant):
         set_quota(tenant, gpu="0.25")
