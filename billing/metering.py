@@ -37,7 +37,7 @@ from billing.models import (
 )
 from billing.rating import DiskPiece, PricePoint, as_utc, rate_disk, rate_segment
 from billing.rating import UsagePiece as RatedPiece
-from console.catalog.models import Spec, SpecPrice
+from console.catalog.models import SpecPrice
 from console.instances.models import Instance, InstanceEvent, State
 
 log = logging.getLogger(__name__)
@@ -78,22 +78,17 @@ def disk_price_per_gib_month() -> Decimal:
 
 
 def price_history(spec_ids: Iterable[int]) -> dict[int, tuple[PricePoint, ...]]:
-    """Each spec's price history (``SpecPrice``), as rating wants it.
-
-    A spec without history costs its ``price_per_hour`` at all times; before its first
-    history point a spec costs that first point's price."""
-    spec_ids = set(spec_ids)
+    """Each spec's price history (``SpecPrice``: every spec has a point from its creation),
+    as rating wants it. The first point also covers the time before it, as
+    ``Spec.current_price`` has it."""
     history: dict[int, list[PricePoint]] = defaultdict(list)
     rows = (
-        SpecPrice.objects.filter(spec_id__in=spec_ids)
+        SpecPrice.objects.filter(spec_id__in=set(spec_ids))
         .order_by("spec_id", "effective_from")
         .values_list("spec_id", "effective_from", "price_per_hour")
     )
     for spec_id, effective_from, price in rows:
         history[spec_id].append(PricePoint(effective_from, price))
-    missing = spec_ids - history.keys()
-    for spec_id, price in Spec.objects.filter(pk__in=missing).values_list("pk", "price_per_hour"):
-        history[spec_id].append(PricePoint(EPOCH, price))
     books = {}
     for spec_id, points in history.items():
         if points[0].effective_from > EPOCH:

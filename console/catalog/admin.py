@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin
 
 from console.catalog.models import GpuModel, Image, MigProfile, Region, Spec, SpecPrice
@@ -23,12 +24,56 @@ class GpuModelAdmin(admin.ModelAdmin):
 
 
 class SpecPriceInline(admin.TabularInline):
+    """The price history: points are added, never edited or deleted (usage was billed and
+    shown with them); a change takes effect from its time on."""
+
     model = SpecPrice
     extra = 0
+    can_delete = False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class SpecForm(forms.ModelForm):
+    price_per_hour = forms.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        min_value=0,
+        help_text="The first price point; later changes are added as price points.",
+    )
+
+    class Meta:
+        model = Spec
+        fields = [
+            "code",
+            "name",
+            "gpu_model",
+            "mode",
+            "gpu_count",
+            "mig_profile",
+            "milli",
+            "gpu_memory_mib",
+            "vcpus",
+            "ram_mib",
+            "disk_gib",
+            "active",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.instance._state.adding:
+            del self.fields["price_per_hour"]
+
+    def save(self, commit=True):
+        if "price_per_hour" in self.fields:
+            self.instance.price_per_hour = self.cleaned_data["price_per_hour"]
+        return super().save(commit)
 
 
 @admin.register(Spec)
 class SpecAdmin(admin.ModelAdmin):
+    form = SpecForm
     list_display = [
         "code",
         "gpu_model",
@@ -36,12 +81,20 @@ class SpecAdmin(admin.ModelAdmin):
         "gpu_count",
         "mig_profile",
         "milli",
-        "price_per_hour",
+        "current_price",
+        "next_price_change",
         "active",
     ]
     list_filter = ["mode", "gpu_model", "active"]
     search_fields = ["code", "name"]
     inlines = [SpecPriceInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("prices")
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        return [name for name in fields if obj is None or name != "price_per_hour"]
 
 
 @admin.register(Image)

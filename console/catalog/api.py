@@ -10,7 +10,11 @@ class SpecViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = SpecSerializer
     lookup_field = "code"
     lookup_value_regex = "[^/]+"
-    queryset = Spec.objects.filter(active=True).select_related("gpu_model", "mig_profile")
+    queryset = (
+        Spec.objects.filter(active=True)
+        .select_related("gpu_model", "mig_profile")
+        .prefetch_related("prices")
+    )
 
     def get_queryset(self):
         queryset = super().get_queryset()

@@ -1,7 +1,6 @@
 """The demo: a plausible catalog of real GPU models, two tenants, and their users.
 `seed_demo` loads it; loading it again changes nothing."""
 
-from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
@@ -10,10 +9,9 @@ from django.db import transaction
 from accounts import services
 from accounts.models import Membership, Tenant
 from accounts.roles import Role
-from console.catalog.models import GpuModel, Image, MigProfile, Mode, Region, Spec, SpecPrice
+from console.catalog.models import GpuModel, Image, MigProfile, Mode, Region, Spec
 
 REGION = ("local-1", "Local lab 1")
-PRICES_FROM = datetime(2026, 1, 1, tzinfo=UTC)
 
 # code, name, memory MiB, MIG profiles (name, compute slices, memory slices, starts, MiB)
 GPU_MODELS = [
@@ -138,10 +136,7 @@ def load_catalog() -> None:
                 price_per_hour=Decimal(price),
             )
             spec.full_clean()
-            spec.save()
-            SpecPrice.objects.create(
-                spec=spec, effective_from=PRICES_FROM, price_per_hour=spec.price_per_hour
-            )
+            spec.save()  # with its first price point
     for name, reference, cuda, description, command, env, ports in IMAGES:
         Image.objects.get_or_create(
             name=name,

@@ -1,11 +1,12 @@
 """What tenants can rent: regions, GPU models and their MIG profiles, specs, images."""
 
 import re
+from datetime import datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 
@@ -98,16 +99,57 @@ class Spec(models.Model):
     vcpus = models.PositiveSmallIntegerField()
     ram_mib = models.PositiveIntegerField()
     disk_gib = models.PositiveIntegerField()
-    price_per_hour = models.DecimalField(
-        max_digits=10, decimal_places=4, validators=[MinValueValidator(Decimal("0"))]
-    )
     active = models.BooleanField(default=True, help_text="Retired specs cannot be launched.")
 
     class Meta:
-        ordering = ["gpu_model__name", "mode", "price_per_hour"]
+        ordering = ["gpu_model__name", "mode", "gpu_count", "milli", "code"]
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        """A new spec is saved with its first price point (``price_per_hour``)."""
+        adding = self._state.adding
+        if adding and getattr(self, "_first_price", None) is None:
+            raise ValidationError({"price_per_hour": "A new spec needs a price per hour."})
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            if adding:
+                SpecPrice.objects.create(spec=self, price_per_hour=self._first_price)
+
+    # The price lives in one place, the spec's price history (``SpecPrice``): billing rates
+    # with it, and everything that shows or checks a price reads ``current_price``.
+
+    @property
+    def price_per_hour(self) -> Decimal:
+        """The price per hour in force now. Given to a new spec (``Spec(price_per_hour=…)``),
+        it is the spec's first price point, saved with it."""
+        return self.current_price()
+
+    @price_per_hour.setter
+    def price_per_hour(self, value: Decimal) -> None:
+        if not self._state.adding:
+            raise AttributeError("A saved spec's price changes with a new SpecPrice point.")
+        self._first_price = Decimal(value)
+
+    def price_points(self) -> list["SpecPrice"]:
+        """The price history, oldest first (from ``prefetch_related("prices")`` if done)."""
+        return sorted(self.prices.all(), key=lambda point: point.effective_from)
+
+    def current_price(self, at: datetime | None = None) -> Decimal | None:
+        """The price per hour in force at ``at`` (now): the latest point not after it. The
+        first point also covers any time before it (the spec's price since it exists)."""
+        if self._state.adding:
+            return getattr(self, "_first_price", None)
+        at = at or timezone.now()
+        points = self.price_points()
+        in_force = [point for point in points if point.effective_from <= at]
+        return (in_force[-1] if in_force else points[0]).price_per_hour
+
+    def next_price_change(self, at: datetime | None = None) -> "SpecPrice | None":
+        """The next scheduled price point after ``at`` (now), if any."""
+        at = at or timezone.now()
+        return next((point for point in self.price_points() if point.effective_from > at), None)
 
     @property
     def gpu_equivalents(self) -> Decimal:
@@ -162,6 +204,22 @@ class SpecPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.spec.code} {self.price_per_hour}/h from {self.effective_from:%Y-%m-%d %H:%M}"
+
+    def clean(self):
+        """A change comes after the spec's first price, which covers all time before it (a
+        point before it would re-price everything earlier)."""
+        if self.spec_id is None or self.effective_from is None:
+            return
+        first = (
+            SpecPrice.objects.filter(spec_id=self.spec_id)
+            .exclude(pk=self.pk)
+            .order_by("effective_from")
+            .values_list("effective_from", flat=True)
+            .first()
+        )
+        if first is not None and self.effective_from < first:
+            message = f"A price change comes after the first price ({first:%Y-%m-%d %H:%M} UTC)."
+            raise ValidationError({"effective_from": message})
 
 
 # The shapes of what a workload is told: environment names as POSIX shells accept them.

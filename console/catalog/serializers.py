@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from console.catalog.models import Image, Region, Spec
+from console.catalog.models import Image, Region, Spec, SpecPrice
 
 
 class RegionSerializer(serializers.ModelSerializer):
@@ -15,6 +15,16 @@ class ImageSerializer(serializers.ModelSerializer):
         fields = ["name", "reference", "cuda_version", "description", "command", "env", "ports"]
 
 
+class PriceChangeSerializer(serializers.ModelSerializer):
+    price_per_hour = serializers.DecimalField(
+        max_digits=10, decimal_places=4, normalize_output=True
+    )
+
+    class Meta:
+        model = SpecPrice
+        fields = ["effective_from", "price_per_hour"]
+
+
 class SpecSerializer(serializers.ModelSerializer):
     gpu_model = serializers.CharField(source="gpu_model.code")
     gpu_model_name = serializers.CharField(source="gpu_model.name")
@@ -23,7 +33,14 @@ class SpecSerializer(serializers.ModelSerializer):
         max_digits=8, decimal_places=3, normalize_output=True
     )
     price_per_hour = serializers.DecimalField(
-        max_digits=10, decimal_places=4, normalize_output=True
+        source="current_price",
+        max_digits=10,
+        decimal_places=4,
+        normalize_output=True,
+        help_text="the price in force now",
+    )
+    next_price_change = PriceChangeSerializer(
+        read_only=True, allow_null=True, help_text="the next scheduled price, if any"
     )
 
     class Meta:
@@ -43,4 +60,5 @@ class SpecSerializer(serializers.ModelSerializer):
             "ram_mib",
             "disk_gib",
             "price_per_hour",
+            "next_price_change",
         ]

@@ -36,8 +36,10 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     def get_queryset(self):
         tenant = request_membership(self.request).tenant
-        queryset = Instance.objects.filter(tenant=tenant).select_related(
-            "spec__mig_profile", "image", "region"
+        queryset = (
+            Instance.objects.filter(tenant=tenant)
+            .select_related("spec__mig_profile", "image", "region")
+            .prefetch_related("spec__prices")
         )
         if self.request.user.is_staff:
             queryset = queryset.prefetch_related(

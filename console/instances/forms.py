@@ -5,7 +5,7 @@ from console.catalog.models import Image, Region, Spec
 
 class SpecChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, spec):
-        return f"{spec.name} — ${spec.price_per_hour.normalize():f}/h"
+        return f"{spec.name} — ${spec.current_price().normalize():f}/h"
 
 
 class LaunchForm(forms.Form):
@@ -13,7 +13,9 @@ class LaunchForm(forms.Form):
         queryset=Region.objects.all(), to_field_name="code", empty_label=None
     )
     spec = SpecChoiceField(
-        queryset=Spec.objects.filter(active=True).select_related("gpu_model", "mig_profile"),
+        queryset=Spec.objects.filter(active=True)
+        .select_related("gpu_model", "mig_profile")
+        .prefetch_related("prices"),
         to_field_name="code",
         widget=forms.RadioSelect,
         label="Spec",
@@ -30,7 +32,9 @@ class LaunchForm(forms.Form):
 
 class ResizeForm(forms.Form):
     spec = SpecChoiceField(
-        queryset=Spec.objects.filter(active=True).select_related("gpu_model"),
+        queryset=Spec.objects.filter(active=True)
+        .select_related("gpu_model")
+        .prefetch_related("prices"),
         to_field_name="code",
         empty_label=None,
         label="New spec",

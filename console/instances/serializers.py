@@ -13,7 +13,7 @@ class InstanceSerializer(serializers.ModelSerializer):
         source="spec.gpu_equivalents", max_digits=8, decimal_places=3, normalize_output=True
     )
     price_per_hour = serializers.DecimalField(
-        source="spec.price_per_hour", max_digits=10, decimal_places=4, normalize_output=True
+        source="spec.current_price", max_digits=10, decimal_places=4, normalize_output=True
     )
     actions = serializers.SerializerMethodField()
     placement = serializers.SerializerMethodField()

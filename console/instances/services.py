@@ -324,7 +324,7 @@ def resize_instance(instance: Instance, spec: Spec, *, actor=None) -> Instance:
             raise ValidationError({"spec": f"The instance already is a {spec.code}."})
         if instance.state != S.STOPPED:  # a stopped instance is checked when it starts
             _check_quota(quota, spec, exclude_instance_id=instance.pk)
-            if spec.price_per_hour > old.price_per_hour:
+            if spec.current_price() > old.current_price():
                 _check_budget(instance.tenant)
         message = f"Resize from {old.code} to {spec.code}"
         if instance.state == S.STOPPED:

@@ -32,8 +32,10 @@ LIVE_FILTERS = {
 
 
 def _instances(request):
-    return Instance.objects.filter(tenant=request.membership.tenant).select_related(
-        "spec__gpu_model", "spec__mig_profile", "image", "region"
+    return (
+        Instance.objects.filter(tenant=request.membership.tenant)
+        .select_related("spec__gpu_model", "spec__mig_profile", "image", "region")
+        .prefetch_related("spec__prices")
     )
 
 
@@ -73,7 +75,7 @@ def _spec_groups(regions, specs):
         groups.setdefault(key, []).append(
             {
                 "spec": spec,
-                "per_month": (spec.price_per_hour * HOURS_PER_MONTH).quantize(Decimal("0.01")),
+                "per_month": (spec.current_price() * HOURS_PER_MONTH).quantize(Decimal("0.01")),
                 "gpu_memory_gib": round(spec.gpu_memory_mib / 1024, 1),
                 "ram_gib": round(spec.ram_mib / 1024, 1),
                 "fits": " ".join(code for code, by_spec in fits.items() if by_spec[spec.pk]),
@@ -112,8 +114,9 @@ def launch(request):
     specs = list(
         Spec.objects.filter(active=True)
         .select_related("gpu_model", "mig_profile")
-        .order_by("gpu_model__name", "mode", "price_per_hour", "code")
+        .prefetch_related("prices")
     )
+    specs.sort(key=lambda spec: (spec.gpu_model.name, spec.mode, spec.current_price(), spec.code))
     quota = tenant.quota
     used = usage(tenant)
     return render(
@@ -144,7 +147,7 @@ def _detail_context(request, instance):
         "resize_form": ResizeForm(instance=instance),
         "allocation": allocation,
         "placement": placement.describe(allocation) if allocation else None,
-        "per_month": (instance.spec.price_per_hour * HOURS_PER_MONTH).quantize(Decimal("0.01")),
+        "per_month": (instance.spec.current_price() * HOURS_PER_MONTH).quantize(Decimal("0.01")),
         "stopped_per_month": stopped_disk_cost_per_month(instance),
     }
 
