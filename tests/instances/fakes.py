@@ -13,6 +13,9 @@ class FakeAgents:
         # What each host keeps of an instance after its allocations: its disk and its logs.
         self.logs: dict[str, dict[str, list[str]]] = {}
         self.deleted_instances: list[tuple[str, str]] = []
+        # What a new allocation answers: "running", or "starting" (a launch that outlasts
+        # the call; its outcome comes as an event).
+        self.start_state = "running"
 
     def _host(self, host):
         self.calls.append(host.name)
@@ -24,7 +27,7 @@ class FakeAgents:
         allocations = self._host(host)
         if alloc_id in allocations and allocations[alloc_id]["body"] != body:
             raise AgentRejected(host, "different body", 409, "conflict")
-        allocations.setdefault(alloc_id, {"id": alloc_id, "state": "running", "body": body})
+        allocations.setdefault(alloc_id, {"id": alloc_id, "state": self.start_state, "body": body})
         return allocations[alloc_id]
 
     def allocation_action(self, host, alloc_id, action):

@@ -1,0 +1,63 @@
+"""`POST /agent/v1/events`: what an agent pushes about its allocations as it happens (a
+workload that exits, fails or starts running; the progress of a launch). The host speaks
+only for itself; what the events change is decided in services.record_outcome."""
+
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from console.fleet.agent_api import AgentView, _valid
+from console.instances import services
+
+
+class EventSerializer(serializers.Serializer):
+    allocation = serializers.CharField(max_length=64)
+    instance = serializers.IntegerField(min_value=1)
+    kind = serializers.ChoiceField(choices=["state", "progress"])
+    # Other states (an agent newer than this console) are accepted and ignored.
+    state = serializers.CharField(max_length=16, required=False, default="")
+    reason = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, allow_null=True, default=""
+    )
+    exit_code = serializers.IntegerField(required=False, allow_null=True, default=None)
+    at = serializers.DateTimeField()
+    message = serializers.CharField(
+        max_length=1000, required=False, allow_blank=True, allow_null=True, default=""
+    )
+
+    def validate(self, attrs):
+        if attrs["kind"] == "state" and not attrs["state"]:
+            raise serializers.ValidationError({"state": "A state event says its state."})
+        return attrs
+
+
+class EventsSerializer(serializers.Serializer):
+    host_id = serializers.IntegerField()
+    events = EventSerializer(many=True, max_length=1000)
+
+
+def apply(host, event: dict) -> bool:
+    """One event of `host`'s agent; answers whether it changed anything."""
+    message = event["message"] or ""
+    if event["kind"] == "progress":
+        return services.record_progress(host, event["instance"], event["allocation"], message)
+    outcome = services.Outcome(
+        allocation_id=event["allocation"],
+        state=event["state"],
+        reason=event["reason"] or "",
+        exit_code=event["exit_code"],
+        at=event["at"],
+        message=message,
+    )
+    return services.record_outcome(host, event["instance"], outcome)
+
+
+class EventsView(AgentView):
+    def post(self, request):
+        data = _valid(EventsSerializer, request)
+        host = self.speaking_host(request, data["host_id"])
+        applied = sum(apply(host, event) for event in data["events"])
+        accepted = len(data["events"])
+        return Response(
+            {"accepted": accepted, "applied": applied, "ignored": accepted - applied},
+            status=status.HTTP_202_ACCEPTED,
+        )
