@@ -4,6 +4,7 @@ from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
 from accounts.services import TokenRejected, authenticate_token
 from accounts.tenancy import session_membership
@@ -12,6 +13,29 @@ from accounts.tenancy import session_membership
 class TenantSuspended(exceptions.PermissionDenied):
     default_code = "tenant_suspended"
     default_detail = "This tenant is suspended."
+
+
+def client_address(request) -> str:
+    """The client's address as DRF's throttles see it (NUM_PROXIES), for django-axes too."""
+    return BaseThrottle().get_ident(request)
+
+
+class BadTokenThrottle(SimpleRateThrottle):
+    """Unknown or malformed bearer tokens per client address (DEFAULT_THROTTLE_RATES
+    "bad_token"): past the rate, every bearer request from that address is refused (429 with
+    Retry-After) before any token is looked up, so tokens cannot be guessed."""
+
+    scope = "bad_token"
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def refuses(self, request) -> bool:
+        """Whether the address is at its limit now; records nothing (allow_request records)."""
+        self.key = self.get_cache_key(request, None)
+        self.now = self.timer()
+        self.history = [t for t in self.cache.get(self.key, []) if t > self.now - self.duration]
+        return len(self.history) >= self.num_requests
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -24,13 +48,21 @@ class BearerTokenAuthentication(BaseAuthentication):
         keyword, _, raw = header.partition(" ")
         if keyword != self.keyword:
             return None
+        throttle = BadTokenThrottle()
+        if throttle.refuses(request):
+            raise exceptions.Throttled(
+                throttle.wait(), detail="Too many unknown API tokens from your address."
+            )
         if not raw.strip():
+            throttle.allow_request(request, None)
             raise exceptions.AuthenticationFailed("Empty bearer token.", code="invalid_token")
         try:
             token, membership = authenticate_token(raw.strip())
         except TokenRejected as rejected:
             if rejected.code == "tenant_suspended":
                 raise TenantSuspended(rejected.detail) from None
+            if rejected.code == "invalid_token":
+                throttle.allow_request(request, None)  # counts one more guess
             raise exceptions.AuthenticationFailed(rejected.detail, code=rejected.code) from None
         request._request.membership = membership
         return token.user, token

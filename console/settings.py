@@ -3,6 +3,7 @@ as-is (embedded: SQLite, in-process layers). See README.md for the variables."""
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -43,6 +44,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",
     "accounts",
     "console.catalog",
     "console.fleet",
@@ -62,6 +64,7 @@ MIDDLEWARE = [
     "accounts.middleware.CurrentTenantMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -163,6 +166,22 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Sign-in throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords for one username,
+# or from one address, sign-ins from there are refused (429, Retry-After) for
+# LOGIN_LOCKOUT_MINUTES, before any password is hashed. Console and admin logins alike. The
+# address is REMOTE_ADDR, or behind TRUSTED_PROXY_COUNT proxies the one they put in
+# X-Forwarded-For.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.web.access.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "accounts.authentication.client_address"
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
@@ -191,6 +210,9 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
+    # Unknown bearer tokens per client address before it is refused (accounts.authentication).
+    "DEFAULT_THROTTLE_RATES": {"bad_token": env_str("API_BAD_TOKEN_RATE", "10/min")},
+    "NUM_PROXIES": env_int("TRUSTED_PROXY_COUNT", 0),
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

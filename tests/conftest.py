@@ -12,6 +12,14 @@ from tests.harness import running_stack
 ROLES = [Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Throttles count in the cache: each test starts with none of another's counts."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def tenant(db):
     return TenantFactory(slug="acme", name="Acme AI")

@@ -1,10 +1,13 @@
 """Guards for console pages: signed in, a member, an active tenant, the right role."""
 
 from functools import wraps
+from math import ceil
 
+from axes.helpers import get_cool_off
 from django.contrib import messages
+from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 
@@ -48,6 +51,23 @@ def redirect_back(request, fallback: str = "dashboard"):
     ):
         return redirect(referer)
     return redirect(fallback)
+
+
+def login_locked_out(request, response=None, credentials=None):
+    """django-axes' answer once sign-ins from this address or for this username are locked:
+    429 with Retry-After, as the sign-in page (or JSON for a client that asks for it)."""
+    retry_after = int(get_cool_off(request).total_seconds())
+    detail = (
+        f"Too many failed sign-ins. Try again in {ceil(retry_after / 60)} minutes, "
+        "or ask an administrator."
+    )
+    if request.get_preferred_type(["text/html", "application/json"]) == "application/json":
+        locked = JsonResponse({"code": "too_many_attempts", "detail": detail}, status=429)
+    else:
+        context = {"form": AuthenticationForm(request), "locked": detail}
+        locked = render(request, "web/login.html", context, status=429)
+    locked["Retry-After"] = str(retry_after)
+    return locked
 
 
 def staff_view(view):
