@@ -15,5 +15,6 @@ urlpatterns = [
     path("", include("console.web.urls")),
 ]
 
+handler400 = "console.api.errors.api_bad_request"
 handler404 = "console.api.errors.api_not_found"
 handler500 = "console.api.errors.api_server_error"

@@ -1,6 +1,8 @@
 """One error shape for the whole API: {"code", "detail", "errors"?}."""
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
@@ -48,8 +50,27 @@ def exception_handler(exc, context):
     return response
 
 
+def _speaks_json(request) -> bool:
+    """The REST API and the agents' protocol answer errors as JSON; pages answer HTML."""
+    return request.path.startswith(("/api/", "/agent/"))
+
+
+def api_bad_request(request, exception=None):
+    """What Django refuses before a view runs: a body over DATA_UPLOAD_MAX_MEMORY_SIZE (413),
+    too many form fields, a malformed multipart body (400)."""
+    if not _speaks_json(request):
+        from django.views.defaults import bad_request
+
+        return bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        detail = f"The request body is larger than the {limit} bytes this endpoint takes."
+        return JsonResponse({"code": "too_large", "detail": detail}, status=413)
+    return JsonResponse({"code": "bad_request", "detail": "The request is malformed."}, status=400)
+
+
 def api_not_found(request, exception=None):
-    if request.path.startswith("/api/"):
+    if _speaks_json(request):
         return JsonResponse({"code": "not_found", "detail": "Not found."}, status=404)
     from django.views.defaults import page_not_found
 
@@ -57,7 +78,7 @@ def api_not_found(request, exception=None):
 
 
 def api_server_error(request):
-    if request.path.startswith("/api/"):
+    if _speaks_json(request):
         return JsonResponse(
             {"code": "server_error", "detail": "Something went wrong on our side."}, status=500
         )
@@ -66,4 +87,11 @@ def api_server_error(request):
     return server_error(request)
 
 
-__all__ = ["Conflict", "Response", "exception_handler", "api_not_found", "api_server_error"]
+__all__ = [
+    "Conflict",
+    "Response",
+    "exception_handler",
+    "api_bad_request",
+    "api_not_found",
+    "api_server_error",
+]

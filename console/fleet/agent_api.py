@@ -256,8 +256,13 @@ class HeartbeatView(AgentView):
 @csrf_exempt
 @require_POST
 def samples_view(request):
-    """`POST /agent/v1/samples` through the URLconf (console/asgi.py answers it directly)."""
-    status_code, answer = fleet_samples.accept_batch(
-        request.headers.get("Authorization", ""), request.body
-    )
+    """`POST /agent/v1/samples` through the URLconf (console/asgi.py answers it directly). The
+    secret is checked before the body is read, and the body is read up to one byte past the
+    limit."""
+    try:
+        host = fleet_samples.authenticate(request.headers.get("Authorization", ""))
+    except fleet_samples.Refused as refused:
+        return JsonResponse(refused.answer, status=refused.status)
+    body = request.read(fleet_samples.MAX_BODY_BYTES + 1)
+    status_code, answer = fleet_samples.accept_body(host, body)
     return JsonResponse(answer, status=status_code)

@@ -1,25 +1,35 @@
 """Where an agent's metric samples enter the control plane: `POST /agent/v1/samples`.
 
 Every agent posts a batch each second, so this endpoint is the control plane's hottest path.
-`accept_batch` is the whole endpoint as a plain function: console/asgi.py serves it straight
-from the ASGI server (no middleware stack, whose synchronous parts cost a thread hand-off each),
-and a small Django view serves the same function to anything that goes through the URLconf.
-It authenticates the host, checks the batch (`check_batch`), and `ingest`s it: GPU health, then
-the metrics pipeline (live window, websockets, history, Prometheus)."""
+The endpoint is two plain functions: `authenticate` (the Authorization header, before a byte of
+the body is read) and `accept_body` (the body, read by the caller into at most MAX_BODY_BYTES + 1
+bytes). console/fleet/asgi.py serves them straight from the ASGI server (no middleware stack,
+whose synchronous parts cost a thread hand-off each), and a small Django view serves the same
+functions to anything that goes through the URLconf. `accept_body` checks the batch
+(`check_batch`: types, ranges, finite numbers, `ts` near now) and `ingest`s it: GPU health, then
+the metrics pipeline (live window, websockets, history, Prometheus). A malformed batch gets a 400
+with {"code", "detail"}, never a 500."""
 
 import json
 import logging
+import math
 
 from django.utils import timezone
 
 from console.fleet.models import Gpu, Host
 from console.fleet.services import host_for_secret
-from console.metrics.ingest import ingest_samples
+from console.metrics import live
+from console.metrics.ingest import ingest_samples, inventory
 
 log = logging.getLogger(__name__)
 
 MAX_SAMPLES = 20000
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_PROCESSES = 1024
+# A sample's `ts` may be this far behind the console's clock (an agent's backlog after an
+# outage; what is older than the live window is then left out) or ahead of it (clock skew).
+MAX_AGE_SECONDS = 24 * 3600
+MAX_AHEAD_SECONDS = 300
 KINDS = ("gpu", "mig", "allocation")
 NUMBER = (int, float)
 # field: (accepted types, may be null)
@@ -40,6 +50,19 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "healthy": ((bool,), False),
     "processes": ((list,), True),
 }
+# The readings a GPU can give (a whole-GPU allocation sums up to 8 GPUs' memory and power).
+RANGES: dict[str, tuple[int, int]] = {
+    "gpu_index": (0, 1023),  # as a heartbeat's inventory allows
+    "gpu_util": (0, 100),
+    "mem_used_mib": (0, 16 * 1024 * 1024),
+    "mem_total_mib": (0, 16 * 1024 * 1024),
+    "temperature_c": (-50, 200),
+    "power_w": (0, 100_000),
+    "sm_clock_mhz": (0, 100_000),
+    "ecc_errors": (0, 2**53),
+}
+# As long as the console's own records of them may be (Gpu.uuid, Allocation.id).
+LENGTHS = {"gpu_uuid": 80, "mig_uuid": 80, "allocation": 64}
 TYPE_NAMES = {
     NUMBER: "a number",
     (int,): "an integer",
@@ -48,85 +71,142 @@ TYPE_NAMES = {
 }
 
 
-def _problem(value, types: tuple[type, ...], nullable: bool) -> str | None:
+def _problem(name: str, value, types: tuple[type, ...], nullable: bool) -> str | None:
     if value is None:
         return None if nullable else "may not be null"
     if isinstance(value, bool) and bool not in types:
         return f"must be {TYPE_NAMES.get(types, types[0].__name__)}"
     if not isinstance(value, types):
         return f"must be {TYPE_NAMES.get(types, 'a ' + types[0].__name__)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    if name in RANGES:
+        low, high = RANGES[name]
+        if not low <= value <= high:
+            return f"must be between {low} and {high}"
+    if name in LENGTHS and len(value) > LENGTHS[name]:
+        return f"must be at most {LENGTHS[name]} characters"
     return None
 
 
-def check_batch(samples) -> dict[str, str]:
-    """Field errors of a batch, keyed like `samples[3].gpu_util`; empty when it is fine."""
+def _sample_problems(sample: dict, now: float) -> dict[str, str]:
+    errors = {}
+    for name, (types, nullable) in FIELDS.items():
+        if name not in sample:
+            if not nullable:
+                errors[name] = "is required"
+            continue
+        problem = _problem(name, sample[name], types, nullable)
+        if problem:
+            errors[name] = problem
+    if "ts" not in errors and not now - MAX_AGE_SECONDS <= sample["ts"] <= now + MAX_AHEAD_SECONDS:
+        errors["ts"] = (
+            f"must be within {MAX_AGE_SECONDS} s before and {MAX_AHEAD_SECONDS} s after the "
+            f"console's clock ({now:.0f})"
+        )
+    if "kind" not in errors and sample["kind"] not in KINDS:
+        errors["kind"] = f"must be one of {', '.join(KINDS)}"
+    processes = sample.get("processes")
+    if "processes" not in errors and processes is not None:
+        if len(processes) > MAX_PROCESSES:
+            errors["processes"] = f"at most {MAX_PROCESSES} processes"
+        elif not all(isinstance(p, dict) for p in processes):
+            errors["processes"] = "must be a list of objects"
+    return errors
+
+
+def check_batch(samples, now: float | None = None) -> dict[str, str]:
+    """Field errors of a batch, keyed like `samples[3].gpu_util`; empty when it is fine. Every
+    number is finite and in its range and every `ts` near `now` (the console's clock): what
+    passes here can be kept, downsampled, charted and exported."""
     if not isinstance(samples, list):
         return {"samples": "must be a list of samples"}
     if len(samples) > MAX_SAMPLES:
         return {"samples": f"at most {MAX_SAMPLES} samples per batch, not {len(samples)}"}
+    now = live.now() if now is None else now
     errors = {}
     for n, sample in enumerate(samples):
         where = f"samples[{n}]"
         if not isinstance(sample, dict):
             errors[where] = "must be an object"
-            continue
-        for name, (types, nullable) in FIELDS.items():
-            if name not in sample:
-                if not nullable:
-                    errors[f"{where}.{name}"] = "is required"
-                continue
-            problem = _problem(sample[name], types, nullable)
-            if problem:
-                errors[f"{where}.{name}"] = problem
-        if isinstance(sample.get("kind"), str) and sample["kind"] not in KINDS:
-            errors[f"{where}.kind"] = f"must be one of {', '.join(KINDS)}"
-        if isinstance(sample.get("processes"), list) and not all(
-            isinstance(p, dict) for p in sample["processes"]
-        ):
-            errors[f"{where}.processes"] = "must be a list of objects"
+        else:
+            errors.update(
+                (f"{where}.{name}", problem)
+                for name, problem in _sample_problems(sample, now).items()
+            )
         if len(errors) >= 20:
             break
     return errors
 
 
-def _error(status: int, code: str, detail: str) -> tuple[int, dict]:
-    return status, {"code": code, "detail": detail}
+class Refused(Exception):
+    """A batch not taken: the HTTP status and the JSON answer the agent gets."""
+
+    def __init__(self, status: int, code: str, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.answer = {"code": code, "detail": detail}
 
 
-def accept_batch(authorization: str, body: bytes) -> tuple[int, dict]:
-    """The samples endpoint: (HTTP status, JSON answer) for an Authorization header and a body."""
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not a number JSON allows")
+
+
+def authenticate(authorization: str) -> Host:
+    """The host whose secret the Authorization header carries; checked before a byte of the
+    body is read."""
     keyword, _, secret = authorization.partition(" ")
     if keyword.lower() != "bearer" or not secret.strip():
-        return _error(401, "not_authenticated", "Authorization must be 'Bearer <host secret>'.")
+        raise Refused(401, "not_authenticated", "Authorization must be 'Bearer <host secret>'.")
     host = host_for_secret(secret.strip())
     if host is None:
-        return _error(401, "invalid_secret", "Invalid host secret.")
-    if len(body) > MAX_BODY_BYTES:
-        return _error(413, "too_large", f"A batch is at most {MAX_BODY_BYTES} bytes.")
+        raise Refused(401, "invalid_secret", "Invalid host secret.")
+    return host
+
+
+def too_large() -> Refused:
+    return Refused(413, "too_large", f"A batch is at most {MAX_BODY_BYTES} bytes.")
+
+
+def accept_body(host: Host, body: bytes) -> tuple[int, dict]:
+    """(HTTP status, JSON answer) for an authenticated host's body."""
     try:
-        data = json.loads(body)
-    except ValueError:
-        return _error(400, "parse_error", "The body is not JSON.")
+        return 202, _accept(host, body)
+    except Refused as refused:
+        return refused.status, refused.answer
+
+
+def _accept(host: Host, body: bytes) -> dict:
+    if len(body) > MAX_BODY_BYTES:
+        raise too_large()
+    try:
+        data = json.loads(body, parse_constant=_not_json)
+    except ValueError as exc:
+        raise Refused(400, "parse_error", f"The body is not JSON: {exc}") from None
+    except RecursionError:
+        raise Refused(400, "parse_error", "The body is not JSON: nested too deeply.") from None
     if not isinstance(data, dict):
-        return _error(400, "parse_error", "The body must be a JSON object.")
+        raise Refused(400, "parse_error", "The body must be a JSON object.")
     host_id = data.get("host_id")
     if not isinstance(host_id, int) or isinstance(host_id, bool):
-        return _error(400, "invalid", "host_id: must be an integer")
+        raise Refused(400, "invalid", "host_id: must be an integer")
     if host_id != host.pk:
         detail = f"This secret belongs to host {host.pk} ({host.name}), not {host_id}."
-        return _error(403, "wrong_host", detail)
+        raise Refused(403, "wrong_host", detail)
     errors = check_batch(data.get("samples"))
     if errors:
-        return _error(400, "invalid", "; ".join(f"{k}: {v}" for k, v in errors.items()))
-    ingest(host, data["samples"])
-    return 202, {"accepted": len(data["samples"])}
+        raise Refused(400, "invalid", "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    ignored = ingest(host, data["samples"])
+    return {"accepted": len(data["samples"]) - ignored, "ignored": ignored}
 
 
-def ingest(host: Host, samples: list[dict]) -> None:
+def ingest(host: Host, samples: list[dict]) -> int:
     """Take a checked batch of one host's samples: GPU health follows the latest GPU sample of
     each GPU (a GPU the agent no longer lists stays as the heartbeat left it), and the metrics
-    pipeline gets the batch."""
-    ingest_samples(host, samples)
+    pipeline gets the batch. Answer how many samples it left out (of devices the host's
+    inventory does not have)."""
+    rows = list(Gpu.objects.filter(host=host).only("pk", "index", "uuid", "healthy", "mig_devices"))
+    ignored = ingest_samples(host, samples, inventory(host, rows)).unknown
     latest: dict[str, dict] = {}
     for sample in samples:
         uuid = sample.get("gpu_uuid")
@@ -135,10 +215,9 @@ def ingest(host: Host, samples: list[dict]) -> None:
         if uuid not in latest or sample["ts"] >= latest[uuid]["ts"]:
             latest[uuid] = sample
     if not latest:
-        return
+        return ignored
     now = timezone.now()
-    gpus = Gpu.objects.filter(host=host, uuid__in=latest).only("pk", "uuid", "healthy")
-    for gpu in gpus:
+    for gpu in (row for row in rows if row.uuid in latest):
         healthy = latest[gpu.uuid]["healthy"]
         if gpu.healthy == healthy:
             continue
@@ -155,3 +234,4 @@ def ingest(host: Host, samples: list[dict]) -> None:
                 latest[gpu.uuid]["gpu_index"],
                 "healthy" if healthy else "unhealthy",
             )
+    return ignored

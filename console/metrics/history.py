@@ -7,6 +7,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.db import DatabaseError, transaction
 
 from console.fleet.models import Host
 from console.instances.models import Instance
@@ -58,7 +59,8 @@ def series_owner(series: str) -> dict:
 
 def fold_minute(minute: int, series: set[str] | list[str]) -> int:
     """Upsert the rows of `minute` (epoch seconds) for `series` from the live window; answer
-    how many. Folding the same minute again from the same samples writes the same rows."""
+    how many. Folding the same minute again from the same samples writes the same rows. A row
+    the database refuses is logged and left out; the others are kept."""
     store = live.store()
     names = sorted(series)
     windows = store.windows(names, minute, minute + 60)
@@ -79,15 +81,33 @@ def fold_minute(minute: int, series: set[str] | list[str]) -> int:
         for name, owner in owners.items()
         if (owner["instance_id"] in instances) or (owner["host_id"] in hosts)
     ]
-    if rows:
-        MetricMinute.objects.bulk_create(
-            rows,
-            batch_size=500,
-            update_conflicts=True,
-            unique_fields=["series", "minute"],
-            update_fields=["instance", "host", "gpu_index", *VALUE_FIELDS],
-        )
-    return len(rows)
+    if not rows:
+        return 0
+    try:
+        with transaction.atomic():
+            _upsert(rows)
+        return len(rows)
+    except DatabaseError as exc:
+        log.warning("metrics: minute %s: %s; storing its %d rows one by one", at, exc, len(rows))
+    stored = 0
+    for row in rows:  # a row the database refuses is left out, not the minute of everyone
+        try:
+            with transaction.atomic():
+                _upsert([row])
+            stored += 1
+        except DatabaseError as exc:
+            log.error("metrics: %s not kept: %s", row, exc)
+    return stored
+
+
+def _upsert(rows: list[MetricMinute]) -> None:
+    MetricMinute.objects.bulk_create(
+        rows,
+        batch_size=500,
+        update_conflicts=True,
+        unique_fields=["series", "minute"],
+        update_fields=["instance", "host", "gpu_index", *VALUE_FIELDS],
+    )
 
 
 def downsample(now: float | None = None) -> dict:

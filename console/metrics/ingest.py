@@ -3,12 +3,15 @@
 `ingest_samples(host, samples)` takes a batch the agent API has authenticated and checked
 (console.fleet.samples), and:
 
-1. attributes each allocation sample to its instance and tenant (allocation id → Allocation →
+1. keeps only the samples of GPUs and MIG devices the console has in the host's inventory (as
+   its heartbeats reported it): a host cannot invent series, and every label (the GPU's UUID,
+   the MIG device's) comes from the console's records, not from the sample;
+2. attributes each allocation sample to its instance and tenant (allocation id → Allocation →
    Instance, cached in this process: no query per sample, one per batch at most, for ids not
    seen before);
-2. adds every sample to the live window and records the latest sample of each series
+3. adds every sample to the live window and records the latest sample of each series
    (console.metrics.live);
-3. publishes them to small Channels groups: one per instance (`metrics.instance.<id>`), one per
+4. publishes them to small Channels groups: one per instance (`metrics.instance.<id>`), one per
    tenant (`metrics.tenant.<id>`) and one per host (`metrics.host.<id>`): group_send costs grow
    with a group's size, so there is never one group for everybody.
 
@@ -26,7 +29,7 @@ from channels.layers import get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
 
-from console.fleet.models import Host
+from console.fleet.models import Gpu, Host
 from console.instances.models import Allocation
 from console.metrics import live
 
@@ -153,11 +156,37 @@ class AllocationCache:
 allocations = AllocationCache()
 
 
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A GPU as the console knows it: its UUID and those of its MIG devices."""
+
+    uuid: str
+    mig: frozenset[str]
+
+
+def mig_devices(devices) -> dict[str, dict]:
+    """A Gpu row's `mig_devices` (as the agent's inventory reported them) by MIG UUID."""
+    return {
+        d["uuid"]: d
+        for d in devices or []
+        if isinstance(d, dict) and isinstance(d.get("uuid"), str)
+    }
+
+
+def inventory(host: Host, rows: list[Gpu] | None = None) -> dict[int, Device]:
+    """The host's GPUs by index, as its last synced heartbeat left them (from `rows`, the host's
+    Gpu rows, or one query)."""
+    if rows is None:
+        rows = Gpu.objects.filter(host=host).only("index", "uuid", "mig_devices")
+    return {gpu.index: Device(gpu.uuid, frozenset(mig_devices(gpu.mig_devices))) for gpu in rows}
+
+
 @dataclass
 class Result:
     """What one batch became (for logs, tests and the benchmark)."""
 
     points: int = 0
+    unknown: int = 0  # samples of a GPU or MIG device not in the host's inventory: left out
     unattributed: int = 0
     too_old: int = 0
     groups: list[str] = field(default_factory=list)
@@ -197,14 +226,16 @@ def _with_parent_readings(sample: dict, parent: dict | None, owner: Attribution)
     return filled
 
 
-def _labels(host: Host, sample: dict, kind: str, owner: Attribution | None) -> dict:
+def _labels(
+    host: Host, sample: dict, kind: str, owner: Attribution | None, gpu: Device, mig: str | None
+) -> dict:
     labels = {
         "kind": kind,
         "host": host.pk,
         "hostname": host.name,
         "gpu": sample["gpu_index"],
-        "uuid": sample.get("gpu_uuid"),
-        "mig_uuid": sample.get("mig_uuid"),
+        "uuid": gpu.uuid,
+        "mig_uuid": mig,
         "healthy": sample.get("healthy", True),
     }
     if owner is not None:
@@ -217,12 +248,16 @@ def _labels(host: Host, sample: dict, kind: str, owner: Attribution | None) -> d
     return labels
 
 
-def ingest_samples(host: Host, samples: list[dict]) -> Result:
-    """Attribute, keep and publish one checked batch of `host`'s samples."""
+def ingest_samples(
+    host: Host, samples: list[dict], gpus: dict[int, Device] | None = None
+) -> Result:
+    """Attribute, keep and publish one checked batch of `host`'s samples; `gpus` is the host's
+    `inventory()` when the caller has read it already."""
     now = live.now()
     oldest = now - live.window_seconds()
     result = Result()
     samples = sorted(samples, key=lambda s: s["ts"])
+    gpus = inventory(host) if gpus is None else gpus
     owners = allocations.resolve(
         {s["allocation"] for s in samples if s["kind"] == "allocation" and s.get("allocation")}
     )
@@ -236,7 +271,7 @@ def ingest_samples(host: Host, samples: list[dict]) -> Result:
     tenant_frames: dict[int, list] = defaultdict(list)
     gpu_frames: list[dict] = []
     gpu_latest: dict[int, dict] = {}
-    mig_latest: dict[str, dict] = {}
+    mig_latest: dict[str, tuple[int, str, dict]] = {}
 
     for sample in samples:
         ts = sample["ts"]
@@ -246,6 +281,16 @@ def ingest_samples(host: Host, samples: list[dict]) -> Result:
             result.too_old += 1
             continue
         kind = sample["kind"]
+        gpu = gpus.get(sample["gpu_index"])
+        mig = sample.get("mig_uuid")
+        if gpu is None or sample.get("gpu_uuid") not in (None, gpu.uuid):
+            result.unknown += 1  # not a GPU the console has at that index on this host
+            continue
+        if mig not in gpu.mig:
+            if kind == "mig":
+                result.unknown += 1
+                continue
+            mig = None  # an allocation's device the console does not know (yet): no label
         if kind == "gpu":
             points.append(live.Point(gpu_series(host.pk, sample["gpu_index"]), ts, _values(sample)))
             gpu_latest[sample["gpu_index"]] = sample
@@ -262,11 +307,9 @@ def ingest_samples(host: Host, samples: list[dict]) -> Result:
                 }
             )
         elif kind == "mig":
-            if not sample.get("mig_uuid"):
-                continue
-            series = mig_series(host.pk, sample["gpu_index"], sample["mig_uuid"])
+            series = mig_series(host.pk, sample["gpu_index"], mig)
             points.append(live.Point(series, ts, _values(sample)))
-            mig_latest[series] = sample
+            mig_latest[series] = (sample["gpu_index"], mig, sample)
         else:  # an allocation's own view of its slice
             owner = owners.get(sample.get("allocation") or "")
             if owner is None or owner.host_id != host.pk:
@@ -276,8 +319,8 @@ def ingest_samples(host: Host, samples: list[dict]) -> Result:
             if owner.mode == "whole":
                 for index in owner.gpus or (sample["gpu_index"],):
                     whole_owner[index] = owner
-            elif owner.mode == "mig" and sample.get("mig_uuid"):
-                mig_owner[sample["mig_uuid"]] = owner
+            elif owner.mode == "mig" and mig:
+                mig_owner[mig] = owner
             sample = _with_parent_readings(
                 sample, gpu_readings.get((sample["gpu_index"], ts)), owner
             )
@@ -286,7 +329,7 @@ def ingest_samples(host: Host, samples: list[dict]) -> Result:
             latest[series] = {
                 "ts": ts,
                 **dict(zip(live.FIELDS, _values(sample), strict=True)),
-                **_labels(host, sample, "allocation", owner),
+                **_labels(host, sample, "allocation", owner, gpu, mig),
             }
             frame = [ts, _frame(owner.instance_id, sample)]
             instance_frames[owner.instance_id].append(frame)
@@ -296,13 +339,13 @@ def ingest_samples(host: Host, samples: list[dict]) -> Result:
         latest[gpu_series(host.pk, index)] = {
             "ts": sample["ts"],
             **dict(zip(live.FIELDS, _values(sample), strict=True)),
-            **_labels(host, sample, "gpu", whole_owner.get(index)),
+            **_labels(host, sample, "gpu", whole_owner.get(index), gpus[index], None),
         }
-    for series, sample in mig_latest.items():
+    for series, (index, mig, sample) in mig_latest.items():
         latest[series] = {
             "ts": sample["ts"],
             **dict(zip(live.FIELDS, _values(sample), strict=True)),
-            **_labels(host, sample, "mig", mig_owner.get(sample["mig_uuid"])),
+            **_labels(host, sample, "mig", mig_owner.get(mig), gpus[index], mig),
         }
 
     result.points = len(points)

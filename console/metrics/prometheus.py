@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from console.fleet.models import Gpu
 from console.metrics import live
+from console.metrics.ingest import mig_devices
 
 # A series whose latest sample is older than this is gone (its agent stopped reporting it).
 STALE_SECONDS = 60
@@ -46,33 +47,39 @@ FAMILIES = [
 ]
 
 
-def _gpu_details() -> dict[tuple[int, int], tuple[str, dict[str, dict]]]:
-    """(host id, index) → (model name, {MIG uuid: device}) of every GPU, in one query."""
-    details = {}
-    for host_id, index, name, devices in Gpu.objects.values_list(
-        "host_id", "index", "name", "mig_devices"
-    ):
-        by_uuid = {d["uuid"]: d for d in devices or [] if isinstance(d, dict) and "uuid" in d}
-        details[(host_id, index)] = (name, by_uuid)
-    return details
+def _gpu_details() -> dict[tuple[int, int], tuple[str, str, dict[str, dict]]]:
+    """(host id, index) → (UUID, model name, {MIG uuid: device}) of every GPU, in one query."""
+    return {
+        (host_id, index): (uuid, name, mig_devices(devices))
+        for host_id, index, uuid, name, devices in Gpu.objects.values_list(
+            "host_id", "index", "uuid", "name", "mig_devices"
+        )
+    }
 
 
 def series_labels(value: dict, details: dict) -> dict[str, str] | None:
-    """The DCGM labels of a latest sample, or None when it is not exported."""
+    """The DCGM labels of a latest sample, or None when it is not exported. The GPU's and MIG
+    device's identity come from the console's records: a GPU or MIG device the console does not
+    have (any more) is not exported."""
     kind = value.get("kind")
     if kind == "allocation" and value.get("mode") != "shared":
         return None  # whole GPUs and MIG devices are exported as such, with their owner
     index = value.get("gpu")
-    model, devices = details.get((value.get("host"), index), ("", {}))
+    known = details.get((value.get("host"), index))
+    if known is None:
+        return None
+    uuid, model, devices = known
     labels = {
         "gpu": str(index),
-        "UUID": value.get("uuid") or "",
+        "UUID": uuid,
         "device": f"nvidia{index}",
         "modelName": model,
         "Hostname": value.get("hostname") or "",
     }
     if kind == "mig":
-        device = devices.get(value.get("mig_uuid"), {})
+        device = devices.get(value.get("mig_uuid"))
+        if device is None:
+            return None
         labels["GPU_I_PROFILE"] = str(device.get("profile", ""))
         labels["GPU_I_ID"] = str(device.get("start", ""))
     if value.get("tenant"):

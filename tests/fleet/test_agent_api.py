@@ -1,6 +1,8 @@
 """The agent API over HTTP (Django's test client): register, heartbeat, samples; who may
 speak, and what a malformed body gets (a 4xx with {code, detail}, never a 500)."""
 
+import time
+
 import pytest
 from django.test import Client
 
@@ -23,12 +25,13 @@ def register_body(raw, hostname="host-x", region="local-1", **kwargs):
     }
 
 
-def sample(gpu, healthy=True, ts=1000.0):
+def sample(gpu, healthy=True, ts=None):
+    """A GPU sample; `ts` is seconds after now (the console takes samples near its clock)."""
     return {
-        "ts": ts, "kind": "gpu", "gpu_index": gpu.index, "gpu_uuid": gpu.uuid, "mig_uuid": None,
-        "allocation": None, "gpu_util": 12.5, "mem_used_mib": 100, "mem_total_mib": 81920,
-        "temperature_c": 41.0, "power_w": 80.2, "sm_clock_mhz": 1410, "ecc_errors": 0,
-        "healthy": healthy, "processes": [],
+        "ts": time.time() + (ts or 0), "kind": "gpu", "gpu_index": gpu.index,
+        "gpu_uuid": gpu.uuid, "mig_uuid": None, "allocation": None, "gpu_util": 12.5,
+        "mem_used_mib": 100, "mem_total_mib": 81920, "temperature_c": 41.0, "power_w": 80.2,
+        "sm_clock_mhz": 1410, "ecc_errors": 0, "healthy": healthy, "processes": [],
     }  # fmt: skip
 
 
@@ -271,9 +274,9 @@ def test_samples_accepted_and_update_health(register):
     body = {
         "host_id": host.pk,
         "samples": [
-            sample(gpu0, healthy=False, ts=1.0),
-            sample(gpu1, healthy=False, ts=1.0),
-            sample(gpu1, healthy=True, ts=2.0),  # the latest wins
+            sample(gpu0, healthy=False, ts=-3.0),
+            sample(gpu1, healthy=False, ts=-3.0),
+            sample(gpu1, healthy=True, ts=-2.0),  # the latest wins
             {**sample(gpu0), "kind": "allocation", "allocation": "a-1", "healthy": True},
         ],
     }
@@ -283,7 +286,7 @@ def test_samples_accepted_and_update_health(register):
     gpu1.refresh_from_db()
     assert not gpu0.healthy and gpu0.health_reason
     assert gpu1.healthy
-    body = {"host_id": host.pk, "samples": [sample(gpu0, healthy=True, ts=3.0)]}
+    body = {"host_id": host.pk, "samples": [sample(gpu0, healthy=True, ts=1.0)]}
     assert post_json(agent_client_for(secret), "/agent/v1/samples", body).status_code == 202
     gpu0.refresh_from_db()
     assert gpu0.healthy and gpu0.health_reason == ""
@@ -322,7 +325,7 @@ def test_the_asgi_server_answers_samples_itself(register):
 
     ok = asyncio.run(post({"host_id": host.pk, "samples": [sample(gpu, healthy=False)]}))
     assert ok.status_code == 202
-    assert ok.json() == {"accepted": 1}
+    assert ok.json() == {"accepted": 1, "ignored": 0}
     gpu.refresh_from_db()
     assert not gpu.healthy
     assert asyncio.run(post({"host_id": host.pk, "samples": []}, token="nope")).status_code == 401

@@ -40,24 +40,28 @@ def test_allocation_samples_are_attributed_to_their_instance_and_tenant(world):
 def test_the_mapping_is_cached_not_queried_per_sample(world, django_assert_num_queries):
     now = time.time()
     batch = [alloc_sample(now + n, "alloc-train") for n in range(50)]
+    gpus = ingest.inventory(world.host)  # the samples endpoint reads it with the GPUs' health
     with django_assert_num_queries(1):
-        ingest.ingest_samples(world.host, batch)
+        ingest.ingest_samples(world.host, batch, gpus)
     with django_assert_num_queries(0):
         for n in range(5):
-            ingest.ingest_samples(world.host, [alloc_sample(now + 100 + n, "alloc-train")])
+            ingest.ingest_samples(world.host, [alloc_sample(now + 100 + n, "alloc-train")], gpus)
 
 
 def test_unknown_allocations_are_asked_again_only_now_and_then(world, django_assert_num_queries):
     now = time.time()
+    gpus = ingest.inventory(world.host)
     with django_assert_num_queries(1):
         for n in range(20):
-            result = ingest.ingest_samples(world.host, [alloc_sample(now + n, "alloc-nobody")])
+            batch = [alloc_sample(now + n, "alloc-nobody")]
+            result = ingest.ingest_samples(world.host, batch, gpus)
             assert result.unattributed == 1 and result.groups == []
 
 
 def test_another_hosts_allocation_is_nobodys(world):
     # host-b's agent reporting host-a's allocation: not shown to its tenant
-    result = ingest.ingest_samples(world.host_b, [alloc_sample(time.time(), "alloc-train")])
+    batch = [alloc_sample(time.time(), "alloc-train", host="host-b")]
+    result = ingest.ingest_samples(world.host_b, batch)
     assert result.unattributed == 1
     assert f"instance:{world.train.pk}" not in live.store().latest()
 
@@ -79,8 +83,12 @@ def test_whole_gpus_are_attributed_to_their_instance(world):
 
 
 def test_a_mig_slice_gets_its_gpus_temperature_and_its_share_of_power(world):
+    from console.fleet.models import Gpu
     from console.instances.models import Allocation
 
+    Gpu.objects.filter(host=world.host, index=0).update(
+        mig_devices=[{"uuid": "MIG-x", "profile": "3g.40gb", "start": 4, "size": 4}]
+    )
     Allocation.objects.filter(pk="alloc-train").update(
         mode="mig",
         request={"mode": "mig", "gpus": [0], "mig": {"profile": "3g.40gb", "start": 4, "size": 4}},
