@@ -13,7 +13,19 @@ from console.env import env_bool, env_decimal, env_float, env_int, env_list, env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUCLOUD_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# var/ holds the database, sessions, the secret key and logs: the console's user only.
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+VAR_DIR.chmod(0o700)
+
+
+def _private_file(path: str) -> str:
+    """Create `path` readable by its owner only (0600) before SQLite opens it: SQLite gives
+    its WAL and shared-memory files the database file's mode."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.chmod(path + suffix, 0o600)
+    return path
 
 
 def _secret_key() -> str:
@@ -97,7 +109,9 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": env_str("GPUCLOUD_SQLITE_PATH", str(VAR_DIR / "gpucloud.sqlite3")),
+            "NAME": _private_file(
+                env_str("GPUCLOUD_SQLITE_PATH", str(VAR_DIR / "gpucloud.sqlite3"))
+            ),
             "OPTIONS": {
                 "timeout": 30,
                 "transaction_mode": "IMMEDIATE",

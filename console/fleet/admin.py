@@ -77,7 +77,6 @@ class HostAdmin(admin.ModelAdmin):
         "status", "admin_status", "status_changed_at", "last_heartbeat_at", "unreachable_since",
         "inventory_digest", "registered_at",
     ]  # fmt: skip
-    exclude = ["secret"]
     inlines = [GpuInline, HostEventInline]
     actions = [
         _status_action(Host.Status.CORDONED, "Cordon"),

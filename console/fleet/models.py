@@ -1,7 +1,9 @@
 """The operator's hardware: hosts running the agent, their GPUs, and join tokens."""
 
+import base64
 import hashlib
 
+from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -11,6 +13,26 @@ from console.catalog.models import MIG_SLOTS, GpuModel, Mode, Region
 
 def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _fernet() -> MultiFernet:
+    """Keys derived from SECRET_KEY (then SECRET_KEY_FALLBACKS, so a rotated key still opens
+    what the old one sealed)."""
+    keys = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+    return MultiFernet(
+        [
+            Fernet(base64.urlsafe_b64encode(hashlib.sha256(f"host-secret:{key}".encode()).digest()))
+            for key in keys
+        ]
+    )
+
+
+def seal_secret(raw: str) -> str:
+    return _fernet().encrypt(raw.encode()).decode()
+
+
+def open_secret(sealed: str) -> str:
+    return _fernet().decrypt(sealed.encode()).decode()
 
 
 class Host(models.Model):
@@ -44,10 +66,9 @@ class Host(models.Model):
     name = models.CharField(max_length=100, unique=True)
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="hosts")
     address = models.URLField(help_text="Base URL of the host agent's API")
-    secret = models.CharField(
-        max_length=80,
-        help_text="Shared with the agent: it signs the agent's calls and ours to it.",
-    )
+    # The secret shared with the agent (it signs the agent's calls and ours to it), encrypted
+    # with a key derived from SECRET_KEY: the database alone does not give it away.
+    sealed_secret = models.TextField(editable=False)
     # sha256 of the secret: how an agent's bearer secret finds its host (then compared in
     # constant time with `secret`).
     secret_hash = models.CharField(max_length=64, db_index=True, blank=True, editable=False)
@@ -76,8 +97,12 @@ class Host(models.Model):
     def schedulable(self) -> bool:
         return self.status in self.SCHEDULABLE
 
+    @property
+    def secret(self) -> str:
+        return open_secret(self.sealed_secret)
+
     def set_secret(self, raw: str) -> None:
-        self.secret = raw
+        self.sealed_secret = seal_secret(raw)
         self.secret_hash = hash_secret(raw)
 
     def can_become(self, status: str) -> bool:
