@@ -4,7 +4,7 @@ from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
 
 from accounts.permissions import request_membership
@@ -17,12 +17,22 @@ from console.instances.serializers import (
     InstanceEventSerializer,
     InstanceSerializer,
     LaunchSerializer,
+    LogsSerializer,
     ResizeSerializer,
 )
 
 
 def _conflict(exc: services.InstanceError | InvalidTransition) -> Conflict:
     return Conflict(detail=str(getattr(exc, "detail", exc)), code=exc.code)
+
+
+class HostUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "host_unavailable"
+    default_detail = "The instance's host is not answering; try again."
+
+
+MAX_TAIL = 10000
 
 
 class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -38,7 +48,7 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         tenant = request_membership(self.request).tenant
         queryset = (
             Instance.objects.filter(tenant=tenant)
-            .select_related("spec__mig_profile", "image", "region")
+            .select_related("spec__mig_profile", "image", "region", "disk_host")
             .prefetch_related("spec__prices")
         )
         if self.request.user.is_staff:
@@ -94,6 +104,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 spec=body.validated_data["spec"],
                 image=body.validated_data["image"],
                 region=body.validated_data.get("region"),
+                command=body.validated_data.get("command"),
+                env=body.validated_data.get("env"),
                 actor=request.user,
             )
         except services.InstanceError as exc:
@@ -144,3 +156,30 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         if page is not None:
             return self.get_paginated_response(InstanceEventSerializer(page, many=True).data)
         return Response(InstanceEventSerializer(events, many=True).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "tail",
+                int,
+                description=f"how many of the last lines (1 to {MAX_TAIL}, default 100)",
+            )
+        ],
+        responses={200: LogsSerializer},
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """What the workload wrote to stdout and stderr, most recent last: this run's and
+        the earlier ones' (readable while stopped or failed, gone once terminated). 503
+        when its host does not answer."""
+        raw = request.query_params.get("tail", "100")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_TAIL:
+            raise ValidationError({"tail": [f"A whole number from 1 to {MAX_TAIL}."]})
+        instance = self.get_object()
+        if instance.state == State.TERMINATED:
+            raise NotFound("A terminated instance's logs are deleted with its disk.")
+        try:
+            lines = services.instance_logs(instance, int(raw))
+        except services.LogsUnavailable as exc:
+            raise HostUnavailable(exc.detail) from exc
+        return Response({"instance": instance.pk, "lines": lines})

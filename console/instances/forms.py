@@ -1,6 +1,8 @@
+import shlex
+
 from django import forms
 
-from console.catalog.models import Image, Region, Spec
+from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 
 
 class SpecChoiceField(forms.ModelChoiceField):
@@ -28,6 +30,46 @@ class LaunchForm(forms.Form):
         help_text="Lowercase letters, digits and hyphens.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
+    command = forms.CharField(
+        required=False,
+        max_length=20000,
+        help_text="Optional: what to run instead of the image's default, split like a shell "
+        "would (python train.py --epochs 3).",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    env = forms.CharField(
+        required=False,
+        label="Environment",
+        help_text="Optional: one NAME=value a line, over the image's defaults.",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
+
+    def clean_command(self) -> list[str] | None:
+        line = self.cleaned_data["command"].strip()
+        if not line:
+            return None
+        try:
+            command = shlex.split(line)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Cannot split this command line: {exc}.") from exc
+        problems = command_errors(command)
+        if problems:
+            raise forms.ValidationError(problems)
+        return command
+
+    def clean_env(self) -> dict[str, str]:
+        env = {}
+        for number, line in enumerate(self.cleaned_data["env"].splitlines(), 1):
+            if not line.strip():
+                continue
+            name, equals, value = line.partition("=")
+            if not equals:
+                raise forms.ValidationError(f"Line {number}: write NAME=value.")
+            env[name.strip()] = value
+        problems = env_errors(env)
+        if problems:
+            raise forms.ValidationError(problems)
+        return env
 
 
 class ResizeForm(forms.Form):

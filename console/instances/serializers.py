@@ -1,8 +1,14 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from console.catalog.models import Image, Region, Spec
+from console.catalog.models import MAX_ARGS, MAX_VALUE, Image, Region, Spec, env_errors
 from console.instances import lifecycle, placement
 from console.instances.models import Instance, InstanceEvent
+
+
+class DiskSerializer(serializers.Serializer):
+    size_gib = serializers.IntegerField()
+    host = serializers.CharField(allow_null=True)
 
 
 class InstanceSerializer(serializers.ModelSerializer):
@@ -15,6 +21,8 @@ class InstanceSerializer(serializers.ModelSerializer):
     price_per_hour = serializers.DecimalField(
         source="spec.current_price", max_digits=10, decimal_places=4, normalize_output=True
     )
+    image_reference = serializers.CharField(source="image.reference", read_only=True)
+    disk = serializers.SerializerMethodField()
     actions = serializers.SerializerMethodField()
     placement = serializers.SerializerMethodField()
 
@@ -27,6 +35,11 @@ class InstanceSerializer(serializers.ModelSerializer):
             "state_reason",
             "spec",
             "image",
+            "image_reference",
+            "command",
+            "env",
+            "exit_code",
+            "disk",
             "region",
             "gpu_equivalents",
             "price_per_hour",
@@ -37,6 +50,12 @@ class InstanceSerializer(serializers.ModelSerializer):
             "placement",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(DiskSerializer)
+    def get_disk(self, instance) -> dict:
+        """Its disk: the size, and the host that holds it (null before its first start)."""
+        host = instance.disk_host
+        return {"size_gib": instance.disk_gib, "host": host.name if host else None}
 
     def get_actions(self, instance) -> list[str]:
         return lifecycle.allowed_actions(instance.state)
@@ -57,6 +76,30 @@ class LaunchSerializer(serializers.Serializer):
     region = serializers.SlugRelatedField(
         slug_field="code", queryset=Region.objects.all(), required=False, allow_null=True
     )
+    command = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_VALUE, allow_blank=True, trim_whitespace=False),
+        min_length=1,
+        max_length=MAX_ARGS,
+        required=False,
+        allow_null=True,
+        help_text="What the workload runs instead of the image's default command.",
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(max_length=MAX_VALUE, allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text="Environment variables, laid over the image's defaults.",
+    )
+
+    def validate_env(self, env):
+        problems = env_errors(env)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return env
+
+
+class LogsSerializer(serializers.Serializer):
+    instance = serializers.IntegerField()
+    lines = serializers.ListField(child=serializers.CharField())
 
 
 class ResizeSerializer(serializers.Serializer):

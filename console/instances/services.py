@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from accounts.models import Quota, Tenant
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
+from console.fleet import agent_client
 from console.fleet.models import Host
 from console.instances import broadcast, lifecycle, placement
 from console.instances.lifecycle import InvalidTransition
@@ -626,6 +627,25 @@ def record_progress(host: Host, instance_pk: int, allocation_id: str, message: s
     return True
 
 
+class LogsUnavailable(InstanceError):
+    code = "host_unavailable"
+
+
+def instance_logs(instance: Instance, tail: int) -> list[str]:
+    """The last `tail` lines its workload wrote (this run's and earlier ones'), from the host
+    that holds its disk; none before it was ever placed. LogsUnavailable when that host does
+    not answer."""
+    host = instance.disk_host
+    if host is None:
+        return []
+    if host.status == Host.Status.UNREACHABLE:
+        raise LogsUnavailable(f"{host.name}, which holds its logs, is not answering.")
+    try:
+        return agent_client.instance_logs(host, instance.pk, tail)
+    except agent_client.AgentError as exc:
+        raise LogsUnavailable(f"{host.name} could not give its logs: {exc.message}") from exc
+
+
 def note_retry(instance_pk: int, detail: str) -> None:
     """A host call is being retried: say so on the instance (no transition)."""
     Instance.objects.filter(pk=instance_pk).update(state_reason=detail[:200])
@@ -703,6 +723,9 @@ def _fail_over(instance_pk: int, allocation_id: str, host: Host, at: datetime) -
         if current is None or current.pk != allocation_id:
             # a released allocation that reconcile will tear down; nothing to do here
             return False
+        from billing.metering import end_at_last_heartbeat  # billing imports this app
+
+        end_at_last_heartbeat(instance, at)
         detail = f"{HOST_UNREACHABLE}: host stopped answering at {at:%Y-%m-%d %H:%M:%S} UTC"
         if instance.state == S.STOPPING:
             _stop_here(instance, message=f"Stopped; {detail}")

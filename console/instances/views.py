@@ -97,6 +97,8 @@ def launch(request):
                 spec=data["spec"],
                 image=data["image"],
                 region=data["region"],
+                command=data["command"],
+                env=data["env"],
                 actor=request.user,
             )
         except ValidationError as error:
