@@ -7,7 +7,9 @@ GPUCLOUD_URL and GPUCLOUD_TOKEN override it. Every command prints a table, or JS
 import argparse
 import json
 import os
+import shlex
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -99,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--spec", required=True)
     launch.add_argument("--image", required=True)
     launch.add_argument("--region")
+    launch.add_argument(
+        "--command", dest="run", metavar="COMMAND",
+        help="what to run instead of the image's default, e.g. 'python train.py --epochs 3'",
+    )  # fmt: skip
+    launch.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE",
+        help="an environment variable (repeat for more)",
+    )  # fmt: skip
+    logs = sub.add_parser("logs", help="what an instance's workload printed")
+    logs.add_argument("id", type=int)
+    logs.add_argument("--tail", type=int, default=100, help="how many last lines (default 100)")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines while it runs"
+    )
     show = sub.add_parser("show", help="one instance and its events")
     show.add_argument("id", type=int)
     for action in ("stop", "start", "reboot", "terminate"):
@@ -143,8 +159,21 @@ def run(args, config: dict) -> tuple[object, str]:
         body = {"name": args.name, "spec": args.spec, "image": args.image}
         if args.region:
             body["region"] = args.region
+        if args.run:
+            try:
+                body["command"] = shlex.split(args.run)
+            except ValueError as error:
+                raise CliError(f"cannot split --command: {error}") from None
+        if args.env:
+            body["env"] = dict(parse_env(item) for item in args.env)
         instance = client.call("POST", "instances/", json=body)
         return instance, table([instance], INSTANCE_COLUMNS)
+    if args.command == "logs":
+        if args.follow:
+            follow_logs(client, args.id, args.tail)
+            return None, ""
+        logs = client.call("GET", f"instances/{args.id}/logs/", params={"tail": args.tail})
+        return logs, "\n".join(logs["lines"])
     if args.command == "show":
         instance = client.call("GET", f"instances/{args.id}/")
         events = client.all(f"instances/{args.id}/events/")
@@ -174,6 +203,45 @@ def run(args, config: dict) -> tuple[object, str]:
     raise CliError(f"unknown command {args.command}")
 
 
+def parse_env(item: str) -> tuple[str, str]:
+    name, equals, value = item.partition("=")
+    if not equals:
+        raise CliError(f"--env {item!r}: write NAME=VALUE")
+    return name, value
+
+
+FOLLOW_SECONDS = 2.0
+ENDED = ("stopped", "failed", "terminated")
+
+
+def new_lines(seen: list[str], lines: list[str]) -> list[str]:
+    """The lines of `lines` (a later tail of the same log) that come after `seen`: after the
+    longest end of `seen` that `lines` starts with."""
+    for overlap in range(min(len(seen), len(lines)), 0, -1):
+        if seen[-overlap:] == lines[:overlap]:
+            return lines[overlap:]
+    return lines
+
+
+def follow_logs(client: Client, instance_id: int, tail: int) -> None:
+    """Print the last lines, then the new ones every 2 s until the workload has ended (or
+    Ctrl-C)."""
+    seen: list[str] = []
+    try:
+        while True:
+            logs = client.call("GET", f"instances/{instance_id}/logs/", params={"tail": tail})
+            fresh = new_lines(seen, logs["lines"])
+            if fresh:
+                print("\n".join(fresh), flush=True)
+            seen = (seen + fresh)[-max(tail, 1) :]
+            state = client.call("GET", f"instances/{instance_id}/")["state"]
+            if state in ENDED:
+                return
+            time.sleep(FOLLOW_SECONDS)
+    except KeyboardInterrupt:
+        return
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -181,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as error:
         print(f"gpucloud: {error}", file=sys.stderr)
         return 1
-    print(json.dumps(as_json, indent=2) if args.json else as_text)
+    if as_json is not None or as_text:
+        print(json.dumps(as_json, indent=2) if args.json else as_text)
     return 0
 
 

@@ -98,3 +98,63 @@ def test_a_corrupt_config_file_is_one_clear_line_and_exit_1(monkeypatch, tmp_pat
     assert err.startswith(f"gpucloud: {path}") or err.startswith(f"gpucloud: cannot read {path}")
     assert "gpucloud login" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_launch_with_a_command_and_env(cli):
+    code, out, _ = cli(
+        "--json", "launch", "job", "--spec", "a100-quarter", "--image", "pytorch-2.5-cuda12.4",
+        "--command", "sh -c 'echo hi; exit 3'", "--env", "SEED=7", "--env", "MODE=a=b",
+    )  # fmt: skip
+    assert code == 0
+    instance = json.loads(out)
+    assert instance["command"] == ["sh", "-c", "echo hi; exit 3"]
+    assert instance["env"] == {"SEED": "7", "MODE": "a=b"}
+    code, _, err = cli(
+        "launch", "job2", "--spec", "a100-quarter", "--image", "pytorch-2.5-cuda12.4",
+        "--env", "lower=x",
+    )  # fmt: skip
+    assert code == 1 and "env:" in err
+    code, _, err = cli(
+        "launch", "job3", "--spec", "a100-quarter", "--image", "pytorch-2.5-cuda12.4",
+        "--env", "NOEQUALS",
+    )  # fmt: skip
+    assert code == 1 and "NAME=VALUE" in err
+
+
+def test_logs_and_follow_until_it_ended(cli, tenant, monkeypatch):
+    from console.catalog.models import Image, Region, Spec
+    from console.fleet.models import Host
+    from console.instances.models import Instance, State
+    from tests.instances.fakes import FakeAgents
+
+    agents = FakeAgents().install(monkeypatch)
+    host = Host(name="gpu-a", region=Region.objects.first(), address="http://127.0.0.1:9")
+    host.set_secret("s")
+    host.save()
+    instance = Instance.objects.create(
+        tenant=tenant, name="job", spec=Spec.objects.get(code="a100-quarter"),
+        image=Image.objects.first(), region=host.region, state=State.STOPPED, disk_host=host,
+    )  # fmt: skip
+    agents.logs["gpu-a"] = {str(instance.pk): ["hi", "epoch 1", "done"]}
+    code, out, _ = cli("logs", str(instance.pk), "--tail", "2")
+    assert (code, out) == (0, "epoch 1\ndone\n")
+    code, out, _ = cli("logs", "-f", str(instance.pk))  # it has ended: prints, then returns
+    assert (code, out) == (0, "hi\nepoch 1\ndone\n")
+    code, _, err = cli("logs", "999999")
+    assert code == 1 and "not_found" in err
+
+
+@pytest.mark.parametrize(
+    "seen, lines, new",
+    [
+        ([], ["a", "b"], ["a", "b"]),
+        (["a", "b"], ["a", "b"], []),
+        (["a", "b", "c"], ["b", "c", "d"], ["d"]),
+        (["x", "x"], ["x", "x", "y"], ["y"]),
+        (["a"], ["z"], ["z"]),  # the window moved past all it had shown
+    ],
+)
+def test_follow_prints_only_what_is_new(seen, lines, new):
+    from cli.main import new_lines
+
+    assert new_lines(seen, lines) == new
