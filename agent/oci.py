@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -51,6 +52,8 @@ DEFAULT_PIDS = 4096
 ENGINE_TIMEOUT_SECONDS = 30
 PULL_REPORT_SECONDS = 2.0
 KMSG = Path("/dev/kmsg")
+# what catatonit (Podman's init) and tini (Docker's) print when the command cannot be run
+INIT_EXEC_FAILED = re.compile(r"failed to exec pid1|exec .* failed: (No such file|Permission)")
 
 
 def container_name(alloc: Allocation) -> str:
@@ -237,6 +240,7 @@ class OciRuntime:
             "volumes": volumes,
             "working_dir": WORKSPACE,
             "detach": True,
+            "init": True,  # a real init: signals reach the workload, zombies are reaped
             "security_opt": ["no-new-privileges"],
             "cap_drop": DROPPED_CAPABILITIES,
             "pids_limit": resources.get("pids") or DEFAULT_PIDS,
@@ -346,7 +350,20 @@ class OciRuntime:
         at = _iso(state.get("FinishedAt"))
         if state.get("OOMKilled") or (code == 137 and self._oom(alloc)):
             return Exit(code, "oom_killed", at)
+        if code and self._init_could_not_exec(alloc):
+            command = " ".join(alloc.spec["command"] or ["the image's command"])
+            return Exit(code, f"command_not_found: {command}: not in the image", at)
         return Exit(code, None, at)
+
+    def _init_could_not_exec(self, alloc: Allocation) -> bool:
+        """Whether the container's init (catatonit, tini) said it could not start the
+        command: the workload never ran."""
+        with contextlib.suppress(DockerException):
+            container = self._find(alloc)
+            if container is not None:
+                last = container.logs(stdout=True, stderr=True, tail=3).decode(errors="replace")
+                return bool(INIT_EXEC_FAILED.search(last))
+        return False
 
     def _oom(self, alloc: Allocation) -> bool:
         with contextlib.suppress(DockerException):

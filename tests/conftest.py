@@ -1,10 +1,14 @@
 import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from rest_framework.test import APIClient
 
 from accounts import services
 from accounts.roles import Role
+from agent import engine
 from console import processes
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.harness import running_stack
@@ -63,6 +67,40 @@ def redis_url():
         redis.Redis.from_url(url).flushdb()
         return url
     return processes.start_embedded_redis()
+
+
+@dataclass(frozen=True)
+class ContainerEngine:
+    url: str
+    storage: Path
+
+    def podman(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            engine.podman_command(self.storage, *args),
+            env=engine.podman_env(),
+            capture_output=True,
+            text=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def container_engine(tmp_path_factory):
+    """A Podman engine's API URL, with the demo image built. Without podman the tests that
+    need it are skipped, except in CI, which installs it."""
+    if engine.podman() is None:
+        if os.environ.get("CI"):
+            pytest.fail("podman is not installed: .ci/run installs podman, runc, busybox-static")
+        pytest.skip("podman is not installed (apt-get install podman runc busybox-static)")
+    run = tmp_path_factory.mktemp("podman")
+    storage = run / "storage"
+    service = engine.start_podman_service(run / "podman.sock", run / "podman.log", storage)
+    engine.build_demo_image(storage=storage)
+    yield ContainerEngine(f"unix://{run / 'podman.sock'}", storage)
+    service.terminate()
+    service.wait(10)
+    env = engine.podman_env()
+    subprocess.run(engine.podman_command(storage, "rm", "--all", "--force"), env=env)
+    subprocess.run(engine.podman_command(storage, "system", "reset", "--force"), env=env)
 
 
 @pytest.fixture

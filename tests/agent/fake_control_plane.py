@@ -26,6 +26,7 @@ class FakeControlPlane:
                 Route("/agent/v1/register", self.register, methods=["POST"]),
                 Route("/agent/v1/heartbeat", self.record, methods=["POST"]),
                 Route("/agent/v1/samples", self.record, methods=["POST"]),
+                Route("/agent/v1/events", self.record, methods=["POST"]),
             ]
         )
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")

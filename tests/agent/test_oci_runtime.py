@@ -1,0 +1,220 @@
+"""The `oci` runtime with real containers (Podman here): limits the kernel enforces, exits and
+their reasons, the volume at /workspace, isolation, logs, re-adoption after a restart."""
+
+import secrets
+import subprocess
+
+import docker
+import pytest
+
+from agent.engine import DEMO_IMAGE
+from tests.agent.agents import wait_for
+from tests.agent.fake_control_plane import HOST_ID, HOST_SECRET, FakeControlPlane
+
+pytestmark = pytest.mark.containers
+
+IN_CGROUP = (
+    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max;"
+    "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max;"
+    "echo ready; sleep 1000"
+)
+MEMORY_HOG = "x=$(dd if=/dev/zero bs=1M count=256 | tr '\\0' a); echo survived"
+
+
+def _instance() -> str:
+    return f"t{secrets.token_hex(4)}"
+
+
+def _body(instance: str, command=None, *, gpu: int = 0, tenant: str = "1", **resources) -> dict:
+    return {
+        "mode": "whole",
+        "gpus": [gpu],
+        "image": DEMO_IMAGE,
+        "command": command,
+        "resources": {"vcpus": 1, "memory_mib": 128, "pids": 64, **resources},
+        "volume": {"name": f"gpucloud-{instance}", "size_gib": 1},
+        "labels": {"instance": instance, "tenant": tenant, "name": "test", "spec": "t"},
+    }
+
+
+@pytest.fixture
+def oci_agent(start_agent, container_engine):
+    def start(*args, **kwargs):
+        return start_agent(
+            "--gpus", "4", "--runtime", "oci", "--engine-url", container_engine.url, *args, **kwargs
+        )
+
+    return start
+
+
+@pytest.fixture
+def engine(container_engine):
+    client = docker.DockerClient(base_url=container_engine.url)
+    yield client
+    client.close()
+
+
+def _logs(agent, instance: str) -> list[str]:
+    return agent.client.get(f"/v1/instances/{instance}/logs", params={"tail": 50}).json()["lines"]
+
+
+@pytest.fixture
+def run_in(container_engine):
+    """Run a shell command in an instance's container, as an operator would."""
+
+    def run(instance: str, command: str) -> subprocess.CompletedProcess:
+        return container_engine.podman("exec", f"gpucloud-{instance}", "sh", "-c", command)
+
+    return run
+
+
+def test_container_is_named_labelled_and_limited_by_the_kernel(oci_agent, engine):
+    agent = oci_agent()
+    instance = _instance()
+    created = agent.client.put(
+        f"/v1/allocations/{instance}-a", json=_body(instance, ["sh", "-c", IN_CGROUP])
+    ).json()
+    assert created["state"] == "running", created
+    assert created["container"] == f"gpucloud-{instance}"
+    assert wait_for(lambda: "ready" in _logs(agent, instance))
+    assert _logs(agent, instance)[:2] == [str(128 * 1024 * 1024), "64"]
+
+    container = engine.containers.get(f"gpucloud-{instance}")
+    assert container.labels["gpucloud.instance"] == instance
+    assert container.labels["gpucloud.tenant"] == "1"
+    assert container.labels["gpucloud.allocation"] == f"{instance}-a"
+    host = container.attrs["HostConfig"]
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["MemorySwap"] == host["Memory"] == 128 * 1024 * 1024  # no swap beyond RAM
+    assert "no-new-privileges" in " ".join(host["SecurityOpt"])
+    assert "CAP_NET_RAW" in host["CapDrop"] or "NET_RAW" in host["CapDrop"]
+    env = dict(line.split("=", 1) for line in container.attrs["Config"]["Env"])
+    assert env["GPUCLOUD_CDI_DEVICES"] == f"nvidia.com/gpu={created['gpu_uuids'][0]}"
+    assert env["CUDA_VISIBLE_DEVICES"] == created["gpu_uuids"][0]
+
+    assert agent.client.delete(f"/v1/allocations/{instance}-a").status_code == 204
+    assert not engine.containers.list(all=True, filters={"name": f"gpucloud-{instance}"})
+    assert "ready" in _logs(agent, instance)  # kept after the container went
+
+
+def test_nothing_of_the_agent_is_visible_inside(oci_agent, run_in):
+    agent = oci_agent()
+    instance = _instance()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    seen = run_in(instance, f"env; ls {agent.state_dir} 2>&1; cat {agent.state_dir}/* 2>&1")
+    assert "GPUCLOUD_TEST_AGENT_ONLY" not in seen.stdout
+    assert "agent-test-secret" not in seen.stdout
+    assert "No such file or directory" in seen.stdout
+    agent.client.delete(f"/v1/allocations/{instance}-a")
+
+
+def test_exit_codes_become_states_with_reasons_and_logs(oci_agent):
+    agent = oci_agent()
+    failing, done = _instance(), _instance()
+    agent.client.put(
+        f"/v1/allocations/{failing}-a", json=_body(failing, ["sh", "-c", "echo hi; exit 3"])
+    )
+    agent.client.put(f"/v1/allocations/{done}-a", json=_body(done, ["true"], gpu=1))
+    failed = agent.wait_state(f"{failing}-a", "failed")
+    assert failed["reason"] == "exit code 3" and failed["exit_code"] == 3
+    assert failed["finished_at"]
+    assert _logs(agent, failing) == ["hi"]
+    exited = agent.wait_state(f"{done}-a", "exited")
+    assert exited["reason"] == "exited" and exited["exit_code"] == 0
+
+
+def test_a_memory_hog_is_oom_killed(oci_agent):
+    agent = oci_agent()
+    instance = _instance()
+    body = _body(instance, ["sh", "-c", MEMORY_HOG], memory_mib=32)
+    agent.client.put(f"/v1/allocations/{instance}-a", json=body)
+    failed = agent.wait_state(f"{instance}-a", "failed")
+    assert failed["reason"] == "oom_killed", failed
+    assert "survived" not in _logs(agent, instance)
+
+
+def test_what_cannot_run_fails_with_a_reason_a_person_understands(oci_agent):
+    agent = oci_agent()
+    missing_command, missing_image = _instance(), _instance()
+    agent.client.put(
+        f"/v1/allocations/{missing_command}-a", json=_body(missing_command, ["no-such-program"])
+    )
+    failed = agent.wait_state(f"{missing_command}-a", "failed")
+    assert failed["reason"] == "command_not_found: no-such-program: not in the image"
+    body = {**_body(missing_image, None, gpu=1), "image": "localhost/gpucloud/no-such:1"}
+    answer = agent.client.put(f"/v1/allocations/{missing_image}-a", json=body).json()
+    assert answer["state"] == "failed"
+    assert answer["reason"].startswith(("image_not_found", "image_pull_failed")), answer
+
+
+def test_workspace_survives_stop_and_start_until_the_instance_is_deleted(oci_agent, engine, run_in):
+    agent = oci_agent()
+    instance = _instance()
+    write = ["sh", "-c", "echo kept > /workspace/f; echo scratch > /tmp/g; sleep 1000"]
+    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, write))
+    wait_for(lambda: run_in(instance, "cat /workspace/f").stdout == "kept\n")
+    assert agent.client.delete(f"/v1/allocations/{instance}-a").status_code == 204
+
+    agent.client.put(f"/v1/allocations/{instance}-b", json=_body(instance, ["sleep", "1000"]))
+    assert run_in(instance, "cat /workspace/f").stdout == "kept\n"
+    assert run_in(instance, "cat /tmp/g").returncode != 0  # the rest of the container is new
+
+    busy = agent.client.delete(f"/v1/instances/{instance}")
+    assert busy.status_code == 409 and busy.json()["error"] == "instance_busy"
+    agent.client.delete(f"/v1/allocations/{instance}-b")
+    assert agent.client.delete(f"/v1/instances/{instance}").status_code == 204
+    assert not engine.volumes.list(filters={"name": f"gpucloud-{instance}"})
+    assert _logs(agent, instance) == []
+
+
+def test_two_tenants_see_neither_processes_nor_files_of_the_other(oci_agent, run_in):
+    agent = oci_agent()
+    mine, theirs = _instance(), _instance()
+    secret = ["sh", "-c", "echo private > /workspace/secret; sleep 1000"]
+    agent.client.put(f"/v1/allocations/{theirs}-a", json=_body(theirs, secret, tenant="2"))
+    agent.client.put(f"/v1/allocations/{mine}-a", json=_body(mine, ["sleep", "999"], gpu=1))
+    wait_for(lambda: run_in(theirs, "cat /workspace/secret").stdout == "private\n")
+    processes = run_in(mine, "ps -o args").stdout
+    assert "sleep 999" in processes and "sleep 1000" not in processes
+    found = run_in(mine, "ls -R / 2>/dev/null | grep -c '^secret$'").stdout.strip()
+    assert found == "0"
+
+
+def test_a_container_removed_behind_the_agents_back_is_lost(oci_agent, engine):
+    agent = oci_agent()
+    instance = _instance()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    engine.containers.get(f"gpucloud-{instance}").remove(force=True)
+    failed = agent.wait_state(f"{instance}-a", "failed")
+    assert failed["reason"] == "container_lost"
+
+
+def test_a_restarted_agent_readopts_its_containers(oci_agent, engine):
+    agent = oci_agent()
+    instance = _instance()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    started = engine.containers.get(f"gpucloud-{instance}").attrs["State"]["StartedAt"]
+    agent.kill()
+    again = oci_agent(state_dir=agent.state_dir)
+    assert again.allocation(f"{instance}-a")["state"] == "running"
+    container = engine.containers.get(f"gpucloud-{instance}")
+    assert container.attrs["State"]["StartedAt"] == started  # the same container, not a new one
+    stopped = again.client.post(f"/v1/allocations/{instance}-a/stop").json()
+    assert stopped["state"] == "stopped"
+
+
+def test_an_exit_reaches_the_console_at_once(oci_agent):
+    instance = _instance()
+    with FakeControlPlane() as server:
+        agent = oci_agent("--server", server.url, "--join-token", "join-oci", secret=None)
+        client = agent.client_with(HOST_SECRET)
+        client.put(
+            f"/v1/allocations/{instance}-a", json=_body(instance, ["sh", "-c", "sleep 1; exit 7"])
+        )
+        sent = wait_for(lambda: [b for _, b in server.received("events") if b["events"]])
+    body = sent[0]
+    assert body["host_id"] == HOST_ID
+    (event,) = body["events"]
+    assert event["allocation"] == f"{instance}-a" and event["instance"] == instance
+    assert (event["kind"], event["state"], event["reason"]) == ("state", "failed", "exit code 7")
+    assert event["exit_code"] == 7 and event["at"]
