@@ -28,6 +28,7 @@ from billing.rating import (
     as_utc,
     invoice_totals,
     quantize_amount,
+    reversed_totals,
     round_to_cents,
 )
 
@@ -111,7 +112,9 @@ class Invoice:
 
     ``period_end`` is exclusive (the next month's start). ``issued_at`` is None while the
     invoice is a draft. The totals must be what ``rating.invoice_totals`` gives for the
-    lines, the credits applied and the tax rate (None: no tax).
+    lines, the credits applied and the tax rate (None: no tax); a credit note's (negative
+    lines, credits returned as negative credits) are those of its negated lines, reversed.
+    Either way ``subtotal - credits_applied + tax_amount == total``.
     """
 
     number: str
@@ -140,11 +143,15 @@ class Invoice:
             object.__setattr__(self, "issued_at", as_utc(self.issued_at, "issued_at"))
         for name in ("subtotal", "credits_applied", "tax_amount", "total"):
             object.__setattr__(self, name, as_decimal(getattr(self, name), name))
+        reverse = self.subtotal < 0 or self.credits_applied < 0
+        sign = -1 if reverse else 1
         expected = invoice_totals(
-            (line.amount for line in self.lines),
-            credit_available=self.credits_applied,
+            (sign * line.amount for line in self.lines),
+            credit_available=sign * self.credits_applied,
             tax_rate=self.tax_rate,
         )
+        if reverse:
+            expected = reversed_totals(expected)
         given = (self.subtotal, self.credits_applied, self.tax_amount, self.total)
         if given != (expected.subtotal, expected.credits_applied, expected.tax, expected.total):
             raise ValueError(

@@ -45,7 +45,14 @@ from billing.models import (
     UsagePiece,
     month_bounds,
 )
-from billing.rating import ZERO, invoice_totals, month_start, round_to_cents
+from billing.rating import (
+    ZERO,
+    InvoiceTotals,
+    invoice_totals,
+    month_start,
+    reversed_totals,
+    round_to_cents,
+)
 from billing.usage import LineKey, UsageLine, make_line, usage_report
 
 log = logging.getLogger(__name__)
@@ -257,8 +264,14 @@ def finalize_month(month: date, *, now: datetime | None = None) -> FinalizeResul
         invoice_updates: list[tuple] = []
         number = sequence.last_number
         credits_total = ZERO
+        empty: list[int] = []
         for invoice_id, tenant_id, tenant_name, tenant_slug in locked:
-            tenant_lines = lines.get(tenant_id, [])
+            tenant_lines = [
+                line for line in lines.get(tenant_id, []) if line.seconds or line.amount
+            ]
+            if not tenant_lines:  # nothing billed (a failover pulled it back): never numbered
+                empty.append(invoice_id)
+                continue
             tenant_grants = grants.get(tenant_id, [])
             totals = invoice_totals(
                 (line.amount for line in tenant_lines),
@@ -300,20 +313,20 @@ def finalize_month(month: date, *, now: datetime | None = None) -> FinalizeResul
                 _line_row(invoice_id, position, line)
                 for position, line in enumerate(tenant_lines, start=1)
             )
+        Invoice.objects.filter(pk__in=empty).delete()
+        if not invoice_updates:
+            return FinalizeResult(month, 0, 0, ZERO, None, None)
         insert_rows(InvoiceLine, LINE_FIELDS, line_rows)
         insert_rows(CreditApplication, ("grant", "invoice", "amount"), applications)
         grant_updates.sort()
         update_rows(CreditGrant, ["remaining"], grant_updates)
         update_rows(Invoice, INVOICE_TOTAL_FIELDS, invoice_updates)
         first = format_number(INVOICE_SERIES, now.year, sequence.last_number + 1)
+        last = invoice_updates[-1][2]
         sequence.last_number = number
         sequence.save(update_fields=["last_number"])
-    log.info(
-        "finalized %d invoice(s) of %s: %s … %s", len(locked), month, first, invoice_updates[-1][2]
-    )
-    return FinalizeResult(
-        month, len(locked), len(line_rows), credits_total, first, invoice_updates[-1][2]
-    )
+    log.info("finalized %d invoice(s) of %s: %s … %s", len(invoice_updates), month, first, last)
+    return FinalizeResult(month, len(invoice_updates), len(line_rows), credits_total, first, last)
 
 
 def _create_missing_drafts(month: date) -> None:
@@ -392,8 +405,9 @@ def void_invoice(
     invoice: Invoice, *, actor=None, reason: str = "", now: datetime | None = None
 ) -> Invoice:
     """Void an issued invoice: it is never edited; a credit note (its own number) reverses
-    it, and the credits it used go back to their grants. Answers the credit note; voiding
-    a void invoice answers the same one."""
+    it exactly (its lines and every total negated; the credits it used come back as
+    negative credits and go back to their grants). Answers the credit note; voiding a void
+    invoice answers the same one."""
     now = now or timezone.now()
     with transaction.atomic():
         sequence = _lock_sequence(CREDIT_NOTE_SERIES, now.year)
@@ -426,18 +440,15 @@ def void_invoice(
             )
             for line in original.lines.order_by("position")
         ]
-        if original.credits_applied:
-            lines.append(
-                documents.InvoiceLine(
-                    description=f"Credits applied on {original.number}, returned to your balance",
-                    instance_name="",
-                    spec_code="",
-                    seconds=0,
-                    unit_price_per_hour=ZERO,
-                    amount=original.credits_applied,
-                )
+        totals = reversed_totals(
+            InvoiceTotals(
+                subtotal=original.subtotal,
+                credits_applied=original.credits_applied,
+                credit_remaining=ZERO,
+                tax=original.tax_amount,
+                total=original.total,
             )
-        totals = invoice_totals((line.amount for line in lines), tax_rate=original.tax_rate)
+        )
         sequence.last_number += 1
         sequence.save(update_fields=["last_number"])
         note = Invoice.objects.create(

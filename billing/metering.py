@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The state a segment kind bills for.
 KIND_STATE = {UsageKind.GPU: State.RUNNING, UsageKind.DISK: State.STOPPED}
+# Entering these places an instance on a host, where its disk is made: only an instance that
+# was placed has a disk to bill while stopped (one stopped while still queued has none).
+PLACED_STATES = (State.PROVISIONING, State.STARTING)
 # Instances with a transition this recent are checked against their segments on every run.
 REPAIR_WINDOW = timedelta(hours=1)
 CHUNK_SIZE = 2000
@@ -381,6 +384,13 @@ def close_segment(instance: Instance, kind: str, at: datetime) -> None:
         reconcile_instances([instance.pk])
 
 
+def has_disk(instance: Instance, at: datetime) -> bool:
+    """Whether the instance had been placed (so had a disk) by ``at``."""
+    return InstanceEvent.objects.filter(
+        instance_id=instance.pk, to_state__in=PLACED_STATES, at__lte=at
+    ).exists()
+
+
 def record_transition(instance: Instance, from_state: str, to_state: str, at: datetime) -> None:
     """Open and close the segments a transition implies (the signal receiver's work)."""
     for kind, state in KIND_STATE.items():
@@ -388,7 +398,21 @@ def record_transition(instance: Instance, from_state: str, to_state: str, at: da
             close_segment(instance, kind, at)
     for kind, state in KIND_STATE.items():
         if to_state == state and from_state != state:
+            if kind == UsageKind.DISK and not has_disk(instance, at):
+                continue
             open_segment(instance, kind, at)
+
+
+def end_at_last_heartbeat(instance: Instance, at: datetime) -> int:
+    """The instance's host was lost; its last heartbeat was ``at``. Billing of the GPU ends
+    there whatever was asked meanwhile: a segment closed later (a stop or a reboot requested
+    while the host was already silent) is pulled back to ``at``. Segments are first repaired
+    from the events, so a lost signal cannot hide one. Answers how many were pulled back."""
+    at = as_utc(at, "at")
+    reconcile_instances([instance.pk])
+    return UsageSegment.objects.filter(
+        instance_id=instance.pk, kind=UsageKind.GPU, started_at__lte=at, ended_at__gt=at
+    ).update(ended_at=at, rated=False)
 
 
 # --- repair from the event history -------------------------------------------------------
@@ -398,19 +422,21 @@ def periods_from_events(
     events: Iterable[tuple[str, str, datetime]],
 ) -> dict[str, list[tuple[datetime, datetime | None]]]:
     """Per segment kind, the [start, end) periods the instance spent in its state, from its
-    events (from_state, to_state, at) in order; the last one may still be open (None)."""
+    events (from_state, to_state, at) in order; the last one may still be open (None). Time
+    stopped before the instance was first placed has no disk, so no disk period."""
     periods: dict[str, list[tuple[datetime, datetime | None]]] = {kind: [] for kind in KIND_STATE}
-    state = ""
+    state, placed = "", False
     for from_state, to_state, at in events:
         if from_state == to_state and from_state:
             continue  # a note, not a transition
         for kind, billed in KIND_STATE.items():
-            if state == billed and to_state != billed:
+            if state == billed and to_state != billed and periods[kind]:
                 start, _ = periods[kind][-1]
                 periods[kind][-1] = (start, at)
-            elif to_state == billed and state != billed:
+            elif to_state == billed and state != billed and (placed or kind != UsageKind.DISK):
                 periods[kind].append((at, None))
         state = to_state
+        placed = placed or to_state in PLACED_STATES
     return periods
 
 

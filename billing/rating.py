@@ -391,3 +391,21 @@ def invoice_totals(
         tax=tax,
         total=taxable + tax,
     )
+
+
+def _negated(amount: Decimal) -> Decimal:
+    return -amount + 0  # + 0: a reversed zero is 0.00, not -0.00
+
+
+def reversed_totals(totals: InvoiceTotals) -> InvoiceTotals:
+    """A credit note's totals: each of the invoice's, negated (credits applied come back as
+    negative credits), so the note reverses the invoice to the cent. Re-rounding the negated
+    lines would not: half-up moves away from zero, and a sum that crosses zero (lines
+    against the returned credits) rounds the other way."""
+    return InvoiceTotals(
+        subtotal=_negated(totals.subtotal),
+        credits_applied=_negated(totals.credits_applied),
+        credit_remaining=ZERO,
+        tax=_negated(totals.tax),
+        total=_negated(totals.total),
+    )

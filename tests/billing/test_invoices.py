@@ -203,8 +203,10 @@ def test_void_issues_a_credit_note_and_returns_credits(march):
     )
     assert note.total == -invoice.total == Decimal("-12.00")
     assert [line.amount for line in note.lines.all()] == [
-        Decimal("-8.000000"), Decimal("-9.000000"), Decimal("5.000000"),
-    ]  # fmt: skip
+        Decimal("-8.000000"),
+        Decimal("-9.000000"),
+    ]
+    assert note.credits_applied == -invoice.credits_applied == Decimal("-5.00")  # returned
     grant.refresh_from_db()
     assert grant.remaining == Decimal("5.00")
     assert services.void_invoice(invoice).pk == note.pk  # again: the same credit note

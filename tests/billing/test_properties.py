@@ -130,7 +130,7 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
 
     now = START + timedelta(microseconds=jitter)
     box = world.instance(tenant, spec=spec, when=now)
-    state, last = S.PENDING, now
+    state, last, placed = S.PENDING, now, False
     periods = {UsageKind.GPU: [], UsageKind.DISK: []}  # the truth: [start, end or None]
     billed_state = {UsageKind.GPU: S.RUNNING, UsageKind.DISK: S.STOPPED}
     with time_machine.travel(now, tick=False) as clock:
@@ -146,11 +146,12 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
                 when = last + (now - last) * (1 - silent)  # the last heartbeat
             move(box, target, when, deliver=deliver)
             for kind, billed in billed_state.items():
-                if state == billed and target != billed:
+                if state == billed and target != billed and periods[kind]:
                     periods[kind][-1][1] = when
-                if target == billed and state != billed:
-                    periods[kind].append([when, None])
+                if target == billed and state != billed and (placed or kind == UsageKind.GPU):
+                    periods[kind].append([when, None])  # no disk before its first placement
             state, last = target, when
+            placed = placed or target in (S.PROVISIONING, S.STARTING)
         now += tail
         clock.move_to(now)
         services.run_meter()
