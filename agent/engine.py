@@ -82,6 +82,7 @@ def start_podman_service(
         proc = subprocess.Popen(
             podman_command(storage, "system", "service", "--time=0", f"unix://{socket_path}"),
             env=podman_env(),
+            cwd=socket_path.parent,  # conmon leaves files (an `oom` marker) where it runs
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -1,6 +1,9 @@
 """`make run`: the whole console on one machine — migrations, the demo, the ASGI server, a Celery
 worker, Celery beat and two simulated host agents. Embedded by default (SQLite and a Redis-protocol
-server inside this process); with DATABASE_URL and REDIS_URL it runs on those. Ctrl-C stops all."""
+server inside this process); with DATABASE_URL and REDIS_URL it runs on those. Ctrl-C stops all.
+
+The agents run their workloads as real containers when a container engine is at hand (a Docker
+or Podman socket, or Podman installed, whose API this starts), else as processes."""
 
 import os
 import signal
@@ -9,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from agent import engine
+from agent.oci import DEFAULT_ENGINE_URLS
 from console import processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +35,28 @@ def manage(*args: str, env: dict[str, str]) -> str:
         text=True,
     )
     return result.stdout
+
+
+def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]:
+    """(runtime, engine URL, what to tell the user): a running engine's socket, else Podman's
+    API started here (supervised with the other children, the demo image built), else
+    processes."""
+    for url in DEFAULT_ENGINE_URLS:
+        if Path(url.removeprefix("unix://")).exists():
+            return "oci", url, f"containers through the engine at {url}"
+    if engine.podman() is None:
+        return (
+            "process",
+            None,
+            (
+                "processes (no container engine: `apt-get install podman runc busybox-static` "
+                "gives real containers)"
+            ),
+        )
+    socket = var_dir / "podman" / "podman.sock"
+    children.append(("podman", engine.start_podman_service(socket, var_dir / "podman.log")))
+    engine.build_demo_image()
+    return "oci", f"unix://{socket}", "containers through Podman (started here)"
 
 
 def main() -> int:
@@ -56,6 +83,7 @@ def main() -> int:
     start("worker", processes.worker_cmd())
     start("beat", processes.beat_cmd(var_dir))
     processes.wait_http(f"{url}/healthz", timeout=60, proc=children[0][1])
+    runtime, engine_url, runs_as = choose_runtime(var_dir, children)
     for hostname, gpus, model, mode in DEMO_AGENTS:
         state_dir = var_dir / "agents" / hostname
         token = None
@@ -72,7 +100,7 @@ def main() -> int:
             f"agent-{hostname}",
             processes.agent_cmd(
                 url, state_dir, listen, join_token=token, hostname=hostname, region=REGION,
-                gpus=gpus, model=model, mode=mode,
+                gpus=gpus, model=model, mode=mode, runtime=runtime, engine_url=engine_url,
             ),
         )  # fmt: skip
 
@@ -81,6 +109,7 @@ def main() -> int:
         f"  database: {'PostgreSQL' if os.environ.get('DATABASE_URL') else 'SQLite (embedded)'}; "
         f"broker and channel layer: {'embedded Redis-protocol server' if embedded else redis_url}\n"
         f"  processes: web, worker, beat, agent-host-a, agent-host-b (logs in {var_dir})\n"
+        f"  workloads: {runs_as}\n"
         f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
         + "".join(f"  {line.strip()}\n" for line in demo.splitlines() if "login" in line)
         + "Press Ctrl-C to stop.",

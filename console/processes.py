@@ -74,6 +74,7 @@ def agent_cmd(
     model: str,
     mode: str,
     runtime: str = "sim",
+    engine_url: str | None = None,
     sample_interval: float = 1.0,
     heartbeat_interval: float = 5.0,
 ) -> list[str]:
@@ -86,6 +87,8 @@ def agent_cmd(
     ]  # fmt: skip
     if join_token:
         cmd += ["--join-token", join_token]
+    if engine_url:
+        cmd += ["--engine-url", engine_url]
     return cmd
 
 
