@@ -1,5 +1,6 @@
 """Typed readers for settings that come from the environment."""
 
+import ipaddress
 import os
 from decimal import Decimal, InvalidOperation
 
@@ -51,3 +52,16 @@ def env_decimal(name: str, default: str) -> Decimal:
 
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_networks(name: str, default: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Comma-separated networks (`10.0.0.0/8`) or single addresses."""
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list networks like 10.0.0.0/8, got {item!r}"
+            ) from None
+    return networks

@@ -9,7 +9,7 @@ from pathlib import Path
 import dj_database_url
 import plotly
 
-from console.env import env_bool, env_decimal, env_float, env_int, env_list, env_str
+from console.env import env_bool, env_decimal, env_float, env_int, env_list, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUCLOUD_VAR_DIR", str(BASE_DIR / "var")))
@@ -263,6 +263,12 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "billing@gpucloud.local")
 HOST_HEARTBEAT_GRACE_SECONDS = env_float("HOST_HEARTBEAT_GRACE_SECONDS", 15.0)
 HOST_FAILOVER_SECONDS = env_float("HOST_FAILOVER_SECONDS", 60.0)
 AGENT_TIMEOUT_SECONDS = env_float("AGENT_TIMEOUT_SECONDS", 5.0)
+# Where host agents may be: the address an agent advertises must resolve into these networks
+# (link-local and cloud metadata addresses are refused whatever this says).
+AGENT_ALLOWED_NETWORKS = env_networks(
+    "AGENT_ALLOWED_NETWORKS",
+    "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
+)
 JOIN_TOKEN_TTL_HOURS = env_int("JOIN_TOKEN_TTL_HOURS", 24)
 
 # Instances: how host calls are retried before an instance turns `failed` (seconds double

@@ -237,13 +237,16 @@ class HeartbeatView(AgentView):
     def post(self, request):
         data = _valid(HeartbeatSerializer, request)
         host = self.speaking_host(request, data["host_id"])
-        host = services.record_heartbeat(
-            host,
-            agent_version=data["agent_version"],
-            inventory_digest=data["inventory_digest"],
-            inventory=data["inventory"],
-            address=data["address"],
-        )
+        try:
+            host = services.record_heartbeat(
+                host,
+                agent_version=data["agent_version"],
+                inventory_digest=data["inventory_digest"],
+                inventory=data["inventory"],
+                address=data["address"],
+            )
+        except services.RegistrationRefused as refused:
+            return Response({"code": refused.code, "detail": refused.detail}, refused.status)
         return Response(
             {
                 "status": host.status,

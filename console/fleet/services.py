@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from console.catalog.models import GpuModel, Mode, Region
 from console.fleet import agent_client
+from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret
 from console.instances.models import GpuClaim
 
@@ -149,10 +150,10 @@ def valid_address(address: str) -> bool:
 
 
 def _check_address(address: str) -> str:
-    if not valid_address(address):
-        raise RegistrationRefused(
-            "invalid_address", f"address must be the agent's http(s) base URL, not {address!r}"
-        )
+    """The agent's base URL, if the console may call it there (console.fleet.addresses)."""
+    problem = address_problem(address)
+    if problem:
+        raise RegistrationRefused("invalid_address", f"address {address!r}: {problem}")
     return address.rstrip("/")
 
 
@@ -376,12 +377,15 @@ def record_heartbeat(
     address: str = "",
 ) -> Host:
     """An agent is alive: note it, sync its GPUs when its inventory changed, and bring an
-    unreachable host back to the status its operator chose."""
+    unreachable host back to the status its operator chose. An agent that moved to an address
+    the console may not call is refused (RegistrationRefused): it is not reachable."""
     now = timezone.now()
+    if address and address.rstrip("/") != host.address:
+        address = _check_address(address)
     with transaction.atomic():
         locked = Host.objects.select_for_update().get(pk=host.pk)
         updates: dict = {"last_heartbeat_at": now}
-        if address and valid_address(address):
+        if address:
             address = address.rstrip("/")
             if address != locked.address:
                 log.info("host %s moved: %s -> %s", locked.name, locked.address, address)
