@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing.models import UsageSegment
 from console.catalog.models import Mode
+from console.fleet.models import Host
 from console.instances import services, tasks
 from console.instances.models import Instance, InstanceEvent, State
 from tests.fleet.conftest import post_json
@@ -213,3 +214,49 @@ def test_reconcile_fails_a_launch_whose_image_could_not_be_pulled(catalog, tenan
     agents.hosts[host.name][instance.current_allocation().pk].update(state="failed", reason=reason)
     assert tasks.reconcile_host.apply(args=[host.pk]).get()["failed"] == [instance.pk]
     assert fresh(instance).state_reason == reason
+
+
+def test_start_waits_for_the_host_that_holds_its_disk(catalog, tenant, agents, no_tasks):
+    home, instance = started(catalog, tenant, agents)
+    services.stop_instance(instance)
+    tasks.stop.apply(args=[instance.pk])
+    filler = services.launch_instance(tenant, name="filler", spec=catalog.half, image=catalog.image)
+    other = services.launch_instance(tenant, name="other", spec=catalog.half, image=catalog.image)
+    for placed in (filler, other):
+        tasks.provision.apply(args=[placed.pk])
+        assert fresh(placed).current_allocation().host == home
+    catalog.host("spare", gpus=1, mode=Mode.SHARED)  # room, but not where its disk is
+    services.start_instance(fresh(instance))
+    instance = fresh(instance)
+    assert instance.state == State.PENDING and instance.current_allocation() is None
+    assert instance.state_reason == (
+        f"Waiting for {home.name}, which holds its disk: no A100 1/4 free there now."
+    )
+    services.stop_instance(fresh(other))
+    tasks.stop.apply(args=[other.pk])
+    assert ("schedule_pending",) in no_tasks
+    assert services.schedule_pending() == 1
+    instance = fresh(instance)
+    assert instance.state == State.PROVISIONING and instance.current_allocation().host == home
+
+
+def test_terminate_deletes_the_disk_on_its_host_or_says_it_could_not(
+    catalog, tenant, agents, no_tasks
+):
+    home, instance = started(catalog, tenant, agents)
+    services.terminate_instance(instance)
+    tasks.terminate.apply(args=[instance.pk])
+    assert fresh(instance).state == State.TERMINATED
+    assert agents.deleted_instances == [(home.name, str(instance.pk))]
+    second = services.launch_instance(tenant, name="b", spec=catalog.quarter, image=catalog.image)
+    tasks.provision.apply(args=[second.pk])
+    services.stop_instance(fresh(second))
+    tasks.stop.apply(args=[second.pk])
+    Host.objects.filter(pk=home.pk).update(status=Host.Status.UNREACHABLE)
+    agents.down.add(home.name)
+    services.terminate_instance(fresh(second))  # a stopped instance: nothing left to stop
+    tasks.terminate.apply(args=[second.pk])
+    second = fresh(second)
+    assert second.state == State.TERMINATED
+    message = second.events.get(to_state=State.TERMINATED).message
+    assert message == f"Terminated; its disk on {home.name} (unreachable) stays there"
