@@ -45,12 +45,15 @@ CSV_COLUMNS = (
 )
 MONTH_EXPORT_COLUMNS = (
     "invoice_number",
+    "document",
+    "corrects",
     "status",
     "tenant_slug",
     "tenant_name",
     "period_start",
     "period_end",
     "currency",
+    "row_type",
     "description",
     "instance",
     "spec",
@@ -131,6 +134,8 @@ class Invoice:
     tax_amount: Decimal
     total: Decimal
     currency: str = "USD"
+    document: str = "invoice"  # or "credit_note"
+    corrects: str | None = None  # a credit note: the number of the invoice it voids
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", InvoiceStatus(self.status))
@@ -234,19 +239,23 @@ def _write_csv(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 # --- CSV ---------------------------------------------------------------------------------
 
 
+def _summary_cells(invoice: Invoice) -> list[tuple[str, list[str]]]:
+    """(row type, line cells) of the subtotal, credits (negative), tax and total rows."""
+    tax_label = "Tax" if invoice.tax_rate is None else f"Tax {_percent(invoice.tax_rate)}"
+    summary = (
+        ("subtotal", "Subtotal", invoice.subtotal),
+        ("credits", "Credits applied", -invoice.credits_applied + 0),  # + 0: never -0.00
+        ("tax", tax_label, invoice.tax_amount),
+        ("total", "Total", invoice.total),
+    )
+    return [(kind, [label, "", "", "", "", _plain(amount)]) for kind, label, amount in summary]
+
+
 def render_invoice_csv(invoice: Invoice) -> str:
     """One row per line, then subtotal, credits (negative), tax and total rows."""
     number, currency = _csv_text(invoice.number), invoice.currency
     rows = [[number, "line", *_line_cells(line), currency] for line in invoice.lines]
-    tax_label = "Tax" if invoice.tax_rate is None else f"Tax {_percent(invoice.tax_rate)}"
-    summary = (
-        ("subtotal", "Subtotal", invoice.subtotal),
-        ("credits", "Credits applied", -invoice.credits_applied),
-        ("tax", tax_label, invoice.tax_amount),
-        ("total", "Total", invoice.total),
-    )
-    for row_type, label, amount in summary:
-        rows.append([number, row_type, label, "", "", "", "", _plain(amount), currency])
+    rows.extend([number, kind, *cells, currency] for kind, cells in _summary_cells(invoice))
     return _write_csv(CSV_COLUMNS, rows)
 
 
@@ -295,21 +304,24 @@ def parse_invoice_csv(text: str) -> InvoiceSummary:
 
 
 def render_month_export_csv(invoices: Iterable[Invoice]) -> str:
-    """Operators' export: one row per invoice line across all the given invoices."""
-    rows = [
-        [
+    """Operators' export of invoices and credit notes: for each, its line rows, then its
+    subtotal, credits (negative), tax and total rows, as in the invoice CSV. The total rows
+    sum to what was invoiced net: a void invoice and its credit note cancel out."""
+    rows = []
+    for invoice in invoices:
+        head = [
             _csv_text(invoice.number),
+            invoice.document,
+            _csv_text(invoice.corrects or ""),
             invoice.status.value,
             _csv_text(invoice.tenant.slug),
             _csv_text(invoice.tenant.name),
             invoice.period_start.isoformat(),
             invoice.period_end.isoformat(),
             invoice.currency,
-            *_line_cells(line),
         ]
-        for invoice in invoices
-        for line in invoice.lines
-    ]
+        rows.extend([*head, "line", *_line_cells(line)] for line in invoice.lines)
+        rows.extend([*head, kind, *cells] for kind, cells in _summary_cells(invoice))
     return _write_csv(MONTH_EXPORT_COLUMNS, rows)
 
 

@@ -620,6 +620,8 @@ def document(invoice: Invoice, *, now: datetime | None = None) -> documents.Invo
         tax_amount=invoice.tax_amount,
         total=invoice.total,
         currency=invoice.currency,
+        document=invoice.kind,
+        corrects=invoice.corrects.number if invoice.corrects_id else None,
     )
 
 
@@ -667,13 +669,18 @@ def issued(month: date | None = None) -> QuerySet:
     invoices = Invoice.objects.exclude(status=Invoice.Status.DRAFT)
     if month is not None:
         invoices = invoices.filter(month=month)
-    return invoices.order_by("number").prefetch_related(
-        Prefetch("lines", queryset=InvoiceLine.objects.order_by("invoice_id", "position"))
+    return (
+        invoices.order_by("number")
+        .select_related("corrects")
+        .prefetch_related(
+            Prefetch("lines", queryset=InvoiceLine.objects.order_by("invoice_id", "position"))
+        )
     )
 
 
 def month_export_csv(invoices: Iterable[Invoice]) -> str:
-    """The operators' export: one CSV row per line of every given issued invoice."""
+    """The operators' export of the given issued invoices and credit notes: their lines and
+    totals (``documents.render_month_export_csv``)."""
     return documents.render_month_export_csv(
         document(invoice) for invoice in invoices if not invoice.is_draft
     )

@@ -212,20 +212,33 @@ def test_documents_round_trip_for_any_lines(lines, credit, tax_rate):
     assert parse_invoice_json(render_invoice_json(invoice)) == invoice
 
 
-def test_month_export_has_one_row_per_line_across_invoices():
+def test_month_export_has_lines_and_totals_of_every_invoice():
     other = make_invoice(
         [usage_line(600, "24.80", "big-run")],
         number="GC-2026-000124",
         tenant=BillTo("Globex", "globex"),
     )
     rows = list(csv.DictReader(io.StringIO(render_month_export_csv([SAMPLE, other]))))
-    assert [row["invoice_number"] for row in rows] == ["GC-2026-000123"] * 3 + ["GC-2026-000124"]
-    assert rows[-1]["tenant_slug"] == "globex"
-    assert rows[-1]["period_start"] == "2026-03-01T00:00:00+00:00"
-    assert rows[-1]["instance"] == "big-run"
+    summary = ["subtotal", "credits", "tax", "total"]
+    assert [(row["invoice_number"], row["row_type"]) for row in rows] == [
+        *[("GC-2026-000123", kind) for kind in ["line"] * 3 + summary],
+        *[("GC-2026-000124", kind) for kind in ["line", *summary]],
+    ]
+    line = rows[7]
+    assert (line["tenant_slug"], line["instance"], line["document"]) == (
+        "globex",
+        "big-run",
+        "invoice",
+    )
+    assert line["period_start"] == "2026-03-01T00:00:00+00:00"
     for invoice in (SAMPLE, other):
-        amounts = [Decimal(r["amount"]) for r in rows if r["invoice_number"] == invoice.number]
-        assert invoice_totals(amounts).subtotal == invoice.subtotal
+        mine = {kind: [] for kind in ["line", *summary]}
+        for row in rows:
+            if row["invoice_number"] == invoice.number:
+                mine[row["row_type"]].append(Decimal(row["amount"]))
+        assert invoice_totals(mine["line"]).subtotal == invoice.subtotal == mine["subtotal"][0]
+        assert mine["subtotal"][0] + mine["credits"][0] + mine["tax"][0] == mine["total"][0]
+        assert mine["total"] == [invoice.total]
 
 
 def pdf_text(data: bytes) -> tuple[int, str]:

@@ -254,14 +254,22 @@ def test_month_export_csv_and_zip(march, world, other_tenant):
     services.void_invoice(finalized(other_tenant))
     issued = invoices.issued(MARCH)
     rows = list(csv.DictReader(io.StringIO(invoices.month_export_csv(issued))))
-    by_number: dict[str, Decimal] = {}
+    lines: dict[str, Decimal] = {}
     for row in rows:
-        by_number[row["invoice_number"]] = by_number.get(row["invoice_number"], 0) + Decimal(
-            row["amount"]
-        )
+        if row["row_type"] == "line":
+            lines[row["invoice_number"]] = lines.get(row["invoice_number"], 0) + Decimal(
+                row["amount"]
+            )
     for invoice in issued:
-        assert by_number[invoice.number] == sum(line.amount for line in invoice.lines.all())
+        assert lines[invoice.number] == sum(line.amount for line in invoice.lines.all())
     assert {row["status"] for row in rows} == {"finalized", "void"}
+    [note] = [
+        row for row in rows if row["document"] == "credit_note" and row["row_type"] == "total"
+    ]
+    assert note["corrects"] == finalized(other_tenant).number
+    # the net: what the tenants owe for March, the void invoice cancelled by its note
+    net = sum(Decimal(row["amount"]) for row in rows if row["row_type"] == "total")
+    assert net == finalized(march).total
     archive = zipfile.ZipFile(io.BytesIO(invoices.pdf_zip(issued)))
     assert sorted(archive.namelist()) == sorted(
         [
