@@ -1,5 +1,5 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from console.api.quota import QuotaView
@@ -19,7 +19,7 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[]),
+        SpectacularSwaggerSplitView.as_view(url_name="schema", permission_classes=[]),
         name="api-docs",
     ),
 ]

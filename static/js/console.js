@@ -4,10 +4,10 @@ document.addEventListener("DOMContentLoaded", () => {
   if (toggle) {
     toggle.addEventListener("click", () => document.querySelector(".sidebar").classList.toggle("open"));
   }
-  const switcher = document.querySelector("[data-tenant-switch] select");
-  if (switcher) {
-    switcher.addEventListener("change", () => switcher.form.submit());
-  }
+  // A select that submits its form when changed (no inline handlers: the CSP forbids them).
+  document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
+    select.addEventListener("change", () => select.form.submit());
+  });
   document.querySelectorAll("[data-confirm]").forEach((form) => {
     form.addEventListener("submit", (event) => {
       if (!window.confirm(form.dataset.confirm)) event.preventDefault();
