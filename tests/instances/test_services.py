@@ -299,9 +299,7 @@ class TestResize:
         assert no_tasks[-1] == ("resize", instance.pk, old.pk)
         assert services.mark_running(instance.pk, new.pk)
 
-    def test_stop_then_wait_for_the_disk_host_when_the_gpu_is_full(
-        self, catalog, tenant, no_tasks
-    ):
+    def test_stop_then_wait_for_the_disk_host_when_the_gpu_is_full(self, catalog, tenant, no_tasks):
         set_quota(tenant)
         home = catalog.host("a", gpus=1, mode=Mode.SHARED)
         instance = self.running(catalog, tenant)
