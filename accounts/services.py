@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken, Membership, Quota, Tenant, hash_token
 from accounts.roles import Role
+from accounts.signals import tenant_suspended
 
 User = get_user_model()
 
@@ -47,10 +48,16 @@ def update_quota(quota: Quota, **fields) -> Quota:
     return quota
 
 
+@transaction.atomic
 def set_tenant_status(tenant: Tenant, status: str) -> Tenant:
+    """Suspending refuses the tenant's sign-ins to the console and API and, once committed,
+    stops its running instances (their disks stay); reactivating lets it start them again."""
+    suspending = status == Tenant.Status.SUSPENDED and tenant.status != status
     tenant.status = status
     tenant.suspended_at = timezone.now() if status == Tenant.Status.SUSPENDED else None
     tenant.save(update_fields=["status", "suspended_at"])
+    if suspending:
+        transaction.on_commit(lambda: tenant_suspended.send(sender=Tenant, tenant=tenant))
     return tenant
 
 

@@ -278,6 +278,8 @@ def start_instance(instance: Instance, *, actor=None) -> Instance:
     """Start a stopped (or failed) instance: placed again, or queued when nothing fits."""
     with transaction.atomic():
         quota = _lock_quota(instance.tenant)
+        if not Tenant.objects.filter(pk=instance.tenant_id, status=Tenant.Status.ACTIVE).exists():
+            raise InvalidState(f"{instance.tenant.name} is suspended: its instances cannot start.")
         instance = _lock_for(instance, "start")
         _check_quota(quota, instance.spec, exclude_instance_id=instance.pk)
         _check_budget(instance.tenant)
