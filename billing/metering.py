@@ -37,7 +37,7 @@ from billing.models import (
 )
 from billing.rating import DiskPiece, PricePoint, as_utc, rate_disk, rate_segment
 from billing.rating import UsagePiece as RatedPiece
-from console.catalog.models import SpecPrice
+from console.catalog.models import Spec, SpecPrice
 from console.instances.models import Instance, InstanceEvent, State
 
 log = logging.getLogger(__name__)
@@ -324,16 +324,27 @@ def rate_pending(now: datetime | None = None, *, period=None, chunk_size: int = 
 # --- opening and closing -----------------------------------------------------------------
 
 
-def _new_segment(instance: Instance, kind: str, started_at: datetime, **fields) -> UsageSegment:
-    spec = instance.spec
+def _new_segment(
+    instance: Instance,
+    kind: str,
+    started_at: datetime,
+    *,
+    spec: Spec | None = None,
+    disk_price: Decimal | None = None,
+    **fields,
+) -> UsageSegment:
+    """A segment of ``instance`` with ``spec`` and ``disk_price`` (default: what holds now)."""
+    spec = spec or instance.spec
     disk = kind == UsageKind.DISK
+    if disk and disk_price is None:
+        disk_price = disk_price_per_gib_month()
     return UsageSegment(
         tenant_id=instance.tenant_id,
         instance_id=instance.pk,
         kind=kind,
         spec_id=spec.pk,
         disk_gib=spec.disk_gib if disk else 0,
-        disk_price_per_gib_month=disk_price_per_gib_month() if disk else None,
+        disk_price_per_gib_month=disk_price if disk else None,
         started_at=started_at,
         **fields,
     )
@@ -418,47 +429,75 @@ def end_at_last_heartbeat(instance: Instance, at: datetime) -> int:
 # --- repair from the event history -------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Period:
+    """Time an instance spent in a billed state, with the spec it had (None: not recorded
+    on its events, which are older than ``InstanceEvent.spec``)."""
+
+    start: datetime
+    end: datetime | None
+    spec_id: int | None
+
+
 def periods_from_events(
-    events: Iterable[tuple[str, str, datetime]],
-) -> dict[str, list[tuple[datetime, datetime | None]]]:
-    """Per segment kind, the [start, end) periods the instance spent in its state, from its
-    events (from_state, to_state, at) in order; the last one may still be open (None). Time
-    stopped before the instance was first placed has no disk, so no disk period."""
-    periods: dict[str, list[tuple[datetime, datetime | None]]] = {kind: [] for kind in KIND_STATE}
+    events: Iterable[tuple[str, str, datetime, int | None]],
+) -> dict[str, list[Period]]:
+    """Per segment kind, the periods the instance spent in its state, from its events
+    (from_state, to_state, at, spec_id) in order; the last one may still be open (end None).
+    A period has the spec of the event that began it, as a segment opened by the signal
+    does. Time stopped before the instance was first placed has no disk: no disk period."""
+    periods: dict[str, list[Period]] = {kind: [] for kind in KIND_STATE}
     state, placed = "", False
-    for from_state, to_state, at in events:
+    for from_state, to_state, at, spec_id in events:
         if from_state == to_state and from_state:
             continue  # a note, not a transition
         for kind, billed in KIND_STATE.items():
             if state == billed and to_state != billed and periods[kind]:
-                start, _ = periods[kind][-1]
-                periods[kind][-1] = (start, at)
+                periods[kind][-1] = dataclasses.replace(periods[kind][-1], end=at)
             elif to_state == billed and state != billed and (placed or kind != UsageKind.DISK):
-                periods[kind].append((at, None))
+                periods[kind].append(Period(at, None, spec_id))
         state = to_state
         placed = placed or to_state in PLACED_STATES
     return periods
 
 
+def disk_price_at(at: datetime) -> Decimal:
+    """The disk price in force at ``at``: as the last disk segment opened by a state change
+    by then recorded it (``BILLING_DISK_PRICE_PER_GIB_MONTH`` then), else the setting now."""
+    recorded = (
+        UsageSegment.objects.filter(
+            kind=UsageKind.DISK, source=UsageSegment.Source.SIGNAL, started_at__lte=at
+        )
+        .order_by("-started_at", "-pk")
+        .values_list("disk_price_per_gib_month", flat=True)
+        .first()
+    )
+    return recorded if recorded is not None else disk_price_per_gib_month()
+
+
 def reconcile_instances(instance_ids: Iterable[int]) -> int:
     """Make the instances' segments match their event history: create the segments of
-    periods that have none, close open segments whose period ended. Answers how many
+    periods that have none (each with the spec it had then, the disk of that spec and the
+    disk price of that time), close open segments whose period ended. Answers how many
     segments were created or closed."""
     instance_ids = sorted(set(instance_ids))
     if not instance_ids:
         return 0
-    events: dict[int, list[tuple[str, str, datetime]]] = defaultdict(list)
+    events: dict[int, list[tuple[str, str, datetime, int | None]]] = defaultdict(list)
     rows = (
         InstanceEvent.objects.filter(instance_id__in=instance_ids)
         .order_by("instance_id", "at", "pk")
-        .values_list("instance_id", "from_state", "to_state", "at")
+        .values_list("instance_id", "from_state", "to_state", "at", "spec_id")
     )
-    for instance_id, from_state, to_state, at in rows:
-        events[instance_id].append((from_state, to_state, at))
+    for instance_id, *event in rows:
+        events[instance_id].append(tuple(event))
     instances = {
         instance.pk: instance
         for instance in Instance.objects.filter(pk__in=events).select_related("spec")
     }
+    specs = Spec.objects.in_bulk(
+        {spec_id for history in events.values() for *_, spec_id in history if spec_id}
+    )
     segments = {
         (segment.instance_id, segment.kind, segment.started_at): segment
         for segment in UsageSegment.objects.filter(instance_id__in=events)
@@ -470,16 +509,24 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
         if instance is None:
             continue
         for kind, periods in periods_from_events(history).items():
-            for start, end in periods:
-                segment = segments.get((instance_id, kind, start))
+            for period in periods:
+                segment = segments.get((instance_id, kind, period.start))
                 if segment is None:
                     to_create.append(
                         _new_segment(
-                            instance, kind, start, ended_at=end, source=UsageSegment.Source.REPAIR
+                            instance,
+                            kind,
+                            period.start,
+                            spec=specs.get(period.spec_id),
+                            disk_price=disk_price_at(period.start)
+                            if kind == UsageKind.DISK
+                            else None,
+                            ended_at=period.end,
+                            source=UsageSegment.Source.REPAIR,
                         )
                     )
-                elif segment.ended_at is None and end is not None:
-                    to_close.append((segment.pk, end))
+                elif segment.ended_at is None and period.end is not None:
+                    to_close.append((segment.pk, period.end))
     changed = 0
     with transaction.atomic():
         if to_create:

@@ -108,6 +108,7 @@ def transition(
         from_state=from_state,
         to_state=to_state,
         message=message[:300],
+        spec_id=instance.spec_id,
     )
     payload = state_payload(instance, from_state, at)
     transaction.on_commit(
@@ -126,6 +127,7 @@ def record_created(instance: Instance, *, actor=None, message: str = "") -> Inst
         from_state="",
         to_state=instance.state,
         message=message[:300],
+        spec_id=instance.spec_id,
     )
     payload = state_payload(instance, "", instance.created_at)
     transaction.on_commit(
@@ -144,6 +146,7 @@ def note(instance: Instance, message: str, *, actor=None) -> InstanceEvent:
         from_state=instance.state,
         to_state=instance.state,
         message=message[:300],
+        spec_id=instance.spec_id,
     )
 
 

@@ -79,6 +79,11 @@ class InstanceEvent(models.Model):
     from_state = models.CharField(max_length=16, choices=State.choices, blank=True)
     to_state = models.CharField(max_length=16, choices=State.choices)
     message = models.CharField(max_length=300, blank=True)
+    # The instance's spec as of this event: billing's repair rates a period with the spec it
+    # had (a resize changes it). Empty on events older than this field.
+    spec = models.ForeignKey(
+        Spec, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ["at", "pk"]

@@ -166,3 +166,34 @@ def test_a_stop_during_host_silence_bills_up_to_the_last_heartbeat(
     gpu = UsageSegment.objects.get(instance=box, kind=UsageKind.GPU)
     assert (gpu.started_at, gpu.ended_at) == (at(2026, 3, 10, 9), heartbeat)
     assert sum(p.seconds for p in UsagePiece.objects.filter(instance=box, kind="gpu")) == 3600
+
+
+def test_repair_rates_each_piece_with_the_spec_disk_and_price_of_its_time(world, tenant, settings):
+    """Finding 3: every signal of a box was lost; it ran as a quarter A100, was resized in
+    place to a whole A100, then stopped; the disk price setting changed since. The repair
+    gives each period the spec it had and the disk price of its time."""
+    settings.BILLING_DISK_PRICE_PER_GIB_MONTH = Decimal("0.10")
+    other = world.running(tenant, at(2026, 3, 1))
+    walk(other, [S.STOPPING, S.STOPPED], at(2026, 3, 1, 1))  # its disk segment records 0.10
+    box = world.instance(tenant, when=at(2026, 3, 2))
+    walk(box, [S.PROVISIONING, S.RUNNING], at(2026, 3, 2, 8), deliver=False)
+    Instance.objects.filter(pk=box.pk).update(spec=world.whole)
+    box.spec = world.whole  # what resize_instance does before its reboot
+    move(box, S.REBOOTING, at(2026, 3, 2, 9), deliver=False)
+    move(box, S.RUNNING, at(2026, 3, 2, 9, 1), deliver=False)
+    walk(box, [S.STOPPING, S.STOPPED], at(2026, 3, 2, 10), deliver=False)
+    settings.BILLING_DISK_PRICE_PER_GIB_MONTH = Decimal("0.20")
+    services.run_meter(at(2026, 3, 3))
+    segments = UsageSegment.objects.filter(instance=box).order_by("started_at", "kind")
+    assert [
+        (s.kind, s.spec_id, s.disk_gib, s.disk_price_per_gib_month, s.source) for s in segments
+    ] == [
+        (UsageKind.GPU, world.quarter.pk, 0, None, "repair"),
+        (UsageKind.GPU, world.whole.pk, 0, None, "repair"),
+        (UsageKind.DISK, world.whole.pk, 200, Decimal("0.10"), "repair"),
+    ]
+    gpu = UsagePiece.objects.filter(instance=box, kind=UsageKind.GPU).order_by("start")
+    assert [(p.unit_price, p.amount) for p in gpu] == [
+        (Decimal("0.9"), Decimal("0.900000")),  # 1 h as a quarter
+        (Decimal("3.2"), Decimal("3.146667")),  # 59 min as a whole A100
+    ]
