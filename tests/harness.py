@@ -114,6 +114,7 @@ class Stack:
         model: str = "a100-80gb",
         mode: str = "mig",
         runtime: str = "sim",
+        engine_url: str | None = None,
         join_token: str | None = None,
         state_dir: Path | None = None,
         sample_interval: float = 0.5,
@@ -132,6 +133,7 @@ class Stack:
             model=model,
             mode=mode,
             runtime=runtime,
+            engine_url=engine_url,
             sample_interval=sample_interval,
             heartbeat_interval=heartbeat_interval,
         )

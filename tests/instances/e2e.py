@@ -67,10 +67,13 @@ def api_client(stack, membership) -> httpx.Client:
     )
 
 
-def start_agent(stack, hostname="gpu-1", gpus=2, mode="shared,mig"):
-    """A real simulated agent, registered with a join token, answering our calls."""
+def start_agent(stack, hostname="gpu-1", gpus=2, mode="shared,mig", **runtime):
+    """A real simulated agent, registered with a join token, answering our calls
+    (`runtime="oci", engine_url=…` for real containers)."""
     _, raw = fleet.create_join_token("local-1")
-    proc = stack.start_agent(hostname, region="local-1", gpus=gpus, mode=mode, join_token=raw)
+    proc = stack.start_agent(
+        hostname, region="local-1", gpus=gpus, mode=mode, join_token=raw, **runtime
+    )
     host = wait_for(
         lambda: Host.objects.filter(name=hostname, status=Host.Status.ACTIVE).first(),
         what=f"{hostname} registered",
