@@ -123,3 +123,46 @@ class ApiToken(models.Model):
         if self.is_expired():
             return "expired"
         return "active"
+
+
+class Invitation(models.Model):
+    """An invitation to join a tenant, sent to an email address. Only a hash of the link's
+    token is stored; whoever accepts must hold an account with that address."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="accepted_invitations",
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.tenant} ({self.role})"
+
+    def is_expired(self, now=None) -> bool:
+        return self.expires_at <= (now or timezone.now())
+
+    @property
+    def state(self) -> str:
+        if self.accepted_at is not None:
+            return "accepted"
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.is_expired():
+            return "expired"
+        return "pending"

@@ -293,6 +293,8 @@ LOGGING = {
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "billing@gpucloud.local")
+# How long the link of an invitation to a tenant (accounts.invitations) stays valid.
+INVITATION_VALID_DAYS = env_int("INVITATION_VALID_DAYS", 7)
 
 # Fleet
 HOST_HEARTBEAT_GRACE_SECONDS = env_float("HOST_HEARTBEAT_GRACE_SECONDS", 15.0)
