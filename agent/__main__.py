@@ -19,6 +19,7 @@ from agent.models import MODELS
 from agent.oci import OciRuntime
 from agent.runtime import ProcessRuntime, SimRuntime
 from agent.service import lifespan, serve
+from agent.ssh import Gateway
 from agent.state import StateStore
 
 DEFAULT_SAMPLE_INTERVAL = 1.0
@@ -72,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
         "--stop-grace", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL"
     )
     p.add_argument("--listen", default="127.0.0.1:9101", help="HOST:PORT of the agent's API")
+    p.add_argument(
+        "--ssh-listen",
+        default="0.0.0.0:2222",
+        help="HOST:PORT of the SSH gateway into the instances' containers (oci runtime), or 'off'",
+    )
     p.add_argument("--advertise-url", help="URL the control plane reaches the API at")
     p.add_argument("--hostname", default=socket.gethostname())
     p.add_argument("--region", default="", help="region code (default: the join token's)")
@@ -126,6 +132,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if "mig" in args.modes and not MODELS[args.model].mig_profiles:
             parser.error(f"{args.model} has no MIG")
     args.listen_host, args.listen_port = _split_listen(parser, args.listen)
+    args.ssh = None if args.ssh_listen == "off" else _split_listen(parser, args.ssh_listen)
     if not args.advertise_url:
         host = args.listen_host
         if host in ("0.0.0.0", "::", ""):
@@ -169,6 +176,10 @@ def main(argv: list[str] | None = None) -> None:
         args.memory_mib = args.memory_mib or SIM_MEMORY_MIB_PER_GPU * args.gpus
     host = Host(args.hostname, backend, runtime, store, args.cpus, args.memory_mib)
     host.restore()
+    gateway = None
+    if args.ssh and args.runtime == "oci":
+        gateway = Gateway(host, args.state_dir, *args.ssh)
+        host.ssh = gateway.info
 
     reporter = None
     secret = args.secret
@@ -195,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         reporter = Reporter(host, identity, heartbeat_interval, args.advertise_url)
         host.listeners.append(reporter.add_event)
 
-    app = create_app(host, secret, lifespan(host, sample_interval, reporter))
+    app = create_app(host, secret, lifespan(host, sample_interval, reporter, gateway))
     serve(app, args.listen_host, args.listen_port, args.log_level)
 
 

@@ -5,6 +5,8 @@ Every call but /v1/healthz carries `Authorization: Bearer <host secret>`. JSON i
 errors are `{"error": code, "detail": text}`.
 """
 
+import asyncio
+import contextlib
 import hmac
 import json
 
@@ -13,13 +15,20 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from agent.backends.sim import FAULTS
 from agent.errors import ApiError, invalid
 from agent.host import Host
+from agent.ports import PortProxy
+from agent.shell import Shell
+from agent.ssh import parse_keys
 
 OPEN_PATHS = frozenset({"/v1/healthz"})
+PORT_PATH = "/v1/instances/{instance}/ports/{port:int}/{path:path}"
+PROXIED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+MAX_TERMINAL = 1000  # columns or rows
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
@@ -44,6 +53,9 @@ class BearerAuth:
         return False
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and not self._authorized(scope):
+            await send({"type": "websocket.close", "code": 4401})
+            return
         if (
             scope["type"] == "http"
             and scope["path"] not in OPEN_PATHS
@@ -115,6 +127,12 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
         await host.delete_instance(request.path_params["instance"])
         return Response(status_code=204)
 
+    async def put_ssh_keys(request: Request) -> JSONResponse:
+        instance = request.path_params["instance"]
+        keys = parse_keys(await _json_body(request))
+        host.set_ssh_keys(instance, keys)
+        return JSONResponse({"instance": instance, "keys": len(keys)})
+
     async def set_mode(request: Request) -> JSONResponse:
         body = await _json_body(request)
         if not isinstance(body, dict) or set(body) != {"mode"}:
@@ -135,6 +153,7 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
         host.poll()
         return JSONResponse(host.backend.gpus()[index])
 
+    proxy = PortProxy(host)
     routes = [
         Route("/v1/healthz", healthz, methods=["GET"]),
         Route("/v1/inventory", inventory, methods=["GET"]),
@@ -146,13 +165,82 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
         Route("/v1/allocations/{alloc_id}/reboot", action(host.reboot), methods=["POST"]),
         Route("/v1/instances/{instance}/logs", instance_logs, methods=["GET"]),
         Route("/v1/instances/{instance}", delete_instance, methods=["DELETE"]),
+        Route("/v1/instances/{instance}/ssh-keys", put_ssh_keys, methods=["PUT"]),
+        WebSocketRoute("/v1/instances/{instance}/terminal", terminal(host)),
+        Route(PORT_PATH, proxy.http, methods=list(PROXIED_METHODS)),
+        WebSocketRoute(PORT_PATH, proxy.websocket),
         Route("/v1/gpus/{index:int}/mode", set_mode, methods=["PUT"]),
     ]
     if host.backend.name == "sim":
         routes.append(Route("/v1/sim/faults", inject_fault, methods=["POST"]))
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=[Middleware(BearerAuth, secret=secret)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
+    app.state.port_proxy = proxy
+    return app
+
+
+def terminal(host: Host):
+    """`/v1/instances/{id}/terminal?cols=&rows=`: a login shell in the instance's container
+    with a PTY. Binary frames carry the terminal's bytes both ways; a text frame
+    `{"type": "resize", "cols", "rows"}` resizes. Closes 1000 when the shell ends, 4404 when
+    the instance is not running here, 4400 for a bad query."""
+
+    async def endpoint(ws: WebSocket) -> None:
+        await ws.accept()
+        try:
+            cols, rows = (int(ws.query_params.get(k, d)) for k, d in (("cols", 80), ("rows", 24)))
+        except ValueError:
+            cols = rows = 0
+        if not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL):
+            await ws.close(4400)
+            return
+        try:
+            shell = await Shell.open(host, ws.path_params["instance"], cols=cols, rows=rows)
+        except ApiError as exc:
+            await ws.close(4404 if exc.status == 404 else 4409)
+            return
+        await _pump(ws, shell)
+
+    return endpoint
+
+
+async def _pump(ws: WebSocket, shell: Shell) -> None:
+    async def keys() -> None:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("bytes") is not None:
+                await shell.write(message["bytes"])
+            elif message.get("text"):
+                resize = _resize(message["text"])
+                if resize:
+                    await shell.resize(*resize)
+
+    async def screen() -> None:
+        while (chunk := await shell.read()) is not None:
+            await ws.send_bytes(chunk[1])
+
+    tasks = [asyncio.create_task(keys()), asyncio.create_task(screen())]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    shell.close()
+    with contextlib.suppress(RuntimeError):
+        await ws.close(1000)
+
+
+def _resize(text: str) -> tuple[int, int] | None:
+    try:
+        frame = json.loads(text)
+        cols, rows = int(frame["cols"]), int(frame["rows"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if frame.get("type") != "resize" or not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL):
+        return None
+    return cols, rows

@@ -63,6 +63,8 @@ class Host:
         self._locks: dict[str, list] = {}  # allocation id -> [lock, holders and waiters]
         self.gpu_modes: dict[int, str] = {}  # modes set through the API; they outlast restarts
         self.launch_wait = launch_wait
+        self.ssh: dict | None = None  # the SSH gateway's port and host key fingerprint
+        self.ssh_keys: dict[str, list[dict]] = store.load_ssh_keys()  # instance -> its keys
         self.listeners: list = []
         self._launches: dict[str, asyncio.Task] = {}
 
@@ -75,6 +77,7 @@ class Host:
             "cpu_count": self.cpu_count,
             "memory_mib": self.memory_mib,
             "gpus": self.backend.gpus(),
+            "ssh": self.ssh,
         }
         return {**inventory, "digest": digest(inventory)}
 
@@ -146,6 +149,33 @@ class Host:
         if alloc.state == "starting":
             alloc.set_state("running")
         return None
+
+    def running_allocation(self, instance: str) -> Allocation:
+        """The instance's running allocation here; ApiError 404 when it has none, 409 when
+        this host's runtime has no containers to enter."""
+        check_id(instance)
+        if not hasattr(self.runtime, "exec_open"):
+            raise conflict(
+                "no_containers", f"this host runs workloads as {self.runtime.name}, not containers"
+            )
+        for alloc in self.allocations.values():
+            if alloc.instance == instance and alloc.state == "running":
+                return alloc
+        raise ApiError(404, "not_running", f"instance {instance} is not running here")
+
+    def set_ssh_keys(self, instance: str, keys: list[dict]) -> None:
+        """The keys that may open SSH sessions into the instance (checked by the caller)."""
+        check_id(instance)
+        self.ssh_keys[instance] = keys
+        self.store.save_ssh_keys(self.ssh_keys)
+        log.info("instance %s: %d SSH key(s)", instance, len(keys))
+
+    def session_event(self, instance: str, message: str) -> None:
+        """An SSH session began or ended: an event for the console."""
+        for alloc in self.allocations.values():
+            if alloc.instance == instance:
+                self._emit(alloc, "session", message)
+                return
 
     def _emit(self, alloc: Allocation, kind: str = "state", message: str = "") -> None:
         event = {"allocation": alloc.id, "instance": alloc.instance, "kind": kind}
@@ -323,7 +353,9 @@ class Host:
                 "instance_busy", f"instance {instance} still has allocation(s) {', '.join(held)}"
             )
         await asyncio.to_thread(self.runtime.delete_instance, instance)
-        log.info("instance %s: volume and logs deleted", instance)
+        if self.ssh_keys.pop(instance, None) is not None:
+            self.store.save_ssh_keys(self.ssh_keys)
+        log.info("instance %s: volume, logs and SSH keys deleted", instance)
 
     def set_mode(self, index: int, mode: str) -> dict:
         """Repartition a GPU that holds no allocation; answer its inventory entry."""

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -52,6 +53,8 @@ DEFAULT_PIDS = 4096
 ENGINE_TIMEOUT_SECONDS = 30
 PULL_REPORT_SECONDS = 2.0
 KMSG = Path("/dev/kmsg")
+# a login shell: bash where the image has it, else sh
+SHELL = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"]
 # what catatonit (Podman's init) and tini (Docker's) print when the command cannot be run
 INIT_EXEC_FAILED = re.compile(r"failed to exec pid1|exec .* failed: (No such file|Permission)")
 
@@ -407,6 +410,62 @@ class OciRuntime:
         self._keep_logs(container, container.labels.get(LABEL_INSTANCE, ""))
         with contextlib.suppress(NotFound):
             container.remove(force=True)
+
+    # --- exec: shells and commands inside a running container ------------------------------
+
+    def running_container(self, alloc: Allocation):
+        """The allocation's container while it runs, else None."""
+        container = self._find(alloc)
+        if container is None or container.attrs.get("State", {}).get("Status") != "running":
+            return None
+        return container
+
+    def exec_open(
+        self, container, command: list[str] | None, tty: bool, env: dict[str, str]
+    ) -> tuple[str, socket.socket]:
+        """Start `command` (None: a login shell, bash where the image has it) in the
+        container; answer the exec id and its raw, bidirectional stream (with tty the
+        terminal's bytes as they are; without, Docker's multiplexed frames)."""
+        exec_id = self.client.api.exec_create(
+            container.id,
+            command or SHELL,
+            tty=tty,
+            stdin=True,
+            environment=env,
+            workdir=WORKSPACE,
+        )["Id"]
+        stream = self.client.api.exec_start(exec_id, tty=tty, socket=True)
+        return exec_id, stream._sock
+
+    def exec_resize(self, exec_id: str, cols: int, rows: int) -> None:
+        with contextlib.suppress(APIError):
+            self.client.api.exec_resize(exec_id, height=rows, width=cols)
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        """The exec's exit code once it has ended (None while it runs, or unknown)."""
+        for _ in range(50):
+            state = self.client.api.exec_inspect(exec_id)
+            if not state.get("Running"):
+                return state.get("ExitCode")
+            time.sleep(0.02)
+        return None
+
+    def volume_path(self, instance: str) -> Path | None:
+        """Where the instance's volume lies on this host (None: no volume here)."""
+        try:
+            return Path(self.client.volumes.get(volume_name(instance)).attrs["Mountpoint"])
+        except NotFound:
+            return None
+
+    def container_address(self, container) -> str | None:
+        """The container's address on the engine's network (its ports are reached there)."""
+        settings = container.attrs.get("NetworkSettings") or {}
+        if settings.get("IPAddress"):
+            return settings["IPAddress"]
+        for network in (settings.get("Networks") or {}).values():
+            if network.get("IPAddress"):
+                return network["IPAddress"]
+        return None
 
     # --- logs and volumes -----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ async def _repeat(name: str, step, delay) -> None:
         await asyncio.sleep(delay())
 
 
-def lifespan(host: Host, sample_interval: float, reporter: Reporter | None):
+def lifespan(host: Host, sample_interval: float, reporter: Reporter | None, gateway=None):
     async def sample() -> None:
         await host.refresh()
         samples = host.poll()
@@ -43,9 +43,14 @@ def lifespan(host: Host, sample_interval: float, reporter: Reporter | None):
             loops.append(_repeat("sample push", reporter.push, reporter.push_delay))
             loops.append(_repeat("event push", reporter.push_events, reporter.event_delay))
         tasks = [asyncio.create_task(loop) for loop in loops]
+        if gateway is not None:
+            await gateway.start()
         try:
             yield
         finally:
+            if gateway is not None:
+                await gateway.stop()
+            await app.state.port_proxy.aclose()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

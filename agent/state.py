@@ -15,6 +15,7 @@ from agent.allocations import Allocation
 IDENTITY = "identity.json"
 ALLOCATIONS = "allocations.json"
 GPU_MODES = "gpu_modes.json"
+SSH_KEYS = "ssh_keys.json"
 
 
 class StateStore:
@@ -58,3 +59,9 @@ class StateStore:
 
     def save_gpu_modes(self, modes: dict[int, str]) -> None:
         self._write(GPU_MODES, {str(index): mode for index, mode in modes.items()})
+
+    def load_ssh_keys(self) -> dict[str, list[dict]]:
+        return self._read(SSH_KEYS) or {}
+
+    def save_ssh_keys(self, keys: dict[str, list[dict]]) -> None:
+        self._write(SSH_KEYS, keys)

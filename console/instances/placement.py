@@ -257,10 +257,15 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
         "image": image.reference,
         "command": instance.command or image.command or None,
         "env": {**image.env, **instance.env},
+        # what the kernel enforces; a spec without vCPUs or RAM (0) is not limited in that
         "resources": {
-            "vcpus": spec.vcpus,
-            "memory_mib": spec.ram_mib,
-            "pids": settings.INSTANCE_PIDS_LIMIT,
+            name: value
+            for name, value in (
+                ("vcpus", spec.vcpus),
+                ("memory_mib", spec.ram_mib),
+                ("pids", settings.INSTANCE_PIDS_LIMIT),
+            )
+            if value
         },
         "volume": {"name": volume_name(instance.pk), "size_gib": instance.disk_gib},
         "labels": {
