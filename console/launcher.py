@@ -101,6 +101,7 @@ def main() -> int:
             processes.agent_cmd(
                 url, state_dir, listen, join_token=token, hostname=hostname, region=REGION,
                 gpus=gpus, model=model, mode=mode, runtime=runtime, engine_url=engine_url,
+                ssh_listen=f"127.0.0.1:{processes.free_port()}",
             ),
         )  # fmt: skip
 

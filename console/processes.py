@@ -75,6 +75,7 @@ def agent_cmd(
     mode: str,
     runtime: str = "sim",
     engine_url: str | None = None,
+    ssh_listen: str = "off",
     sample_interval: float = 1.0,
     heartbeat_interval: float = 5.0,
 ) -> list[str]:
@@ -83,7 +84,7 @@ def agent_cmd(
         "--listen", listen, "--hostname", hostname, "--region", region,
         "--backend", "sim", "--gpus", str(gpus), "--model", model, "--mode", mode,
         "--runtime", runtime, "--sample-interval", str(sample_interval),
-        "--heartbeat-interval", str(heartbeat_interval),
+        "--heartbeat-interval", str(heartbeat_interval), "--ssh-listen", ssh_listen,
     ]  # fmt: skip
     if join_token:
         cmd += ["--join-token", join_token]

@@ -134,6 +134,7 @@ class Stack:
             mode=mode,
             runtime=runtime,
             engine_url=engine_url,
+            ssh_listen=f"127.0.0.1:{processes.free_port()}",
             sample_interval=sample_interval,
             heartbeat_interval=heartbeat_interval,
         )

@@ -58,6 +58,8 @@ class Agent:
             "0.2",
             "--heartbeat-interval",
             "0.5",
+            "--ssh-listen",
+            f"127.0.0.1:{free_port()}",
             *args,
         ]
         if secret:
