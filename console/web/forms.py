@@ -1,20 +1,25 @@
 from django import forms
-from django.contrib.auth import get_user_model
 
 from accounts.roles import Role
 
 
-class AddMemberForm(forms.Form):
-    username = forms.CharField(max_length=150)
+class InviteForm(forms.Form):
+    email = forms.EmailField(max_length=254)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
-    def clean_username(self):
-        username = self.cleaned_data["username"].strip()
-        user = get_user_model().objects.filter(username=username, is_active=True).first()
-        if user is None:
-            raise forms.ValidationError(f"No user named {username!r}.")
-        self.cleaned_data["user"] = user
-        return username
+
+class SignUpForm(forms.Form):
+    """An account for an invited address; the address is the invitation's."""
+
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(widget=forms.PasswordInput, strip=False)
+    password_again = forms.CharField(widget=forms.PasswordInput, strip=False)
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("password") != cleaned.get("password_again"):
+            self.add_error("password_again", "The two passwords differ.")
+        return cleaned
 
 
 class SwitchTenantForm(forms.Form):

@@ -17,6 +17,12 @@ urlpatterns = [
     path("members/", views.members, name="members"),
     path("members/<int:pk>/role/", views.member_role, name="member-role"),
     path("members/<int:pk>/remove/", views.member_remove, name="member-remove"),
+    path(
+        "members/invitations/<int:pk>/revoke/",
+        views.invitation_revoke,
+        name="invitation-revoke",
+    ),
+    path("invitations/<str:token>/", views.invitation, name="invitation"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
 ]

@@ -1,20 +1,23 @@
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.contrib.auth import login
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounts import services
-from accounts.models import ApiToken, Membership
+from accounts import invitations, services
+from accounts.models import ApiToken, Invitation, Membership
 from accounts.roles import MANAGE, Role
 from accounts.tenancy import switch_tenant
 from console.instances.models import Instance, State
 from console.instances.quota import usage
 from console.web.access import tenant_view
-from console.web.forms import AddMemberForm, RoleForm, SwitchTenantForm, TokenForm
+from console.web.forms import InviteForm, RoleForm, SignUpForm, SwitchTenantForm, TokenForm
 
 NEW_TOKEN_KEY = "new_api_token"  # noqa: S105 - a session key, not a secret
 
@@ -68,26 +71,96 @@ def switch(request):
 
 @tenant_view(write_needed=MANAGE)
 def members(request):
+    """Lists members and open invitations; a POST invites an email address. The answer is the
+    same whether or not the address has an account."""
     tenant = request.membership.tenant
-    form = AddMemberForm(request.POST or None)
+    form = InviteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        email, role = form.cleaned_data["email"], form.cleaned_data["role"]
         try:
-            services.add_member(tenant, form.cleaned_data["user"], form.cleaned_data["role"])
+            invitations.invite(
+                request.membership,
+                email,
+                role,
+                lambda raw: request.build_absolute_uri(reverse("invitation", args=[raw])),
+            )
         except ValidationError as error:
-            messages.error(request, _error_text(error))
+            form.add_error(None, error)
         else:
-            messages.success(request, f"{form.cleaned_data['username']} added.")
+            messages.success(request, f"Invitation to join as {role} sent to {email}.")
             return redirect("members")
+    can_manage = request.membership.can(MANAGE)
     return render(
         request,
         "web/members.html",
         {
             "form": form,
             "memberships": Membership.objects.filter(tenant=tenant).select_related("user"),
+            "invitations": invitations.pending(tenant) if can_manage else [],
             "roles": Role.choices,
-            "can_manage": request.membership.can(MANAGE),
+            "can_manage": can_manage,
         },
     )
+
+
+@require_POST
+@tenant_view(MANAGE)
+def invitation_revoke(request, pk):
+    invitation = get_object_or_404(Invitation, pk=pk, tenant=request.membership.tenant)
+    invitations.revoke(invitation)
+    messages.success(request, f"Invitation of {invitation.email} revoked.")
+    return redirect("members")
+
+
+def invitation(request, token):
+    """The link of an invitation email: a signed-in user with the invited address accepts
+    with one click; a signed-out visitor signs in, or signs up when no account has it."""
+    found = invitations.find(token)
+    if found is None:
+        return render(request, "web/invitation.html", {"state": "unknown"}, status=404)
+    context = {"invitation": found, "state": found.state}
+    if found.state != "pending":
+        return render(request, "web/invitation.html", context, status=410)
+    if request.user.is_authenticated:
+        return _accept_invitation(request, found, context)
+    if invitations.has_account(found):
+        login_url = f"{reverse('login')}?{urlencode({'next': request.path})}"
+        return render(
+            request, "web/invitation.html", {**context, "state": "sign_in", "login_url": login_url}
+        )
+    form = SignUpForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            membership = invitations.sign_up(
+                found, form.cleaned_data["username"], form.cleaned_data["password"]
+            )
+        except ValidationError as error:
+            form.add_error(None, error)
+        else:
+            login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")
+            return _joined(request, membership)
+    return render(request, "web/invitation.html", {**context, "state": "sign_up", "form": form})
+
+
+def _accept_invitation(request, found, context):
+    if not invitations.is_for(found, request.user):
+        return render(
+            request, "web/invitation.html", {**context, "state": "other_user"}, status=403
+        )
+    if request.method == "POST":
+        try:
+            membership = invitations.accept(found, request.user)
+        except ValidationError as error:
+            context["error"] = _error_text(error)
+        else:
+            return _joined(request, membership)
+    return render(request, "web/invitation.html", {**context, "state": "accept"})
+
+
+def _joined(request, membership):
+    switch_tenant(request, membership.tenant_id)
+    messages.success(request, f"You joined {membership.tenant.name} as {membership.role}.")
+    return redirect("dashboard")
 
 
 @require_POST

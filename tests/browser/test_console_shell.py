@@ -40,6 +40,6 @@ def test_viewer_sees_refusal_message(page, live_server, tenant, make_member):
     make_member(tenant, Role.VIEWER, username="vic")
     sign_in(page, live_server.url, "vic")
     page.goto(f"{live_server.url}/members/")
-    expect(page.locator("text=Add a member")).to_have_count(0)
+    expect(page.locator("text=Invite a member")).to_have_count(0)
     page.goto(f"{live_server.url}/tokens/")
     expect(page.locator("text=New token")).to_have_count(0)
