@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
-from accounts import services
-from accounts.models import ApiToken, Membership, Quota, Tenant
+from accounts import invitations, services
+from accounts.models import ApiToken, Invitation, Membership, Quota, Tenant
 
 
 class QuotaInline(admin.StackedInline):
@@ -89,3 +89,21 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset:
             services.revoke_token(token)
         self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    list_display = ["email", "tenant", "role", "state", "invited_by", "created_at", "expires_at"]
+    list_filter = ["tenant", "role"]
+    search_fields = ["email", "tenant__slug"]
+    readonly_fields = [field.name for field in Invitation._meta.fields if field.name != "id"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False  # sent by tenant admins from the Members page, the link only to the address
+
+    @admin.action(description="Revoke selected invitations")
+    def revoke(self, request, queryset):
+        for invitation in queryset:
+            invitations.revoke(invitation)
+        self.message_user(request, f"Revoked {queryset.count()} invitation(s).", messages.SUCCESS)

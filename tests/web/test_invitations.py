@@ -207,3 +207,17 @@ def test_viewers_do_not_see_open_invitations(client, tenant, make_member, invite
     page = login(client, make_member(tenant, Role.VIEWER)).get("/members/")
     assert b"erin@example.com" not in page.content
     assert b"Invite a member" not in page.content
+
+
+def test_operators_list_and_revoke_invitations_in_the_admin(admin_client, invited):
+    invitation, link = invited
+    listed = admin_client.get("/admin/accounts/invitation/")
+    assert b"erin@example.com" in listed.content
+    assert b"pending" in listed.content
+    admin_client.post(
+        "/admin/accounts/invitation/",
+        {"action": "revoke", "_selected_action": [invitation.pk]},
+    )
+    invitation.refresh_from_db()
+    assert invitation.state == "revoked"
+    assert admin_client.get("/admin/accounts/invitation/add/").status_code == 403
