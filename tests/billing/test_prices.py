@@ -127,3 +127,14 @@ def test_the_admin_creates_a_spec_with_its_price_and_only_adds_points(world, cli
     assert missing.status_code == 200 and b"price_per_hour" in missing.content
     change = client.get(f"/admin/catalog/spec/{spec.pk}/change/").content.decode()
     assert 'name="price_per_hour"' not in change  # later prices are added as points
+    assert 'name="prices-0-price_per_hour"' not in change  # the first one is read only
+    first = spec.prices.get()
+    point = {
+        "prices-TOTAL_FORMS": 2, "prices-INITIAL_FORMS": 1, "prices-0-id": first.pk,
+        "prices-0-spec": spec.pk, "prices-1-spec": spec.pk, "prices-1-price_per_hour": "2.5",
+        "prices-1-effective_from_0": "2099-01-01", "prices-1-effective_from_1": "00:00:00",
+    }  # fmt: skip
+    response = client.post(f"/admin/catalog/spec/{spec.pk}/change/", {**form, **point})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert [p.price_per_hour for p in spec.price_points()] == [Decimal("1.75"), Decimal("2.5")]
+    assert spec.next_price_change().effective_from == at(2099, 1, 1)
