@@ -400,12 +400,26 @@ class Host:
         """Read a sample of every GPU, MIG device and running allocation, and act on what it
         shows: workloads that exited, GPUs that were lost, GPU memory caps exceeded. Each
         change is an event for the console."""
-        allocations = list(self.allocations.values())
-        samples = self.backend.sample(allocations)
-        lost = self.backend.lost_gpus()
+        samples = self.backend.sample(list(self.allocations.values()))
         over_cap = {s["allocation"] for s in samples if s["kind"] == "allocation" and _over_cap(s)}
+        self._act(self.backend.lost_gpus(), over_cap)
+        return samples
+
+    async def watch_exits(self) -> None:
+        """Act on a workload's exit as soon as the runtime tells of one, not at the next
+        sampling round (the oci runtime follows the engine's events)."""
+        exited = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.runtime.watch(lambda: loop.call_soon_threadsafe(exited.set))
+        while True:
+            await exited.wait()
+            exited.clear()
+            if await self.refresh():
+                self._act(set(), set())
+
+    def _act(self, lost: set[int], over_cap: set[str]) -> None:
         changed = []
-        for alloc in allocations:
+        for alloc in list(self.allocations.values()):
             if alloc.state != "running" or alloc.id in self._locks:
                 continue
             ended = self.runtime.exit_status(alloc)
@@ -424,4 +438,3 @@ class Host:
             self._save()
             for alloc in changed:
                 self._emit(alloc)
-        return samples

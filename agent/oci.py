@@ -337,6 +337,23 @@ class OciRuntime:
             for alloc_id in running:
                 self._states[alloc_id] = seen.get(alloc_id, {"Status": "missing"})
 
+    def watch(self, on_exit) -> None:
+        """Call `on_exit()` (from a thread of its own) whenever one of our containers dies,
+        following the engine's event stream; reconnect when the engine goes away."""
+
+        def follow() -> None:
+            while True:
+                try:
+                    for event in self.client.events(decode=True):
+                        attributes = (event.get("Actor") or {}).get("Attributes") or {}
+                        if event.get("Action") == "die" and LABEL_ALLOCATION in attributes:
+                            on_exit()
+                except Exception as exc:  # the engine restarted or went away: follow again
+                    log.warning("engine events: %s; following again in 1 s", exc)
+                time.sleep(1)
+
+        threading.Thread(target=follow, name="engine-events", daemon=True).start()
+
     def exit_status(self, alloc: Allocation) -> Exit | None:
         """How the workload ended, or None while it runs (as last refreshed)."""
         with self._lock:

@@ -100,6 +100,10 @@ class SimRuntime:
     def refresh(self, allocations: list[Allocation]) -> None:
         return None
 
+    def watch(self, on_exit) -> None:
+        """Exits are seen by polling: nothing to follow."""
+        return None
+
     def exit_status(self, alloc: Allocation) -> Exit | None:
         return None
 
@@ -166,6 +170,10 @@ class ProcessRuntime:
         return stat is not None and stat.session == alloc.pid
 
     def refresh(self, allocations: list[Allocation]) -> None:
+        return None
+
+    def watch(self, on_exit) -> None:
+        """Exits are seen by polling: nothing to follow."""
         return None
 
     def exit_status(self, alloc: Allocation) -> Exit | None:

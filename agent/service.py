@@ -35,7 +35,7 @@ def lifespan(host: Host, sample_interval: float, reporter: Reporter | None, gate
 
     @contextlib.asynccontextmanager
     async def run(app):
-        loops = [_repeat("sampling", sample, lambda: sample_interval)]
+        loops = [_repeat("sampling", sample, lambda: sample_interval), host.watch_exits()]
         if reporter:
             loops.append(
                 _repeat("heartbeat", reporter.heartbeat, lambda: reporter.heartbeat_interval)
