@@ -144,6 +144,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["probe"]:  # read-only report of this host: agent/probe.py
+        from agent.probe import main as probe
+
+        sys.exit(probe(words[1:]))
     args = _parse(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -71,16 +71,30 @@ MODELS = {
 MEMORY_TOLERANCE_MIB = 8192
 
 
+def _memory_gb(model: GpuModel) -> int:
+    """The memory size a model's marketing name states ("80GB"), from its key or its memory."""
+    match = re.search(r"(\d+)gb$", model.key)
+    return int(match.group(1)) if match else round(model.memory_mib / 1024)
+
+
 def model_key(name: str, memory_mib: int | None) -> str:
-    """The catalog key of a real GPU from its NVML name and memory, else a slug of its name."""
-    words = set(re.split(r"[^a-z0-9]+", name.lower()))
-    for model in MODELS.values():
-        close = (
-            memory_mib is not None and abs(memory_mib - model.memory_mib) <= MEMORY_TOLERANCE_MIB
-        )
-        if model.family in words and close:
+    """The catalog key of a real GPU from its NVML name and memory, else a slug of its name.
+
+    With its memory unknown (NVML refuses a MIG-enabled GPU's memory to an unprivileged
+    process) the name alone decides: a model of the family whose size the name states, or the
+    only model of the family when the name states none ("NVIDIA H200")."""
+    lowered = name.lower()
+    words = set(re.split(r"[^a-z0-9]+", lowered))
+    family = [model for model in MODELS.values() if model.family in words]
+    for model in family:
+        if memory_mib is not None and abs(memory_mib - model.memory_mib) <= MEMORY_TOLERANCE_MIB:
             return model.key
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("nvidia ")).strip("-")
+    if memory_mib is None:
+        sizes = {int(size) for size in re.findall(r"(\d+)\s*gb", lowered)}
+        named = [model for model in family if not sizes or _memory_gb(model) in sizes]
+        if len(named) == 1:
+            return named[0].key
+    slug = re.sub(r"[^a-z0-9]+", "-", lowered.removeprefix("nvidia ")).strip("-")
     return slug or "unknown"
 
 

@@ -4,7 +4,7 @@
   "use strict";
   const root = document.querySelector("[data-metrics-host]");
   if (!root) return;
-  const { CHARTS, COLORS, LIVE_SECONDS, layout, CONFIG, connect, dates, rangeButtons } = window.GpuMetrics;
+  const { CHARTS, COLORS, LIVE_SECONDS, layout, CONFIG, connect, dates, rangeButtons, hasValue, availability } = window.GpuMetrics;
   const status = root.querySelector("[data-metrics-status]");
   const gpus = (root.dataset.gpus || "").split(",").filter((s) => s !== "").map(Number);
   const divs = {};
@@ -26,6 +26,7 @@
       look.showlegend = true;
       look.legend = { orientation: "h", y: -0.2 };
       look.height = 240;
+      availability(div, traces.some((t) => t.x.length), traces.some((t) => hasValue(t.y)), look);
       Plotly.react(div, traces, look, CONFIG);
     }
     for (const index of gpus) {
@@ -63,6 +64,8 @@
       for (const [key, div] of Object.entries(divs)) {
         if (keep === undefined) Plotly.extendTraces(div, { x, y: [[s[key]]] }, [n]);
         else Plotly.extendTraces(div, { x, y: [[s[key]]] }, [n], keep);
+        const valued = div.data.some((t) => hasValue(t.y));
+        if (div.dataset.unavailable !== String(!valued)) availability(div, true, valued);
       }
     }
     root.dataset.points = String([...kept.values()].reduce((n, ts) => n + ts.length, 0));

@@ -34,6 +34,23 @@
 
   const CONFIG = { displayModeBar: false, responsive: true };
 
+  // A chart with samples but no value in them (NVML has no utilization for a MIG device, say)
+  // says "not available" rather than showing an empty or flat chart.
+  const NOT_AVAILABLE = [{ text: "not available", xref: "paper", yref: "paper", x: 0.5, y: 0.5,
+    showarrow: false, font: { size: 13, color: "#64748b" } }];
+
+  function hasValue(values) {
+    return (values || []).some((v) => v !== null && v !== undefined);
+  }
+
+  // Show or clear a chart's "not available" note; `look` is a layout about to be drawn.
+  function availability(div, samples, valued, look) {
+    const missing = samples && !valued;
+    div.dataset.unavailable = String(missing);
+    if (look) look.annotations = missing ? NOT_AVAILABLE : [];
+    else Plotly.relayout(div, { annotations: missing ? NOT_AVAILABLE : [] });
+  }
+
   // A socket that comes back after a drop (1 s, 2 s, … up to 15 s), unless it was refused.
   function connect(path, { onMessage, onStatus }) {
     let delay = 1000;
@@ -108,7 +125,9 @@
       this.ts = (data.ts || []).slice();
       this.lastTs = this.ts.length ? this.ts[this.ts.length - 1] : -Infinity;
       for (const [key, div] of Object.entries(this.divs)) {
-        Plotly.react(div, this.traces(key, data), layout(key), CONFIG);
+        const look = layout(key);
+        availability(div, this.ts.length > 0, hasValue(data[key]), look);
+        Plotly.react(div, this.traces(key, data), look, CONFIG);
       }
       this.mark();
     }
@@ -142,6 +161,8 @@
         }
         if (keep === undefined) Plotly.extendTraces(div, update, indices);
         else Plotly.extendTraces(div, update, indices, keep);
+        const valued = hasValue(div.data[0].y);
+        if (div.dataset.unavailable !== String(!valued)) availability(div, true, valued);
       }
       this.mark();
     }
@@ -198,7 +219,7 @@
     return data;
   }
 
-  window.GpuMetrics = { CHARTS, COLORS, LIVE_SECONDS, layout, CONFIG, connect, dates, rangeButtons, wsUrl };
+  window.GpuMetrics = { CHARTS, COLORS, LIVE_SECONDS, layout, CONFIG, connect, dates, rangeButtons, wsUrl, hasValue, availability };
 
   function start() {
     document.querySelectorAll("[data-metrics-instance]").forEach((root) => {

@@ -24,3 +24,30 @@ def start_agent(tmp_path):
         agent.kill()
         agent.reap_workloads()
         agent.client.close()
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    """make([gpu dicts], modes=None, manage_mig=False, **backend options) -> (fake, backend):
+    an NvmlBackend on tests.agent.fake_nvml (root unless `access` says otherwise, no DCGM)."""
+    from agent.backends import nvml as nvml_backend
+    from agent.nvml_access import MigAccess
+    from tests.agent.fake_nvml import FakeNvml
+
+    backends = []
+
+    def make(gpus, modes=None, manage_mig=False, **options):
+        fake = FakeNvml(gpus)
+        monkeypatch.setattr(nvml_backend, "pynvml", fake.module)
+        options.setdefault("dcgm", None)
+        options.setdefault(
+            "access", MigAccess(root=True, cap_sys_admin=True, config=None, monitor=None)
+        )
+        backend = nvml_backend.NvmlBackend(modes, manage_mig, **options)
+        backend.release_pause = 0
+        backends.append(backend)
+        return fake, backend
+
+    yield make
+    for backend in backends:
+        backend.close()

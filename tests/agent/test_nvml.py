@@ -1,45 +1,37 @@
-"""The nvml backend, against a fake pynvml module (there is no GPU here)."""
+"""The nvml backend against a fake pynvml that refuses where nvml.h does (there is no GPU
+here): inventory, health, per-field errors, samples, modes, and NVML calls off the event loop.
+MIG privileges, naming, creation and cleanup are in test_nvml_mig.py."""
 
 import asyncio
 import subprocess
+import threading
+import time
 
 import httpx
 import pynvml
 import pytest
 
 from agent.api import create_app
-from agent.backends import nvml as nvml_backend
-from agent.backends.nvml import NvmlBackend
 from agent.errors import ApiError
 from agent.host import Host
 from agent.models import mig_profiles
 from agent.runtime import SimRuntime
 from agent.state import StateStore
-from tests.agent.fake_nvml import MIB, FakeNvml, gpu, mig_device
+from tests.agent.fake_nvml import MIB, compute_instance, gpu, gpu_instance, mig_device
 
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
 
 
-@pytest.fixture
-def nvml(monkeypatch):
-    """make([gpu dicts], modes=None, manage_mig=False) -> (fake, backend)"""
-
-    def make(gpus, modes=None, manage_mig=False):
-        fake = FakeNvml(gpus)
-        monkeypatch.setattr(nvml_backend, "pynvml", fake.module)
-        return fake, NvmlBackend(modes, manage_mig)
-
-    return make
-
-
-def mig_a100(index: int) -> dict:
+def mig_a100(index: int, **fields) -> dict:
     return gpu(
         index,
         mig=(1, 1),
-        mig_devices=[
-            mig_device("MIG-aaaa", gi=1, start=0, size=4, slices=3, total_mib=40192),
-            mig_device("MIG-bbbb", gi=2, start=6, size=2, slices=1, total_mib=19968),
+        instances=[
+            mig_device("MIG-aaaa", gi=1, start=0, profile="3g.40gb"),
+            mig_device("MIG-bbbb", gi=2, start=6, profile="1g.20gb"),
         ],
+        **fields,
     )
 
 
@@ -66,8 +58,24 @@ def test_inventory_fields(nvml):
         "driver_version": "550.54.15",
         "cuda_version": "12.4",
         "mig_devices": [
-            {"uuid": "MIG-aaaa", "profile": "3g.40gb", "start": 0, "size": 4, "memory_mib": 40192},
-            {"uuid": "MIG-bbbb", "profile": "1g.20gb", "start": 6, "size": 2, "memory_mib": 19968},
+            {
+                "uuid": "MIG-aaaa",
+                "profile": "3g.40gb",
+                "start": 0,
+                "size": 4,
+                "memory_mib": 40192,
+                "gpu_instance_id": 1,
+                "compute_instance_id": 0,
+            },
+            {
+                "uuid": "MIG-bbbb",
+                "profile": "1g.20gb",
+                "start": 6,
+                "size": 2,
+                "memory_mib": 19968,
+                "gpu_instance_id": 2,
+                "compute_instance_id": 0,
+            },
         ],
     }
     assert (second["model"], second["mode"], second["memory_mib"]) == ("l4", "shared", 23034)
@@ -78,7 +86,7 @@ def test_inventory_fields(nvml):
 
 
 def test_lost_gpu_is_unhealthy_and_nothing_crashes(nvml):
-    gpus = [gpu(0, util=55), gpu(1), gpu(2, mig=(1, 1))]
+    gpus = [gpu(0, util=55), gpu(1), mig_a100(2)]
     fake, backend = nvml(gpus)
     backend.gpus()
     gpus[1]["lost"] = True  # falls off the bus after the agent saw it
@@ -107,11 +115,62 @@ def test_a_gpu_lost_from_the_start_still_gets_an_entry(nvml):
     assert fine["healthy"] is True
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        pynvml.NVML_ERROR_GPU_IS_LOST,
+        pynvml.NVML_ERROR_RESET_REQUIRED,
+        pynvml.NVML_ERROR_UNINITIALIZED,
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    ],
+)
+def test_only_the_errors_that_mean_a_failed_gpu_fail_it(nvml, code):
+    gpus = [gpu(0)]
+    _, backend = nvml(gpus)
+    backend.gpus()
+    gpus[0]["errors"] = {"nvmlDeviceGetPowerUsage": code}
+    [sample] = backend.sample([])
+    assert sample["healthy"] is False and sample["temperature_c"] is None
+    assert backend.gpus()[0]["healthy"] is True  # the inventory reads no power
+
+
+@pytest.mark.parametrize(
+    "code", [UNKNOWN, pynvml.NVML_ERROR_TIMEOUT, pynvml.NVML_ERROR_NO_PERMISSION, NOT_SUPPORTED]
+)
+def test_any_other_error_nulls_only_its_field(nvml, code):
+    """NVML_ERROR_UNKNOWN on the power reading: no power, the rest of the sample, and a GPU
+    that stays healthy sample after sample."""
+    _, backend = nvml([gpu(0, util=40, errors={"nvmlDeviceGetPowerUsage": code})])
+    for _ in range(3):
+        [sample] = backend.sample([])
+        assert sample["healthy"] is True
+        assert sample["power_w"] is None
+        read = (sample["gpu_util"], sample["temperature_c"], sample["sm_clock_mhz"])
+        assert read == (40, 31, 210)
+        assert backend.gpus()[0]["healthy"] is True
+    assert backend.lost_gpus() == set()
+
+
+def test_an_unknown_error_on_identity_reads_keeps_the_gpu(nvml):
+    gpus = [gpu(0)]
+    _, backend = nvml(gpus)
+    backend.gpus()
+    gpus[0]["errors"] = {
+        "nvmlDeviceGetUUID": UNKNOWN,
+        "nvmlDeviceGetName": UNKNOWN,
+        "nvmlDeviceGetPciInfo": UNKNOWN,
+    }
+    [entry] = backend.gpus()
+    assert entry["healthy"] is True
+    assert entry["uuid"] == gpus[0]["uuid"] and entry["name"] == "NVIDIA A100-SXM4-80GB"
+    assert entry["pci_bus_id"] == "00000000:07:00.0"
+
+
 def test_unsupported_fields_are_null(nvml):
     errors = {
         name: NOT_SUPPORTED
         for name in (
-            "nvmlDeviceGetTemperature",
+            "nvmlDeviceGetTemperatureV",
             "nvmlDeviceGetPowerUsage",
             "nvmlDeviceGetClockInfo",
             "nvmlDeviceGetTotalEccErrors",
@@ -131,15 +190,24 @@ def test_unsupported_fields_are_null(nvml):
     for field in ("gpu_util", "temperature_c", "power_w", "sm_clock_mhz", "ecc_errors"):
         assert sample[field] is None, field
     assert sample["processes"] == []
+    assert backend.readings[0]["nvmlDeviceGetPowerUsage"] == "unsupported"
+    assert backend.readings[0]["nvmlDeviceGetMemoryInfo"] == "ok"
 
 
-def test_mig_placement_needing_privileges_is_null(nvml):
-    device = mig_a100(0)
-    device["errors"] = {"nvmlDeviceGetGpuInstanceById": pynvml.NVML_ERROR_NO_PERMISSION}
-    _, backend = nvml([device])
-    first = backend.gpus()[0]["mig_devices"][0]
-    assert (first["start"], first["size"], first["memory_mib"]) == (None, None, 40192)
-    assert first["profile"] == "3g.39gb"  # named from its attributes
+def test_temperature_is_read_with_the_versioned_call(nvml):
+    fake, backend = nvml([gpu(0, temp=57)])
+    assert backend.sample([])[0]["temperature_c"] == 57
+    assert "nvmlDeviceGetTemperatureV" in fake.calls
+    assert "nvmlDeviceGetTemperature" not in fake.calls
+
+
+@pytest.mark.parametrize(
+    "code", [pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH]
+)
+def test_temperature_falls_back_on_drivers_without_the_versioned_call(nvml, code):
+    fake, backend = nvml([gpu(0, temp=57, errors={"nvmlDeviceGetTemperatureV": code})])
+    assert backend.sample([])[0]["temperature_c"] == 57
+    assert "nvmlDeviceGetTemperature" in fake.calls
 
 
 def test_ecc_errors_make_the_gpu_unhealthy(nvml):
@@ -147,6 +215,20 @@ def test_ecc_errors_make_the_gpu_unhealthy(nvml):
     [entry] = backend.gpus()
     assert entry["healthy"] is False and entry["health_reason"].startswith("ecc")
     assert backend.sample([])[0]["ecc_errors"] == 2
+
+
+def test_ecc_of_a_mig_gpu_is_read_per_mig_device(nvml):
+    """nvml.h: volatile ECC counts of a MIG-enabled GPU come only from its MIG devices."""
+    device = mig_a100(0)
+    device["instances"][1]["cis"][0]["ecc"] = 3
+    _, backend = nvml([device])
+    [entry] = backend.gpus()
+    assert entry["healthy"] is False and entry["health_reason"].startswith("ecc: 3")
+    samples = backend.sample([])
+    assert _gpu_sample(samples, 0)["ecc_errors"] == 3
+    by_uuid = {s["mig_uuid"]: s for s in samples if s["kind"] == "mig"}
+    assert by_uuid["MIG-bbbb"]["ecc_errors"] == 3 and by_uuid["MIG-bbbb"]["healthy"] is False
+    assert by_uuid["MIG-aaaa"]["ecc_errors"] == 0
 
 
 @pytest.fixture
@@ -170,8 +252,8 @@ def test_samples_of_gpus_mig_devices_and_allocations(nvml, tmp_path, workload):
         processes=[(me, 3000 * MIB), (1, 6000 * MIB)],
         proc_util=[(me, 20), (1, 40)],
     )
-    mig = mig_a100(0)
-    mig["mig_devices"][0].update(used=1234 * MIB, processes=[(me, 1234 * MIB)])
+    mig = mig_a100(0, temp=45, power_mw=120000, sm=1200)
+    mig["instances"][0]["cis"][0].update(used=1234 * MIB, processes=[(me, 1234 * MIB)])
     fake, backend = nvml(
         [mig, shared_gpu, gpu(2, util=90, used=70000 * MIB)], modes=["mig", "shared", "whole"]
     )
@@ -196,12 +278,28 @@ def test_samples_of_gpus_mig_devices_and_allocations(nvml, tmp_path, workload):
     device = next(s for s in samples if s["kind"] == "mig" and s["mig_uuid"] == "MIG-aaaa")
     assert (device["mem_used_mib"], device["mem_total_mib"]) == (1234, 40192)
     assert device["processes"] == [{"pid": me, "used_mib": 1234}]
+    # the GPU's temperature, power and clock: NVML reads none of them per MIG device
+    assert (device["temperature_c"], device["power_w"], device["sm_clock_mhz"]) == (45, 120.0, 1200)
+    assert device["gpu_util"] is None  # no DCGM here: not available, not 0
+    assert _gpu_sample(samples, 0)["gpu_util"] is None  # NOT_SUPPORTED on a MIG-enabled GPU
     mig_alloc = next(s for s in samples if s["allocation"] == "m")
     assert mig_alloc["mig_uuid"] == "MIG-aaaa" and mig_alloc["mem_used_mib"] == 1234
+    assert mig_alloc["temperature_c"] == 45
     whole = next(s for s in samples if s["allocation"] == "w")
     assert (whole["gpu_util"], whole["mem_used_mib"]) == (90, 70000)
     assert all(a.state == "running" for a in host.allocations.values())
     assert fake.mutating_calls() == []
+
+
+def test_mig_utilization_comes_from_dcgm(nvml):
+    class Dcgm:
+        def read(self):
+            return {(0, 1): 73.5}
+
+    _, backend = nvml([mig_a100(0)], dcgm=Dcgm())
+    by_uuid = {s["mig_uuid"]: s for s in backend.sample([]) if s["kind"] == "mig"}
+    assert by_uuid["MIG-aaaa"]["gpu_util"] == 73.5
+    assert by_uuid["MIG-bbbb"]["gpu_util"] is None  # DCGM has no value for it: not 0
 
 
 def test_read_only_without_manage_mig(nvml):
@@ -214,24 +312,7 @@ def test_read_only_without_manage_mig(nvml):
     backend.release_mig(0, "MIG-aaaa")
     backend.sample([])
     assert fake.mutating_calls() == []
-    assert len(fake.gpus[0]["mig_devices"]) == 2
-
-
-def test_manage_mig_creates_and_destroys_gpu_instances(nvml):
-    fake, backend = nvml([mig_a100(0)], manage_mig=True)
-    profile = mig_profiles("a100-80gb")["1g.10gb"]
-    created = backend.ensure_mig(0, profile, 4)
-    assert created == "MIG-created-3"
-    device = fake.gpus[0]["mig_devices"][-1]
-    assert (device["start"], device["size"], device["slices"]) == (4, 1, 1)
-    assert device["ci_profile"] == pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE
-    assert backend.ensure_mig(0, profile, 4) == created  # already there: not created twice
-    assert fake.mutating_calls() == [
-        "nvmlDeviceCreateGpuInstanceWithPlacement",
-        "nvmlGpuInstanceCreateComputeInstance",
-    ]
-    backend.release_mig(0, created)
-    assert [d["uuid"] for d in fake.gpus[0]["mig_devices"]] == ["MIG-aaaa", "MIG-bbbb"]
+    assert len(fake.gpus[0]["instances"]) == 2
 
 
 def test_api_on_nvml_has_no_fault_injection(nvml, tmp_path):
@@ -266,3 +347,57 @@ def test_modes_of_gpus_without_mig_are_chosen_but_mig_mode_is_never_changed(nvml
         assert "never changes MIG mode" in refused.value.detail
     assert [g["mode"] for g in backend.gpus()] == ["mig", "shared"]
     assert fake.mutating_calls() == []
+
+
+def test_a_hung_driver_does_not_stall_the_agent(nvml, tmp_path):
+    """NVML runs on a worker thread: a call that hangs costs one timeout, then every call
+    answers at once (GPUs unhealthy, "nvml_hung") until the driver answers again."""
+    gpus = [gpu(0, util=30), mig_a100(1)]
+    fake, backend = nvml(gpus, timeout=0.2)
+    host = Host("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
+    asyncio.run(host.put("w", {"mode": "whole", "gpus": [0]}))
+    fake.stall = threading.Event()
+    try:
+        started = time.monotonic()
+        inventory = backend.gpus()
+        assert time.monotonic() - started < 2
+        assert [g["healthy"] for g in inventory] == [False, False]
+        assert inventory[0]["health_reason"].startswith("nvml_hung")
+        assert inventory[0]["uuid"] == gpus[0]["uuid"]  # still known by its last identity
+
+        started = time.monotonic()
+        samples = host.poll()
+        assert host.inventory()["gpus"][1]["health_reason"].startswith("nvml_hung")
+        assert time.monotonic() - started < 0.2  # the stuck call is not waited for again
+        assert [s["healthy"] for s in samples if s["kind"] == "gpu"] == [False, False]
+        assert next(s for s in samples if s["allocation"] == "w")["gpu_util"] is None
+        assert host.allocations["w"].state == "running"  # a hung driver is not a lost GPU
+        with pytest.raises(ApiError) as refused:
+            backend.ensure_mig(1, mig_profiles("a100-80gb")["1g.10gb"], 0)
+        assert (refused.value.status, refused.value.code) == (503, "nvml_hung")
+    finally:
+        fake.stall.set()
+    fake.stall = None
+    time.sleep(0.05)
+    assert [g["healthy"] for g in backend.gpus()] == [True, True]
+    assert _gpu_sample(backend.sample([]), 0)["gpu_util"] == 30
+
+
+def test_cis_of_a_gpu_are_found_whatever_their_order(nvml):
+    """Compute instances listed after one another under one GPU instance, then another."""
+    instances = [
+        gpu_instance(
+            3,
+            "3g.40gb",
+            4,
+            [compute_instance("MIG-c1", 0, slices=1), compute_instance("MIG-c2", 1, slices=2)],
+        ),
+        mig_device("MIG-whole", gi=1, start=0, profile="4g.40gb"),
+    ]
+    _, backend = nvml([gpu(0, mig=(1, 1), instances=instances)])
+    devices = backend.gpus()[0]["mig_devices"]
+    assert [(d["uuid"], d["profile"], d["start"]) for d in devices] == [
+        ("MIG-c1", "1c.3g.40gb", 4),
+        ("MIG-c2", "2c.3g.40gb", 4),
+        ("MIG-whole", "4g.40gb", 0),
+    ]
