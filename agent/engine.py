@@ -3,6 +3,7 @@ demo, the tests, a single GPU host): `podman system service` on a socket of our 
 settings this project ships, and the small demo image built from busybox (no registry needed).
 """
 
+import hashlib
 import io
 import os
 import shutil
@@ -116,12 +117,23 @@ def _demo_tar(busybox: Path) -> bytes:
     return buffer.getvalue()
 
 
+def _demo_version() -> str:
+    """What the demo image is made of: a new recipe builds it anew."""
+    return hashlib.sha256(f"{DEMO_COMMAND} {DEMO_APPLETS}".encode()).hexdigest()[:12]
+
+
 def build_demo_image(reference: str = DEMO_IMAGE, storage: Path | None = None) -> bool:
-    """Build the demo image from the host's static busybox unless it exists; answer whether
-    it was built now."""
+    """Build the demo image from the host's static busybox unless this recipe's is there;
+    answer whether it was built now."""
     env = podman_env()
-    exists = subprocess.run(podman_command(storage, "image", "exists", reference), env=env)
-    if exists.returncode == 0:
+    label = '{{index .Config.Labels "gpucloud.demo"}}'
+    found = subprocess.run(
+        podman_command(storage, "image", "inspect", "--format", label, reference),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode == 0 and found.stdout.strip() == _demo_version():
         return False
     busybox = shutil.which("busybox")
     if busybox is None:
@@ -134,6 +146,8 @@ def build_demo_image(reference: str = DEMO_IMAGE, storage: Path | None = None) -
             f"CMD {DEMO_COMMAND}",
             "--change",
             "ENV PATH=/bin",
+            "--change",
+            f"LABEL gpucloud.demo={_demo_version()}",
             "-",
             reference,
         ),

@@ -190,10 +190,17 @@ class OciRuntime:
     # --- containers -----------------------------------------------------------------------
 
     def _find(self, alloc: Allocation):
-        found = self.client.containers.list(
-            all=True, filters={"label": f"{LABEL_ALLOCATION}={alloc.id}"}
+        """The allocation's container (inspected), or None."""
+        listed = self.client.containers.list(
+            all=True, sparse=True, filters={"label": f"{LABEL_ALLOCATION}={alloc.id}"}
         )
-        return found[0] if found else None
+        for container in listed:
+            try:
+                container.reload()
+            except NotFound:  # removed between the listing and now
+                continue
+            return container
+        return None
 
     def _devices(self, alloc: Allocation) -> list[str]:
         """The CDI names of the allocation's GPUs: the MIG device, or the whole GPUs."""
@@ -319,20 +326,22 @@ class OciRuntime:
         running = {a.id for a in allocations if a.state == "running"}
         if not running:
             return
-        listed = self.client.containers.list(all=True, filters={"label": LABEL_ALLOCATION})
+        listed = self.client.containers.list(
+            all=True, sparse=True, filters={"label": LABEL_ALLOCATION}
+        )
         seen: dict[str, dict] = {}
         for container in listed:
-            alloc_id = container.labels.get(LABEL_ALLOCATION)
+            alloc_id = (container.attrs.get("Labels") or {}).get(LABEL_ALLOCATION)
             if alloc_id not in running:
                 continue
-            state = container.attrs.get("State")
-            if not isinstance(state, dict) or state.get("Status") != "running":
-                try:
-                    container.reload()
-                except NotFound:
-                    continue
-                state = container.attrs["State"]
-            seen[alloc_id] = state
+            if container.attrs.get("State") == "running":
+                seen[alloc_id] = {"Status": "running"}
+                continue
+            try:  # it stopped: how, and when
+                container.reload()
+            except NotFound:
+                continue
+            seen[alloc_id] = container.attrs["State"]
         with self._lock:
             for alloc_id in running:
                 self._states[alloc_id] = seen.get(alloc_id, {"Status": "missing"})
@@ -508,9 +517,10 @@ class OciRuntime:
         lines = tail_lines(self._log_file(instance), tail)
         for alloc in allocations:
             container = self._find(alloc)
-            if container is not None:
-                text = container.logs(stdout=True, stderr=True, tail=tail)
-                lines.extend(text.decode(errors="replace").splitlines())
+            with contextlib.suppress(NotFound):  # removed meanwhile: its output is kept above
+                if container is not None:
+                    text = container.logs(stdout=True, stderr=True, tail=tail)
+                    lines.extend(text.decode(errors="replace").splitlines())
         return list(lines)
 
     def delete_instance(self, instance: str) -> None:
