@@ -173,14 +173,12 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
     ]
     if host.backend.name == "sim":
         routes.append(Route("/v1/sim/faults", inject_fault, methods=["POST"]))
-    app = Starlette(
+    return Starlette(
         routes=routes,
         middleware=[Middleware(BearerAuth, secret=secret)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
-    app.state.port_proxy = proxy
-    return app
 
 
 def terminal(host: Host):

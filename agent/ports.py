@@ -36,7 +36,6 @@ CONNECT_SECONDS = 5.0
 class PortProxy:
     def __init__(self, host):
         self.host = host
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_SECONDS))
 
     async def _address(self, instance: str, port: int) -> str:
         if not 1 <= port <= 65535:
@@ -54,7 +53,9 @@ class PortProxy:
         target = await self._address(params["instance"], params["port"])
         url = f"http://{target}/{params['path']}"
         headers = [(k, v) for k, v in request.headers.items() if k not in DROPPED_HEADERS]
-        outgoing = self.client.build_request(
+        # a client per request: a container's server is reached once per browser request
+        client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_SECONDS))
+        outgoing = client.build_request(
             request.method,
             url,
             params=request.url.query,
@@ -62,8 +63,9 @@ class PortProxy:
             content=request.stream(),
         )
         try:
-            answer = await self.client.send(outgoing, stream=True)
+            answer = await client.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
+            await client.aclose()
             return JSONResponse(
                 {"error": "port_unreachable", "detail": f"nothing answers on {target}: {exc}"},
                 status_code=502,
@@ -73,7 +75,7 @@ class PortProxy:
             answer.aiter_raw(),
             status_code=answer.status_code,
             headers=kept,
-            background=BackgroundTask(answer.aclose),
+            background=BackgroundTask(_close, answer, client),
         )
 
     async def websocket(self, ws: WebSocket) -> None:
@@ -94,8 +96,10 @@ class PortProxy:
         await ws.accept()
         await relay(ws, upstream)
 
-    async def aclose(self) -> None:
-        await self.client.aclose()
+
+async def _close(answer: httpx.Response, client: httpx.AsyncClient) -> None:
+    await answer.aclose()
+    await client.aclose()
 
 
 async def relay(ws: WebSocket, upstream) -> None:

@@ -50,7 +50,6 @@ def lifespan(host: Host, sample_interval: float, reporter: Reporter | None, gate
         finally:
             if gateway is not None:
                 await gateway.stop()
-            await app.state.port_proxy.aclose()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
