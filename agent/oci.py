@@ -53,6 +53,9 @@ DEFAULT_PIDS = 4096
 ENGINE_TIMEOUT_SECONDS = 30
 PULL_REPORT_SECONDS = 2.0
 KMSG = Path("/dev/kmsg")
+LIVE_STATES = ("running", "created", "configured", "initialized", "paused")
+# a killed container that goes within this long was removed, not merely killed
+REMOVAL_GRACE_SECONDS = 0.5
 # a login shell: bash where the image has it, else sh
 SHELL = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"]
 # what catatonit (Podman's init) and tini (Docker's) print when the command cannot be run
@@ -134,7 +137,7 @@ class OciRuntime:
         self.stop_grace = stop_grace
         self.cdi = cdi
         self.mps = MpsDaemons(mps_dir) if mps_dir else None
-        self._states: dict[str, dict] = {}  # allocation id -> last inspected container state
+        self._exits: dict[str, Exit] = {}  # allocation id -> how its workload ended
         self._stopping: set[str] = set()
         self._lock = threading.Lock()
         log.info("oci runtime: %s %s at %s", self.engine, self.engine_version, self.engine_url)
@@ -279,7 +282,7 @@ class OciRuntime:
             raise LaunchError(_start_failure(exc)) from exc
         container.reload()
         with self._lock:
-            self._states[alloc.id] = container.attrs["State"]
+            self._exits.pop(alloc.id, None)
         alloc.container = container.name
         return container.attrs["State"].get("Pid") or None, None
 
@@ -315,36 +318,53 @@ class OciRuntime:
             return False
         if container is None:
             return False
-        with self._lock:
-            self._states[alloc.id] = container.attrs.get("State") or {}
         alloc.container = container.name
         return True
 
     def refresh(self, allocations: list[Allocation]) -> None:
-        """Read the state of every running allocation's container (one call, plus one for
-        each that stopped). Exceptions (an engine that is down) propagate."""
-        running = {a.id for a in allocations if a.state == "running"}
+        """Find out which running allocations' workloads ended, and how (one listing, plus a
+        look at each that ended). Exceptions (an engine that is down) propagate."""
+        running = {a.id: a for a in allocations if a.state == "running"}
         if not running:
             return
         listed = self.client.containers.list(
             all=True, sparse=True, filters={"label": LABEL_ALLOCATION}
         )
-        seen: dict[str, dict] = {}
+        exits: dict[str, Exit] = {}
+        present = set()
         for container in listed:
-            alloc_id = (container.attrs.get("Labels") or {}).get(LABEL_ALLOCATION)
-            if alloc_id not in running:
+            alloc = running.get((container.attrs.get("Labels") or {}).get(LABEL_ALLOCATION))
+            if alloc is None:
                 continue
-            if container.attrs.get("State") == "running":
-                seen[alloc_id] = {"Status": "running"}
+            present.add(alloc.id)
+            if container.attrs.get("State") in LIVE_STATES:
                 continue
-            try:  # it stopped: how, and when
+            exits[alloc.id] = self._how_it_ended(alloc, container)
+        for alloc_id in running.keys() - present:
+            exits[alloc_id] = Exit(None, "container_lost", None)
+        with self._lock:
+            self._exits.update(exits)
+
+    def _how_it_ended(self, alloc: Allocation, container) -> Exit:
+        """How the workload of a container that no longer runs ended."""
+        try:
+            container.reload()
+        except NotFound:
+            return Exit(None, "container_lost", None)
+        state = container.attrs["State"]
+        code, at = state.get("ExitCode"), _iso(state.get("FinishedAt"))
+        if state.get("OOMKilled") or (code == 137 and killed_for_memory(container.id)):
+            return Exit(code, "oom_killed", at)
+        if code and self._init_could_not_exec(container):
+            command = " ".join(alloc.spec["command"] or ["the image's command"])
+            return Exit(code, f"command_not_found: {command}: not in the image", at)
+        if code == 137:  # killed: by someone removing it behind our back?
+            time.sleep(REMOVAL_GRACE_SECONDS)
+            try:
                 container.reload()
             except NotFound:
-                continue
-            seen[alloc_id] = container.attrs["State"]
-        with self._lock:
-            for alloc_id in running:
-                self._states[alloc_id] = seen.get(alloc_id, {"Status": "missing"})
+                return Exit(code, "container_lost", at)
+        return Exit(code, None, at)
 
     def watch(self, on_exit) -> None:
         """Call `on_exit()` (from a thread of its own) whenever one of our containers dies,
@@ -366,38 +386,16 @@ class OciRuntime:
     def exit_status(self, alloc: Allocation) -> Exit | None:
         """How the workload ended, or None while it runs (as last refreshed)."""
         with self._lock:
-            state = self._states.get(alloc.id)
-            stopping = alloc.id in self._stopping
-        if state is None or stopping:
-            return None
-        status = state.get("Status")
-        if status == "missing":
-            return Exit(None, "container_lost", None)
-        if status in ("running", "created", "configured", "initialized", "paused"):
-            return None
-        code = state.get("ExitCode")
-        at = _iso(state.get("FinishedAt"))
-        if state.get("OOMKilled") or (code == 137 and self._oom(alloc)):
-            return Exit(code, "oom_killed", at)
-        if code and self._init_could_not_exec(alloc):
-            command = " ".join(alloc.spec["command"] or ["the image's command"])
-            return Exit(code, f"command_not_found: {command}: not in the image", at)
-        return Exit(code, None, at)
+            if alloc.id in self._stopping:
+                return None
+            return self._exits.get(alloc.id)
 
-    def _init_could_not_exec(self, alloc: Allocation) -> bool:
+    def _init_could_not_exec(self, container) -> bool:
         """Whether the container's init (catatonit, tini) said it could not start the
         command: the workload never ran."""
         with contextlib.suppress(DockerException):
-            container = self._find(alloc)
-            if container is not None:
-                last = container.logs(stdout=True, stderr=True, tail=3).decode(errors="replace")
-                return bool(INIT_EXEC_FAILED.search(last))
-        return False
-
-    def _oom(self, alloc: Allocation) -> bool:
-        with contextlib.suppress(DockerException):
-            container = self._find(alloc)
-            return container is not None and killed_for_memory(container.id)
+            last = container.logs(stdout=True, stderr=True, tail=3).decode(errors="replace")
+            return bool(INIT_EXEC_FAILED.search(last))
         return False
 
     async def stop(self, alloc: Allocation) -> int | None:
@@ -417,7 +415,7 @@ class OciRuntime:
         finally:
             with self._lock:
                 self._stopping.discard(alloc.id)
-                self._states.pop(alloc.id, None)
+                self._exits.pop(alloc.id, None)
 
     def kill(self, alloc: Allocation) -> None:
         with contextlib.suppress(DockerException):
@@ -430,7 +428,7 @@ class OciRuntime:
         (the volume stays)."""
         container = self._find(alloc)
         with self._lock:
-            self._states.pop(alloc.id, None)
+            self._exits.pop(alloc.id, None)
         if container is None:
             return
         self._keep_logs(container, container.labels.get(LABEL_INSTANCE, ""))

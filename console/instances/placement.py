@@ -267,7 +267,8 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
             )
             if value
         },
-        "volume": {"name": volume_name(instance.pk), "size_gib": instance.disk_gib},
+        "volume": {"name": volume_name(instance.pk)}
+        | ({"size_gib": instance.disk_gib} if instance.disk_gib else {}),
         "labels": {
             "instance": str(instance.pk),
             "name": instance.name,
