@@ -144,6 +144,7 @@ def browser():
         )
         yield launched
         launched.close()
+    del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]  # later tests (and their children) run without
 
 
 @pytest.fixture
