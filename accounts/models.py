@@ -166,3 +166,27 @@ class Invitation(models.Model):
         if self.is_expired():
             return "expired"
         return "pending"
+
+
+class SshKey(models.Model):
+    """A public SSH key of one member in one tenant (accounts.ssh_keys parses and adds them).
+    Instances grant some of their tenant's keys; a viewer's keys open nothing."""
+
+    membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=64)
+    public_key = models.TextField(help_text="one line: the algorithm, the key and a comment")
+    fingerprint = models.CharField(max_length=80, help_text="SHA256:… as ssh-keygen -l shows it")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["membership", "name"], name="ssh_key_name_per_member")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"
+
+    @property
+    def algorithm(self) -> str:
+        return self.public_key.split(" ", 1)[0]

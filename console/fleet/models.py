@@ -84,6 +84,10 @@ class Host(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     unreachable_since = models.DateTimeField(null=True, blank=True)
     inventory_digest = models.CharField(max_length=64, blank=True)
+    # The agent's SSH gateway (its inventory's `ssh`): the port, and the fingerprint of its
+    # host key that users check on first connect. No port: the gateway is off.
+    ssh_port = models.PositiveIntegerField(null=True, blank=True)
+    ssh_host_key_fingerprint = models.CharField(max_length=80, blank=True)
     registered_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

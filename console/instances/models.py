@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from accounts.models import Tenant
+from accounts.models import SshKey, Tenant
 from console.catalog.models import Image, Mode, Region, Spec
 from console.fleet.models import Gpu, Host
 
@@ -52,6 +52,11 @@ class Instance(models.Model):
     )
     # How the workload ended by itself (the agent's report), None while it has not.
     exit_code = models.IntegerField(null=True, blank=True)
+    # Who may open a shell in it (ssh, the browser terminal): the keys chosen at launch, of
+    # members with role member or above (access.granted_keys), pushed to its host's agent.
+    ssh_keys = models.ManyToManyField(SshKey, blank=True, related_name="instances")
+    # Web ports the launch added to the image's ([{"port": 8080, "name": "app"}]).
+    ports = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
