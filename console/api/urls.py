@@ -2,6 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from accounts.api import SshKeyViewSet
 from console.api.quota import QuotaView
 from console.catalog.api import ImageViewSet, RegionViewSet, SpecViewSet
 
@@ -10,6 +11,7 @@ router.include_root_view = False
 router.register("specs", SpecViewSet, basename="spec")
 router.register("images", ImageViewSet, basename="image")
 router.register("regions", RegionViewSet, basename="region")
+router.register("ssh-keys", SshKeyViewSet, basename="ssh-key")
 
 urlpatterns = [
     path("", include(router.urls)),
