@@ -72,9 +72,10 @@ def podman_command(storage: Path | None, *args: str) -> list[str]:
 
 
 def start_podman_service(
-    socket_path: Path, log_path: Path, storage: Path | None = None
+    socket_path: Path, log_path: Path, storage: Path | None = None, **env: str
 ) -> subprocess.Popen:
-    """Start `podman system service` on `socket_path`; answer the process once it serves."""
+    """Start `podman system service` on `socket_path` (with `env` added to its environment,
+    e.g. CONTAINERS_REGISTRIES_CONF); answer the process once it serves."""
     if podman() is None:
         raise EngineError("podman is not installed (apt-get install podman runc)")
     socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ def start_podman_service(
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             podman_command(storage, "system", "service", "--time=0", f"unix://{socket_path}"),
-            env=podman_env(),
+            env={**podman_env(), **env},
             cwd=socket_path.parent,  # conmon leaves files (an `oom` marker) where it runs
             stdout=log,
             stderr=subprocess.STDOUT,

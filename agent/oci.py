@@ -83,8 +83,8 @@ def _iso(engine_time: str | None) -> str | None:
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{frac}Z"
 
 
-def _gb(size: float) -> str:
-    return f"{size / 1e9:.1f}"
+def _size(size: float) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
 
 
 def killed_for_memory(container_id: str) -> bool:
@@ -178,7 +178,7 @@ class OciRuntime:
                 if layers and time.monotonic() - reported >= PULL_REPORT_SECONDS:
                     done = sum(c for c, _ in layers.values())
                     total = sum(t for _, t in layers.values())
-                    progress(f"pulling {reference}: {_gb(done)} of {_gb(total)} GB")
+                    progress(f"pulling {reference}: {_size(done)} of {_size(total)}")
                     reported = time.monotonic()
         except NotFound as exc:
             raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc

@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,11 +74,13 @@ def redis_url():
 class ContainerEngine:
     url: str
     storage: Path
+    registry_port: int
+    registries_conf: Path
 
     def podman(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             engine.podman_command(self.storage, *args),
-            env=engine.podman_env(),
+            env={**engine.podman_env(), "CONTAINERS_REGISTRIES_CONF": str(self.registries_conf)},
             capture_output=True,
             text=True,
         )
@@ -93,14 +96,47 @@ def container_engine(tmp_path_factory):
         pytest.skip("podman is not installed (apt-get install podman runc busybox-static)")
     run = tmp_path_factory.mktemp("podman")
     storage = run / "storage"
-    service = engine.start_podman_service(run / "podman.sock", run / "podman.log", storage)
+    registry_port = processes.free_port()
+    registries = run / "registries.conf"  # the test registry (tests/registry.py) speaks HTTP
+    registries.write_text(
+        f'[[registry]]\nlocation = "127.0.0.1:{registry_port}"\ninsecure = true\n'
+    )
+    service = engine.start_podman_service(
+        run / "podman.sock", run / "podman.log", storage, CONTAINERS_REGISTRIES_CONF=str(registries)
+    )
     engine.build_demo_image(storage=storage)
-    yield ContainerEngine(f"unix://{run / 'podman.sock'}", storage)
+    yield ContainerEngine(f"unix://{run / 'podman.sock'}", storage, registry_port, registries)
     service.terminate()
     service.wait(10)
     env = engine.podman_env()
     subprocess.run(engine.podman_command(storage, "rm", "--all", "--force"), env=env)
     subprocess.run(engine.podman_command(storage, "system", "reset", "--force"), env=env)
+
+
+@pytest.fixture(scope="session")
+def registry(container_engine, tmp_path_factory):
+    """A real image registry (Debian's docker-registry) on loopback, which the test engine may
+    pull from over plain HTTP; answers its host:port. Skipped where it is not installed, except
+    in CI."""
+    if shutil.which("docker-registry") is None:
+        if os.environ.get("CI"):
+            pytest.fail("docker-registry is not installed: .ci/run installs it")
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    root = tmp_path_factory.mktemp("registry")
+    address = f"127.0.0.1:{container_engine.registry_port}"
+    config = root / "config.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+        f"http:\n  addr: {address}\n"
+    )
+    with open(root / "registry.log", "ab") as log:
+        server = subprocess.Popen(
+            ["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
+        )
+    processes.wait_http(f"http://{address}/v2/", timeout=15, proc=server)
+    yield address
+    server.terminate()
+    server.wait(10)
 
 
 @pytest.fixture

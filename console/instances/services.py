@@ -609,8 +609,8 @@ def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
 
 
 def record_progress(host: Host, instance_pk: int, allocation_id: str, message: str) -> bool:
-    """The agent is still starting the workload (pulling its image…): say so on the instance
-    and in its tenant's browsers, without a transition."""
+    """The agent is still starting the workload (pulling its image…): say so on the instance,
+    in its events and in its tenant's browsers, without a transition."""
     with transaction.atomic():
         instance = _lock(instance_pk)
         if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
@@ -620,6 +620,7 @@ def record_progress(host: Host, instance_pk: int, allocation_id: str, message: s
             return False
         instance.state_reason = message[:200]
         Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
+        lifecycle.note(instance, message)  # "pulling …: 1.2 GB of 3.4 GB" in its events
         payload = lifecycle.state_payload(instance, instance.state, timezone.now())
         group = lifecycle.events_group(instance.tenant_id)
         transaction.on_commit(

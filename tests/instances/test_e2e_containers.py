@@ -2,6 +2,7 @@
 with the `oci` runtime on Podman. The workload's own exit is a state change billed to the
 second it happened; its output stays readable; /workspace outlives stop and start."""
 
+import secrets
 from datetime import datetime
 
 import pytest
@@ -121,3 +122,27 @@ def test_an_image_that_cannot_be_had_fails_the_launch_and_frees_the_slice(stack,
     failed = wait_state(cloud, iid, "failed", stack)
     assert failed["state_reason"].startswith(("image_not_found", "image_pull_failed"))
     assert cloud.get("/quota/").json()["gpu_used"] in ("0", "0.000", 0)  # nothing held
+
+
+def test_an_image_the_host_lacks_is_pulled_with_progress_then_kept(
+    stack, cloud, container_engine, registry
+):
+    reference = f"{registry}/gpucloud/pulled:{secrets.token_hex(3)}"
+    assert container_engine.podman("tag", DEMO_IMAGE, reference).returncode == 0
+    pushed = container_engine.podman("push", reference)
+    assert pushed.returncode == 0, pushed.stderr
+    assert container_engine.podman("rmi", reference).returncode == 0  # the host lacks it now
+    ImageFactory(name="from-registry", reference=reference, command=["sleep", "1000"])
+
+    body = {"name": "cold", "spec": "a100-quarter", "image": "from-registry"}
+    cold = cloud.post("/instances/", json=body).json()["id"]
+    wait_state(cloud, cold, "running", stack)
+    notes = [e["message"] for e in cloud.get(f"/instances/{cold}/events/").json()["results"]]
+    assert any(m.startswith(f"pulling {reference}") for m in notes), notes
+    assert any(m.startswith(f"pulled {reference}") for m in notes), notes
+    assert container_engine.podman("image", "exists", reference).returncode == 0
+
+    warm = cloud.post("/instances/", json={**body, "name": "warm"}).json()["id"]
+    wait_state(cloud, warm, "running", stack)
+    notes = [e["message"] for e in cloud.get(f"/instances/{warm}/events/").json()["results"]]
+    assert not any("pull" in m for m in notes), notes  # kept: a cold start pays once per host
