@@ -16,7 +16,6 @@ from console.instances import services, tasks
 from console.instances.models import Instance, InstanceEvent, State
 from tests.fleet.conftest import post_json
 from tests.instances.fakes import FakeAgents
-from tests.instances.helpers import states
 
 
 @pytest.fixture
