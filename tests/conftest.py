@@ -111,6 +111,8 @@ def container_engine(tmp_path_factory):
     env = engine.podman_env()
     subprocess.run(engine.podman_command(storage, "rm", "--all", "--force"), env=env)
     subprocess.run(engine.podman_command(storage, "system", "reset", "--force"), env=env)
+    # the overlay driver keeps its directory bind-mounted on itself: let pytest clean it up
+    subprocess.run(["umount", "--lazy", str(storage / "root" / "overlay")], capture_output=True)
 
 
 @pytest.fixture(scope="session")
