@@ -5,7 +5,8 @@ Starts, in a throwaway directory: an embedded Redis-protocol server (in this pro
 SQLite database (migrated here, with a minimal catalog), uvicorn, a Celery worker and, per
 runtime, one simulated host agent in a region of its own that registers with a join token:
 `process` (a process per instance) and `oci` (a Podman container per instance, the image
-present: a warm start; no registry is reachable here, so a cold pull is not measured). Each
+present: a warm start), and a few oci cold starts, whose image (a 32 MB layer of its own) is
+pulled from Debian's docker-registry on loopback where it is installed. Each
 instance runs `sleep 3` and so exits by itself. Times: launch until `running` arrives on the
 tenant's /ws/events/ socket; the workload's exit (the time the agent saw it) until `stopped`
 arrives there. The baseline, measured in the same run, is one bare agent round trip:
@@ -22,6 +23,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -41,6 +43,24 @@ def row(name: str, values: list[float]) -> str:
         f"| {name:<34} | {len(ms):>4} | {percentile(ms, 50):>8.1f} | {percentile(ms, 99):>8.1f} "
         f"| {max(ms):>8.1f} | {statistics.fmean(ms):>8.1f} |"
     )
+
+
+def start_registry(tmp: Path, procs: list) -> str:
+    """Debian's docker-registry on a loopback port: where a cold start pulls from."""
+    from console import processes
+
+    address = f"127.0.0.1:{processes.free_port()}"
+    config = tmp / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp / 'registry'}\n"
+        f"http:\n  addr: {address}\n"
+    )
+    with open(tmp / "registry.log", "ab") as log:
+        server = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+    procs.append(Started(server))
+    processes.wait_http(f"http://{address}/v2/", timeout=15, proc=server)
+    return address
 
 
 class Started:
@@ -76,6 +96,12 @@ def main() -> int:
     parser.add_argument("--baseline-rounds", type=int, default=20)
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     parser.add_argument(
+        "--cold",
+        type=int,
+        default=3,
+        help="oci cold starts (image pulled from a loopback registry; needs docker-registry)",
+    )
+    parser.add_argument(
         "--runtimes",
         default="process,oci",
         help="comma-separated workload runtimes to measure (oci needs podman)",
@@ -92,7 +118,6 @@ def main() -> int:
         }
     )
     os.environ.setdefault("DATABASE_URL", "")
-    import subprocess
 
     from console import processes
 
@@ -178,9 +203,24 @@ def run(args, tmp: Path, procs: list) -> int:
     procs.append(Proc("worker", processes.worker_cmd(concurrency=args.workers), env, tmp))
     processes.wait_http(f"{url}/healthz", proc=procs[0].popen)
     procs[1].wait_for_log("ready.", timeout=60)
-    engine_url = None
+    engine_url = registry = None
     if "oci" in runtimes:
-        procs.append(Started(engine.start_podman_service(tmp / "podman.sock", tmp / "podman.log")))
+        registries = tmp / "registries.conf"
+        if shutil.which("docker-registry") and args.cold:
+            registry = start_registry(tmp, procs)
+            registries.write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
+        else:
+            registries.write_text("")
+        os.environ["CONTAINERS_REGISTRIES_CONF"] = str(registries)
+        procs.append(
+            Started(
+                engine.start_podman_service(
+                    tmp / "podman.sock",
+                    tmp / "podman.log",
+                    CONTAINERS_REGISTRIES_CONF=str(registries),
+                )
+            )
+        )
         engine.build_demo_image()
         engine_url = f"unix://{tmp / 'podman.sock'}"
 
@@ -308,6 +348,36 @@ def run(args, tmp: Path, procs: list) -> int:
 
     results = {runtime: measure(runtime) for runtime in runtimes}
 
+    def cold_start(i: int) -> float:
+        """Launch → running of an image the host lacks: its own 32 MB layer is pulled from
+        the loopback registry (the base layers are the demo image's, already there)."""
+        reference = f"{registry}/gpucloud/cold-{i}:{os.getpid()}"
+        context = tmp / f"cold-{i}"
+        context.mkdir()
+        (context / "blob").write_bytes(os.urandom(32 * 1024 * 1024))
+        (context / "Containerfile").write_text(f"FROM {engine.DEMO_IMAGE}\nCOPY blob /blob\n")
+        for step in (["build", "-q", "-t", reference, str(context)], ["push", reference],
+                     ["rmi", reference]):  # fmt: skip
+            subprocess.run(engine.podman_command(None, *step), env=os.environ | engine.podman_env(),
+                           check=True, capture_output=True)  # fmt: skip
+        cold_image = Image.objects.create(name=f"cold-{i}", reference=reference, cuda_version="-")
+        started = time.perf_counter()
+        response = client.post("/instances/", json={
+            "name": f"cold-{i}", "spec": specs[0].code, "image": cold_image.name,
+            "region": "oci-1", "command": ["sleep", "1"],
+        })  # fmt: skip
+        response.raise_for_status()
+        key = (response.json()["id"], "running")
+        deadline = time.monotonic() + 120
+        while key not in seen_at and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return seen_at[key] - started
+
+    cold = [cold_start(i) for i in range(args.cold)] if registry else []
+    for image in Image.objects.filter(name__startswith="cold-"):  # leave the host as it was
+        subprocess.run(engine.podman_command(None, "rmi", "-f", image.reference),
+                       env=os.environ | engine.podman_env(), capture_output=True)  # fmt: skip
+
     print()
     codes = ", ".join(s.code for s in specs)
     print(
@@ -325,6 +395,8 @@ def run(args, tmp: Path, procs: list) -> int:
         print(row(f"{runtime}: POST /api/v1/instances/", got["api"]))
         print(row(f"{runtime}: launch → running (ws)", got["running"]))
         print(row(f"{runtime}: exit → stopped (ws)", got["stopped"]))
+    if cold:
+        print(row("oci: cold launch → running (pull)", cold))
     print()
     complete = True
     for runtime, got in results.items():
