@@ -1,6 +1,9 @@
-"""The only code that speaks HTTP to host agents."""
+"""The only code that speaks HTTP (and websockets) to host agents."""
 
+import asyncio
 import os
+import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -123,3 +126,99 @@ def set_gpu_mode(host: Host, gpu_index: int, mode: str) -> dict:
     """Repartition a GPU (whole, mig, shared) that holds no allocation; answers the GPU's
     inventory entry. The agent refuses (409) while an allocation sits on the GPU."""
     return _request(host, "PUT", f"/v1/gpus/{gpu_index}/mode", {"mode": mode}).json()
+
+
+def set_ssh_keys(host: Host, instance_pk: int, keys: list[dict]) -> dict:
+    """Replace the keys that open the instance's shells on that host (idempotent; an empty
+    list lets no one in). Each key: {"name", "fingerprint", "public_key"}."""
+    return _request(host, "PUT", f"/v1/instances/{instance_pk}/ssh-keys", {"keys": keys}).json()
+
+
+# --- streams: the browser terminal and the instances' web ports (asyncio) -----------------
+
+
+def _ws_base(host: Host) -> str:
+    base = host.address.rstrip("/")
+    return (
+        "wss://" + base[len("https://") :]
+        if base.startswith("https://")
+        else ("ws://" + base.removeprefix("http://"))
+    )
+
+
+def _auth(host: Host) -> dict[str, str]:
+    return {"Authorization": f"Bearer {host.secret}"}
+
+
+def connect_terminal(host: Host, instance_pk: int, cols: int, rows: int):
+    """The agent's terminal websocket of the instance (use with `async with`): binary frames
+    carry the terminal's bytes, a text frame {"type": "resize", "cols", "rows"} resizes."""
+    from websockets.asyncio.client import connect
+
+    url = f"{_ws_base(host)}/v1/instances/{instance_pk}/terminal?cols={cols}&rows={rows}"
+    return connect(
+        url,
+        additional_headers=_auth(host),
+        open_timeout=settings.AGENT_TIMEOUT_SECONDS,
+        max_size=None,
+        compression=None,
+    )
+
+
+def connect_port_websocket(
+    host: Host, instance_pk: int, port: int, path: str, subprotocols: list[str]
+):
+    """A websocket to the instance's container port through its agent (`async with`)."""
+    from websockets.asyncio.client import connect
+    from websockets.typing import Subprotocol
+
+    url = f"{_ws_base(host)}{_port_path(instance_pk, port, path)}"
+    return connect(
+        url,
+        additional_headers=_auth(host),
+        subprotocols=[Subprotocol(p) for p in subprotocols] or None,
+        open_timeout=settings.AGENT_TIMEOUT_SECONDS,
+        max_size=None,
+        compression=None,
+    )
+
+
+def _port_path(instance_pk: int, port: int, path: str) -> str:
+    return f"/v1/instances/{instance_pk}/ports/{port}/{path}"
+
+
+# One client per event loop (an ASGI server runs one): kept-alive connections to the agents.
+_async_clients: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+async def port_request(
+    host: Host,
+    instance_pk: int,
+    port: int,
+    path: str,
+    *,
+    method: str,
+    headers: list[tuple[str, str]],
+    content: AsyncIterator[bytes],
+) -> httpx.Response:
+    """Send a request to the instance's container port through its agent and answer its
+    response as soon as its head arrives (stream the body with `aiter_raw()`, then
+    `aclose()`). The request body `content` is streamed too. `headers` must not carry the
+    console's cookies or Authorization: the agent's bearer secret is added here.
+    AgentUnavailable when the agent does not answer."""
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        client = _async_clients[loop] = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.AGENT_TIMEOUT_SECONDS, read=None, write=None)
+        )
+    request = client.build_request(
+        method,
+        host.address.rstrip("/") + _port_path(instance_pk, port, path),
+        headers=[*headers, *_auth(host).items()],
+        content=content,
+    )
+    try:
+        return await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise AgentUnavailable(host, f"{method} port {port}: {exc.__class__.__name__}") from exc

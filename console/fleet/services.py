@@ -187,6 +187,19 @@ def _host_fields(inventory: dict) -> dict:
         "runtime": (inventory.get("runtime") or "")[:16],
         "vcpus": inventory.get("cpu_count") or 0,
         "ram_mib": inventory.get("memory_mib") or 0,
+        **_ssh_fields(inventory.get("ssh")),
+    }
+
+
+def _ssh_fields(ssh) -> dict:
+    """The agent's SSH gateway ({"port", "host_key_fingerprint"}, or null when it is off)."""
+    port = ssh.get("port") if isinstance(ssh, dict) else None
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        return {"ssh_port": None, "ssh_host_key_fingerprint": ""}
+    fingerprint = ssh.get("host_key_fingerprint")
+    return {
+        "ssh_port": port,
+        "ssh_host_key_fingerprint": fingerprint[:80] if isinstance(fingerprint, str) else "",
     }
 
 

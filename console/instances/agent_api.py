@@ -1,18 +1,19 @@
 """`POST /agent/v1/events`: what an agent pushes about its allocations as it happens (a
-workload that exits, fails or starts running; the progress of a launch). The host speaks
-only for itself; what the events change is decided in services.record_outcome."""
+workload that exits, fails or starts running; the progress of a launch; an ssh session
+opened or ended). The host speaks only for itself; what the events change is decided in
+services.record_outcome (sessions: access.record_session)."""
 
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from console.fleet.agent_api import AgentView, _valid
-from console.instances import services
+from console.instances import access, services
 
 
 class EventSerializer(serializers.Serializer):
     allocation = serializers.CharField(max_length=64)
     instance = serializers.IntegerField(min_value=1)
-    kind = serializers.ChoiceField(choices=["state", "progress"])
+    kind = serializers.ChoiceField(choices=["state", "progress", "session"])
     # Other states (an agent newer than this console) are accepted and ignored.
     state = serializers.CharField(max_length=16, required=False, default="")
     reason = serializers.CharField(
@@ -27,6 +28,8 @@ class EventSerializer(serializers.Serializer):
     def validate(self, attrs):
         if attrs["kind"] == "state" and not attrs["state"]:
             raise serializers.ValidationError({"state": "A state event says its state."})
+        if attrs["kind"] == "session" and not attrs["message"]:
+            raise serializers.ValidationError({"message": "A session event says what happened."})
         return attrs
 
 
@@ -40,6 +43,14 @@ def apply(host, event: dict) -> bool:
     message = event["message"] or ""
     if event["kind"] == "progress":
         return services.record_progress(host, event["instance"], event["allocation"], message)
+    if event["kind"] == "session":
+        return access.record_session(
+            event["instance"],
+            message,
+            at=event["at"],
+            host=host,
+            allocation_id=event["allocation"],
+        )
     outcome = services.Outcome(
         allocation_id=event["allocation"],
         state=event["state"],

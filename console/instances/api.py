@@ -49,17 +49,17 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         queryset = (
             Instance.objects.filter(tenant=tenant)
             .select_related("spec__mig_profile", "image", "region", "disk_host")
-            .prefetch_related("spec__prices")
-        )
-        if self.request.user.is_staff:
-            queryset = queryset.prefetch_related(
+            .prefetch_related(
+                "spec__prices",
+                "ssh_keys__membership__user",
                 Prefetch(
                     "allocations",
                     queryset=Allocation.objects.filter(released_at__isnull=True).select_related(
                         "host"
                     ),
-                )
+                ),
             )
+        )
         if self.action == "list":
             states = [s for s in self.request.query_params.get("state", "").split(",") if s]
             unknown = sorted(set(states) - set(State.values))
@@ -106,6 +106,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 region=body.validated_data.get("region"),
                 command=body.validated_data.get("command"),
                 env=body.validated_data.get("env"),
+                ssh_keys=body.validated_data.get("ssh_keys"),
+                ports=body.validated_data.get("ports"),
                 actor=request.user,
             )
         except services.InstanceError as exc:

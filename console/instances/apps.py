@@ -6,4 +6,4 @@ class InstancesConfig(AppConfig):
     label = "instances"
 
     def ready(self):
-        from console.instances import suspension  # noqa: F401 - connects its receiver
+        from console.instances import access, suspension  # noqa: F401 - connect receivers

@@ -137,10 +137,13 @@ def record_created(instance: Instance, *, actor=None, message: str = "") -> Inst
     return event
 
 
-def note(instance: Instance, message: str, *, actor=None) -> InstanceEvent:
-    """An event that changes no state (a resize of a stopped instance)."""
+def note(
+    instance: Instance, message: str, *, actor=None, at: datetime | None = None
+) -> InstanceEvent:
+    """An event that changes no state (a resize of a stopped instance, an ssh session)."""
     return InstanceEvent.objects.create(
         instance=instance,
+        at=at or timezone.now(),
         actor=actor if getattr(actor, "pk", None) else None,
         actor_label=actor_label(actor),
         from_state=instance.state,

@@ -2,13 +2,30 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.catalog.models import MAX_ARGS, MAX_VALUE, Image, Region, Spec, env_errors
-from console.instances import lifecycle, placement
+from console.instances import access, lifecycle, placement
 from console.instances.models import Instance, InstanceEvent
 
 
 class DiskSerializer(serializers.Serializer):
     size_gib = serializers.IntegerField()
     host = serializers.CharField(allow_null=True)
+
+
+class SshSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    port = serializers.IntegerField()
+    user = serializers.CharField()
+    command = serializers.CharField(help_text="the exact command line to paste")
+    host_key_fingerprint = serializers.CharField(help_text="check it on first connect")
+
+
+class PortSerializer(serializers.Serializer):
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+    name = serializers.CharField(max_length=40)
+
+
+class PortLinkSerializer(PortSerializer):
+    url = serializers.URLField(help_text="through the console, for members of the tenant")
 
 
 class InstanceSerializer(serializers.ModelSerializer):
@@ -25,6 +42,9 @@ class InstanceSerializer(serializers.ModelSerializer):
     disk = serializers.SerializerMethodField()
     actions = serializers.SerializerMethodField()
     placement = serializers.SerializerMethodField()
+    ssh = serializers.SerializerMethodField()
+    ports = serializers.SerializerMethodField()
+    ssh_keys = serializers.SerializerMethodField()
 
     class Meta:
         model = Instance
@@ -40,6 +60,9 @@ class InstanceSerializer(serializers.ModelSerializer):
             "env",
             "exit_code",
             "disk",
+            "ssh",
+            "ssh_keys",
+            "ports",
             "region",
             "gpu_equivalents",
             "price_per_hour",
@@ -56,6 +79,37 @@ class InstanceSerializer(serializers.ModelSerializer):
         """Its disk: the size, and the host that holds it (null before its first start)."""
         host = instance.disk_host
         return {"size_gib": instance.disk_gib, "host": host.name if host else None}
+
+    @extend_schema_field(SshSerializer(allow_null=True))
+    def get_ssh(self, instance) -> dict | None:
+        """How to ssh in (running, on a host with a gateway), for members with role member
+        or above; null otherwise."""
+        request = self.context.get("request")
+        membership = getattr(request._request, "membership", None) if request else None
+        if not access.shell_member(membership):
+            return None
+        return access.ssh_target(instance)
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_ssh_keys(self, instance) -> list[str]:
+        """Names of the keys it grants ("username/name" for another member's)."""
+        creator = instance.created_by_id
+        return [
+            key.name if key.membership.user_id == creator else
+            f"{key.membership.user.username}/{key.name}"
+            for key in instance.ssh_keys.all()
+        ]  # fmt: skip
+
+    @extend_schema_field(PortLinkSerializer(many=True))
+    def get_ports(self, instance) -> list[dict]:
+        """Its web ports (the image's and the launch's), each proxied by the console."""
+        request = self.context.get("request")
+        links = []
+        for entry in access.declared_ports(instance):
+            path = access.port_path(instance, entry["port"])
+            url = request.build_absolute_uri(path) if request else path
+            links.append({"port": entry["port"], "name": entry["name"], "url": url})
+        return links
 
     def get_actions(self, instance) -> list[str]:
         return lifecycle.allowed_actions(instance.state)
@@ -88,6 +142,21 @@ class LaunchSerializer(serializers.Serializer):
         child=serializers.CharField(max_length=MAX_VALUE, allow_blank=True, trim_whitespace=False),
         required=False,
         help_text="Environment variables, laid over the image's defaults.",
+    )
+
+    ssh_keys = serializers.ListField(
+        child=serializers.CharField(max_length=200),
+        max_length=100,
+        required=False,
+        allow_null=True,
+        help_text="Names of your SSH keys that open its shells (another member's: "
+        '"username/name"). Default: all of your keys in this tenant.',
+    )
+    ports = PortSerializer(
+        many=True,
+        required=False,
+        max_length=access.MAX_PORTS,
+        help_text='Web ports to proxy besides the image\'s, e.g. [{"port": 8080, "name": "app"}].',
     )
 
     def validate_env(self, env):

@@ -20,7 +20,7 @@ from accounts.models import Quota, Tenant
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.fleet import agent_client
 from console.fleet.models import Host
-from console.instances import broadcast, lifecycle, placement
+from console.instances import access, broadcast, lifecycle, placement
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
@@ -227,14 +227,21 @@ def launch_instance(
     region: Region | None = None,
     command: list[str] | None = None,
     env: dict[str, str] | None = None,
+    ssh_keys: list[str] | None = None,
+    ports: list[dict] | None = None,
     actor=None,
 ) -> Instance:
     """Accept a launch: within quota, it is placed at once when a slice is free (and goes on
     to provisioning) or waits in `pending` for the scheduler. `command` replaces the image's
-    default command; `env` is laid over the image's default environment."""
+    default command; `env` is laid over the image's default environment. `ssh_keys` names
+    the keys that open its shells (default: all of the launching user's keys in the
+    tenant; see access.launch_keys); `ports` adds web ports to the image's."""
     with transaction.atomic():
         quota = _lock_quota(tenant)  # first: it also serialises the name check below
         validate_launch(tenant, name, spec, image, command, env)
+        keys = access.launch_keys(tenant, actor, ssh_keys)
+        if ports and (problems := access.launch_ports_errors(image, ports)):
+            raise ValidationError({"ports": problems})
         _check_quota(quota, spec)
         _check_budget(tenant)
         region = region or default_region(spec)
@@ -251,10 +258,12 @@ def launch_instance(
             command=command or None,
             env=env or {},
             disk_gib=spec.disk_gib,
+            ports=ports or [],
             state=S.PENDING,
             created_at=now,
             updated_at=now,
         )
+        instance.ssh_keys.set(keys)
         lifecycle.record_created(instance, actor=actor, message=f"Launch of {spec.name}")
         if _place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved") != "placed":
             _wait(instance)

@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 from console.fleet import agent_client
 from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
 from console.fleet.models import Host
-from console.instances import services
+from console.instances import access, lifecycle, services
 from console.instances.models import Allocation, State
 
 log = logging.getLogger(__name__)
@@ -124,10 +124,12 @@ def _discard(allocation_id: str) -> None:
 
 @shared_task(base=HostTask, bind=True)
 def provision(self, instance_pk: int) -> None:
-    """provisioning/starting → running: create the allocation on its host."""
+    """provisioning/starting → running: give its host the keys that open its shells, then
+    create the allocation there."""
     job = services.job(instance_pk, (S.PROVISIONING, S.STARTING))
     if job is None or job.allocation_id is None:
         return
+    agent_client.set_ssh_keys(job.host, instance_pk, access.granted_keys(instance_pk))
     result = _put(self, job)
     if not _settle(job, result, "Running"):
         _discard(job.allocation_id)
@@ -194,6 +196,24 @@ def terminate(self, instance_pk: int) -> None:
                 raise self.retry_later(exc) from exc
             raise
     services.finish_terminate(instance_pk, message)
+
+
+@shared_task(
+    autoretry_for=(AgentUnavailable,),
+    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
+    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
+    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
+    acks_late=True,
+)
+def push_ssh_keys(instance_pk: int) -> bool:
+    """The keys the instance grants changed (a key deleted, a member lowered to viewer or
+    removed): its host lets in exactly the ones left. Nothing to do when it is on no host
+    (the next provision pushes them); the instance's state is not touched either way."""
+    job = services.job(instance_pk, tuple(lifecycle.ON_HOST))
+    if job is None or job.host is None:
+        return False
+    agent_client.set_ssh_keys(job.host, instance_pk, access.granted_keys(instance_pk))
+    return True
 
 
 @shared_task

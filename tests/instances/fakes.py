@@ -16,6 +16,8 @@ class FakeAgents:
         # What a new allocation answers: "running", or "starting" (a launch that outlasts
         # the call; its outcome comes as an event).
         self.start_state = "running"
+        # The keys each host lets into each instance (PUT /v1/instances/{pk}/ssh-keys).
+        self.ssh_keys: dict[str, dict[str, list[dict]]] = {}
 
     def _host(self, host):
         self.calls.append(host.name)
@@ -54,6 +56,11 @@ class FakeAgents:
         self.logs.get(host.name, {}).pop(str(instance_pk), None)
         self.deleted_instances.append((host.name, str(instance_pk)))
 
+    def set_ssh_keys(self, host, instance_pk, keys):
+        self._host(host)
+        self.ssh_keys.setdefault(host.name, {})[str(instance_pk)] = keys
+        return {"instance": str(instance_pk), "keys": len(keys)}
+
     def install(self, monkeypatch):
         from console.fleet import agent_client
 
@@ -64,6 +71,7 @@ class FakeAgents:
             "list_allocations",
             "instance_logs",
             "delete_instance_data",
+            "set_ssh_keys",
         ):
             monkeypatch.setattr(agent_client, name, getattr(self, name))
         return self

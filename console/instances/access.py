@@ -1,0 +1,213 @@
+"""How tenants get into their instances: the SSH keys an instance grants (pushed to its
+host's agent), the `ssh` command line, the web ports the console proxies, and the session
+events (ssh, terminal) recorded on the instance.
+
+Only members with role member or above get a shell: a viewer's keys are never pushed, a
+viewer opens no terminal and no port."""
+
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+from django.utils import timezone
+
+from accounts.models import Membership, SshKey
+from accounts.roles import OPERATE, RANK, Role
+from accounts.ssh_keys import grants_shell
+from console.catalog.models import port_errors
+from console.fleet.models import Host
+from console.instances import broadcast, lifecycle
+from console.instances.models import Instance, State
+
+MAX_PORTS = 16
+SHELL_ROLES = [role for role in Role.values if RANK[Role(role)] >= RANK[Role(OPERATE)]]
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+
+def launch_keys(tenant, actor, names: list[str] | None) -> list[SshKey]:
+    """The keys a launch grants: `names` (the launching user's keys by name, or another
+    member's as "username/name"), else all of the launching user's keys in the tenant.
+    A ValidationError on `ssh_keys` for an unknown name or the key of a member who may not
+    have a shell."""
+    actor_pk = getattr(actor, "pk", None)
+    mine = SshKey.objects.filter(membership__tenant=tenant, membership__user_id=actor_pk)
+    if names is None:
+        return list(mine) if actor_pk else []
+    chosen, problems = [], []
+    for name in dict.fromkeys(names):
+        username, slash, key_name = name.rpartition("/")
+        if slash:
+            found = SshKey.objects.select_related("membership__user").filter(
+                membership__tenant=tenant, membership__user__username=username, name=key_name
+            )
+        else:
+            found = mine.filter(name=name).select_related("membership__user")
+        key = found.first()
+        if key is None:
+            owner = f"{username} has" if slash else "You have"
+            problems.append(f"{owner} no SSH key named {key_name or name} in this tenant.")
+        elif not grants_shell(key.membership):
+            problems.append(
+                f"{key.membership.user.username} is a {key.membership.role}: their keys "
+                "cannot open a shell."
+            )
+        else:
+            chosen.append(key)
+    if problems:
+        raise ValidationError({"ssh_keys": problems})
+    return chosen
+
+
+def granted_keys(instance_pk: int) -> list[dict]:
+    """What the instance's host lets in now: the keys chosen at launch whose members still
+    have role member or above (the body of the agent's PUT …/ssh-keys)."""
+    keys = SshKey.objects.filter(
+        instances__pk=instance_pk,
+        membership__role__in=SHELL_ROLES,
+        membership__user__is_active=True,
+    ).order_by("pk")
+    return [
+        {"name": key.name, "fingerprint": key.fingerprint, "public_key": key.public_key}
+        for key in keys
+    ]
+
+
+def keys_changed(tenant_id: int) -> None:
+    """A key was deleted or a membership changed in the tenant: once committed, push the key
+    sets of its instances that are on a host (most have not changed: the push is idempotent)."""
+    from console.instances import tasks  # tasks imports services, which imports this module
+
+    pks = list(
+        Instance.objects.filter(tenant_id=tenant_id, state__in=lifecycle.ON_HOST).values_list(
+            "pk", flat=True
+        )
+    )
+    for pk in pks:
+        transaction.on_commit(lambda pk=pk: tasks.push_ssh_keys.delay(pk))
+
+
+# --- ports --------------------------------------------------------------------------------
+
+
+def launch_ports_errors(image, ports) -> list[str]:
+    """What is wrong with the ports a launch adds to its image's."""
+    problems = port_errors(ports)
+    if problems:
+        return problems
+    if len(ports) > MAX_PORTS:
+        return [f"At most {MAX_PORTS} ports."]
+    served = {entry["port"] for entry in image.ports or []}
+    return [
+        f"Port {entry['port']} is already served by {image.name}."
+        for entry in ports
+        if entry["port"] in served
+    ]
+
+
+def declared_ports(instance: Instance) -> list[dict]:
+    """The web ports the console proxies for the instance: its image's, then its launch's."""
+    return [*(instance.image.ports or []), *(instance.ports or [])]
+
+
+def port_path(instance: Instance, port: int) -> str:
+    return f"/instances/{instance.pk}/ports/{port}/"
+
+
+# --- ssh ----------------------------------------------------------------------------------
+
+
+def ssh_target(instance: Instance) -> dict | None:
+    """Where `ssh` reaches the running instance (its host's gateway), or None: not running,
+    or its host runs no gateway. Needs the instance's current allocation with its host
+    (prefetched as `allocations` on lists)."""
+    if instance.state != State.RUNNING:
+        return None
+    current = next((a for a in instance.allocations.all() if a.released_at is None), None)
+    host: Host | None = current.host if current else None
+    if host is None or not host.ssh_port:
+        return None
+    hostname = urlsplit(host.address).hostname or host.name
+    user = str(instance.pk)
+    port_option = f"-p {host.ssh_port} " if host.ssh_port != 22 else ""
+    return {
+        "host": hostname,
+        "port": host.ssh_port,
+        "user": user,
+        "command": f"ssh {port_option}{user}@{hostname}",
+        "host_key_fingerprint": host.ssh_host_key_fingerprint,
+    }
+
+
+# --- sessions -----------------------------------------------------------------------------
+
+
+def record_session(
+    instance: Instance | int,
+    message: str,
+    *,
+    actor=None,
+    at: datetime | None = None,
+    host: Host | None = None,
+    allocation_id: str = "",
+) -> bool:
+    """An ssh or terminal session opened or ended: an event on the instance (a note, no
+    transition), shown live in its tenant's browsers. From an agent (`host`), only about the
+    instance's current allocation on that host."""
+    pk = instance.pk if isinstance(instance, Instance) else instance
+    with transaction.atomic():
+        locked = (
+            Instance.objects.select_for_update(of=("self",))
+            .select_related("spec", "region")
+            .filter(pk=pk)
+            .first()
+        )
+        if locked is None:
+            return False
+        if host is not None:
+            current = locked.current_allocation()
+            if current is None or current.pk != allocation_id or current.host_id != host.pk:
+                return False
+        at = min(at, timezone.now()) if at is not None else None
+        message = message[:300]
+        if at is not None and locked.events.filter(at=at, message=message).exists():
+            return False  # the agent sent it again (a retry)
+        event = lifecycle.note(locked, message, actor=actor, at=at)
+        payload = lifecycle.state_payload(locked, locked.state, event.at)
+        group = lifecycle.events_group(locked.tenant_id)
+        transaction.on_commit(
+            lambda: broadcast.group_send(group, {"type": "instance.state", "payload": payload}),
+            robust=True,
+        )
+    return True
+
+
+def shell_member(membership: Membership | None) -> bool:
+    """Whether a (socket's or request's) membership may open a shell or a port."""
+    return membership is not None and membership.tenant.is_active and membership.can(OPERATE)
+
+
+@receiver(post_delete, sender=SshKey)
+def _key_deleted(sender, instance: SshKey, **kwargs) -> None:
+    tenant_id = (
+        Membership.objects.filter(pk=instance.membership_id)
+        .values_list("tenant_id", flat=True)
+        .first()
+    )
+    if tenant_id is not None:  # else its membership went: _member_removed pushes
+        keys_changed(tenant_id)
+
+
+@receiver(post_save, sender=Membership)
+def _role_changed(sender, instance: Membership, created: bool, **kwargs) -> None:
+    if not created and instance.ssh_keys.exists():
+        keys_changed(instance.tenant_id)
+
+
+@receiver(post_delete, sender=Membership)
+def _member_removed(sender, instance: Membership, **kwargs) -> None:
+    keys_changed(instance.tenant_id)
