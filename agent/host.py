@@ -220,6 +220,9 @@ class Host:
             )
         except LaunchError as exc:
             self._ended(alloc, "failed", str(exc))
+        except Exception as exc:  # a bug must not leave it `starting` for ever
+            log.exception("allocation %s: the launch failed", alloc.id)
+            self._ended(alloc, "failed", f"launch_failed: {exc.__class__.__name__}: {exc}")
         else:
             alloc.set_state("running")
         self._save()
@@ -329,7 +332,8 @@ class Host:
             await self._settled(alloc)
             if alloc.state == "running":
                 await self.runtime.stop(alloc)
-            await asyncio.to_thread(self.runtime.remove, alloc)
+            if alloc.container:  # a launch that failed before its container left nothing
+                await asyncio.to_thread(self.runtime.remove, alloc)
             if alloc.mig_uuid:
                 self.backend.release_mig(alloc.gpus[0], alloc.mig_uuid)
             del self.allocations[alloc_id]

@@ -15,6 +15,7 @@ Every call here blocks: the host runs them in a worker thread.
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -27,10 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
+import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
 
 from agent.allocations import Allocation
+from agent.errors import ApiError
 from agent.runtime import Exit, LaunchError, tail_lines
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,21 @@ def killed_for_memory(container_id: str) -> bool:
     finally:
         os.close(fd)
     return found
+
+
+def _engine_answers(method):
+    """An engine that does not answer is the agent's 503 (the console retries), not a 500."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (DockerException, requests.RequestException) as exc:
+            if isinstance(exc, NotFound):
+                raise
+            raise ApiError(503, "engine_unavailable", f"{self.engine_url}: {exc}") from exc
+
+    return call
 
 
 class OciRuntime:
@@ -229,6 +247,12 @@ class OciRuntime:
     def launch(self, alloc: Allocation, command: list[str] | None, env: dict[str, str], progress):
         """Pull the image if needed, create and start the container; answer (pid, None).
         Raises LaunchError with the reason when it cannot run."""
+        try:
+            return self._launch(alloc, command, env, progress)
+        except (DockerException, requests.RequestException) as exc:
+            raise LaunchError(f"engine_unavailable: {self.engine_url}: {exc}") from exc
+
+    def _launch(self, alloc: Allocation, command: list[str] | None, env: dict[str, str], progress):
         spec = alloc.spec
         reference = spec.get("image")
         if not reference:
@@ -423,6 +447,7 @@ class OciRuntime:
             if container is not None:
                 container.kill()
 
+    @_engine_answers
     def remove(self, alloc: Allocation) -> None:
         """The allocation is deleted: keep the container's output, remove the container
         (the volume stays)."""
@@ -437,6 +462,7 @@ class OciRuntime:
 
     # --- exec: shells and commands inside a running container ------------------------------
 
+    @_engine_answers
     def running_container(self, alloc: Allocation):
         """The allocation's container while it runs, else None."""
         container = self._find(alloc)
@@ -509,6 +535,7 @@ class OciRuntime:
             with open(self._log_file(instance), "ab") as kept:
                 kept.write(output if output.endswith(b"\n") else output + b"\n")
 
+    @_engine_answers
     def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
         """The instance's output on this host, most recent last: what earlier containers
         printed, then the current container's."""
@@ -521,6 +548,7 @@ class OciRuntime:
                     lines.extend(text.decode(errors="replace").splitlines())
         return list(lines)
 
+    @_engine_answers
     def delete_instance(self, instance: str) -> None:
         """Remove the instance's volume and kept output from this host."""
         with contextlib.suppress(NotFound):

@@ -7,6 +7,7 @@ import subprocess
 import docker
 import pytest
 
+from agent import engine as engine_module
 from agent.engine import DEMO_IMAGE
 from tests.agent.agents import wait_for
 from tests.agent.fake_control_plane import HOST_ID, HOST_SECRET, FakeControlPlane
@@ -218,3 +219,22 @@ def test_an_exit_reaches_the_console_at_once(oci_agent):
     assert event["allocation"] == f"{instance}-a" and event["instance"] == instance
     assert (event["kind"], event["state"], event["reason"]) == ("state", "failed", "exit code 7")
     assert event["exit_code"] == 7 and event["at"]
+
+
+def test_an_engine_that_went_away_fails_the_launch_and_keeps_nothing(
+    start_agent, container_engine, tmp_path
+):
+    own = engine_module.start_podman_service(
+        tmp_path / "own.sock", tmp_path / "own.log", container_engine.storage
+    )
+    agent = start_agent(
+        "--gpus", "2", "--runtime", "oci", "--engine-url", f"unix://{tmp_path / 'own.sock'}"
+    )  # fmt: skip
+    own.terminate()
+    own.wait(10)
+    instance = _instance()
+    answer = agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["true"]))
+    failed = answer.json()
+    assert failed["state"] == "failed", failed
+    assert failed["reason"].startswith("engine_unavailable"), failed["reason"]
+    assert agent.client.delete(f"/v1/allocations/{instance}-a").status_code == 204
