@@ -5,6 +5,7 @@ events (ssh, terminal) recorded on the instance.
 Only members with role member or above get a shell: a viewer's keys are never pushed, a
 viewer opens no terminal and no port."""
 
+from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -211,3 +212,68 @@ def _role_changed(sender, instance: Membership, created: bool, **kwargs) -> None
 @receiver(post_delete, sender=Membership)
 def _member_removed(sender, instance: Membership, **kwargs) -> None:
     keys_changed(instance.tenant_id)
+
+
+# --- shells and ports: who may open one, and where it is ----------------------------------
+
+
+class Refused(Exception):
+    """Why a terminal or a port is not opened: an HTTP status and a websocket close code."""
+
+    def __init__(self, error: str, detail: str, status: int, close_code: int):
+        super().__init__(detail)
+        self.error, self.detail, self.status, self.close_code = error, detail, status, close_code
+
+
+def _not_found() -> Refused:
+    return Refused("not_found", "No such instance.", 404, 4404)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A running instance's host, for a terminal or a port."""
+
+    instance_pk: int
+    host: Host
+
+
+def target(membership: Membership | None, instance_pk: int, port: int | None = None) -> Target:
+    """The host that runs the instance, when the membership (role member or above, in the
+    instance's active tenant) may open a shell (or the declared web `port`) there; Refused
+    otherwise: 404 to anyone outside the tenant and for undeclared ports, 403 to a viewer,
+    409 while it is not running."""
+    if membership is None or not membership.tenant.is_active:
+        raise _not_found()
+    instance = (
+        Instance.objects.select_related("image")
+        .filter(pk=instance_pk, tenant_id=membership.tenant_id)
+        .exclude(state=State.TERMINATED)
+        .first()
+    )
+    if instance is None:
+        raise _not_found()
+    if port is not None and port not in {entry["port"] for entry in declared_ports(instance)}:
+        raise Refused("not_found", f"{instance.name} serves no port {port}.", 404, 4404)
+    if not membership.can(OPERATE):
+        raise Refused(
+            "permission_denied",
+            f"Your role ({membership.role}) cannot open a shell or a port; it needs member.",
+            403,
+            4403,
+        )
+    current = instance.current_allocation() if instance.state == State.RUNNING else None
+    if current is None:
+        raise Refused(
+            "not_running", f"{instance.name} is {instance.state}, not running.", 409, 4409
+        )
+    return Target(instance_pk=instance.pk, host=current.host)
+
+
+def shell_stands(membership_id: int, token_id: int | None) -> bool:
+    """Whether an open terminal's member may still have it (membership, role, token)."""
+    from accounts.services import access_stands
+
+    return (
+        access_stands(membership_id, token_id)
+        and Membership.objects.filter(pk=membership_id, role__in=SHELL_ROLES).exists()
+    )

@@ -1,0 +1,194 @@
+"""Websockets the console relays to a host agent: the browser terminal
+(/ws/instances/{id}/terminal/) and the websockets of an instance's web ports
+(/instances/{id}/ports/{port}/…, e.g. Jupyter's kernels).
+
+Frames go through as they are, both ways; when one side closes, the other is closed too.
+Only members with role member or above of the instance's tenant get through (access.target);
+an open socket is closed (4403) once the membership, the role or the API token goes."""
+
+import asyncio
+import contextlib
+import json
+import logging
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from accounts.websocket import RECHECK_SECONDS
+from console.fleet import agent_client
+from console.instances import access
+
+log = logging.getLogger(__name__)
+
+_target = database_sync_to_async(access.target)
+_shell_stands = database_sync_to_async(access.shell_stands)
+_record_session = database_sync_to_async(access.record_session)
+
+AGENT_UNAVAILABLE = 4502
+MAX_SIZE = 1000  # columns or rows
+
+
+class AgentRelay(AsyncWebsocketConsumer):
+    """Accepts the browser's socket, opens the agent's, and pumps frames between them."""
+
+    agent = None
+    pump: asyncio.Task | None = None
+    watch: asyncio.Task | None = None
+    port: int | None = None
+
+    def open_agent(self, target: access.Target):
+        raise NotImplementedError
+
+    async def opened(self) -> None:
+        """The relay runs (a hook for its session event)."""
+
+    async def ended(self) -> None:
+        """The relay ended (a hook for its session event)."""
+
+    async def connect(self):
+        self.instance_pk = int(self.scope["url_route"]["kwargs"]["pk"])
+        membership = self.scope.get("membership")
+        try:
+            target = await _target(membership, self.instance_pk, self.port)
+        except access.Refused as refused:
+            await self.accept()
+            await self.close(code=refused.close_code, reason=refused.detail[:120])
+            return
+        try:
+            self.agent = await self.open_agent(target)
+        except InvalidStatus as exc:
+            await self._refuse_after_agent(exc.response.status_code)
+            return
+        except (OSError, InvalidHandshake, TimeoutError) as exc:
+            log.info("instance %s: agent websocket refused: %s", self.instance_pk, exc)
+            await self.accept()
+            await self.close(code=AGENT_UNAVAILABLE, reason="Its host is not answering.")
+            return
+        await self.accept(subprotocol=self.agent.subprotocol)
+        self.membership_id = membership.pk
+        self.token_id = self.scope.get("api_token_id")
+        self.pump = asyncio.create_task(self._from_agent())
+        self.watch = asyncio.create_task(self._watch_access())
+        await self.opened()
+
+    async def _refuse_after_agent(self, status: int) -> None:
+        await self.accept()
+        if status == 404:
+            await self.close(code=4404, reason="Not running on its host.")
+        else:
+            await self.close(code=AGENT_UNAVAILABLE, reason=f"Its host answered {status}.")
+
+    async def _from_agent(self):
+        try:
+            async for message in self.agent:
+                if isinstance(message, bytes):
+                    await self.send(bytes_data=message)
+                else:
+                    await self.send(text_data=message)
+        except ConnectionClosed:
+            pass
+        code = self.agent.close_code or 1000
+        reason = self.agent.close_reason or ""
+        if code != 1000 and not 4000 <= code < 5000:
+            code = 1011
+        await self.close(code=code, reason=reason[:120] or None)
+
+    async def _watch_access(self):
+        while True:
+            await asyncio.sleep(RECHECK_SECONDS)
+            if not await _shell_stands(self.membership_id, self.token_id):
+                await self.close(code=4403, reason="Your access was withdrawn.")
+                if self.agent is not None:
+                    await self.agent.close()
+                return
+
+    async def receive(self, text_data=None, bytes_data=None):
+        if self.agent is None:
+            return
+        try:
+            if bytes_data is not None:
+                await self.agent.send(bytes_data)
+            elif text_data is not None:
+                await self.relay_text(text_data)
+        except ConnectionClosed:
+            pass  # _from_agent closes the browser's socket
+
+    async def relay_text(self, text: str) -> None:
+        await self.agent.send(text)
+
+    async def disconnect(self, code):
+        for task in (self.watch, self.pump):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        if self.agent is not None:
+            with contextlib.suppress(Exception):
+                await self.agent.close()
+            await self.ended()
+
+
+def _size(query: dict, name: str, default: int) -> int:
+    raw = (query.get(name) or [""])[0]
+    return int(raw) if raw.isdigit() and 1 <= int(raw) <= MAX_SIZE else default
+
+
+class TerminalConsumer(AgentRelay):
+    """/ws/instances/{id}/terminal/?cols=80&rows=24: a shell in the instance's container.
+    Binary frames carry the terminal's bytes; a text frame {"type": "resize", "cols": N,
+    "rows": M} resizes (anything else in text is ignored). Each session is an event."""
+
+    def open_agent(self, target):
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        cols, rows = _size(query, "cols", 80), _size(query, "rows", 24)
+        return agent_client.connect_terminal(target.host, target.instance_pk, cols, rows)
+
+    async def relay_text(self, text: str) -> None:
+        try:
+            frame = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(frame, dict) or frame.get("type") != "resize":
+            return
+        cols, rows = frame.get("cols"), frame.get("rows")
+        if all(type(n) is int and 1 <= n <= MAX_SIZE for n in (cols, rows)):
+            await self.agent.send(json.dumps({"type": "resize", "cols": cols, "rows": rows}))
+
+    def _who(self) -> str:
+        return getattr(self.scope.get("user"), "username", None) or "someone"
+
+    async def opened(self):
+        await _record_session(
+            self.instance_pk,
+            f"terminal session opened by {self._who()}",
+            actor=self.scope.get("user"),
+        )
+
+    async def ended(self):
+        await _record_session(
+            self.instance_pk,
+            f"terminal session of {self._who()} ended",
+            actor=self.scope.get("user"),
+        )
+
+
+class PortSocketConsumer(AgentRelay):
+    """/instances/{id}/ports/{port}/{path}: a websocket of a web port (Jupyter's kernels),
+    relayed to the container through its agent; the subprotocols the browser offers go on."""
+
+    async def connect(self):
+        self.port = int(self.scope["url_route"]["kwargs"]["port"])
+        await super().connect()
+
+    def open_agent(self, target):
+        path = self.scope["url_route"]["kwargs"]["rest"]
+        query = self.scope.get("query_string", b"").decode("latin-1")
+        if query:
+            path = f"{path}?{query}"
+        return agent_client.connect_port_websocket(
+            target.host,
+            target.instance_pk,
+            self.port,
+            path,
+            list(self.scope.get("subprotocols") or []),
+        )
