@@ -9,11 +9,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from accounts.websocket import TenantAuthMiddleware  # noqa: E402
 from console.fleet.asgi import with_samples_route  # noqa: E402
+from console.instances.ports import with_ports_route  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": with_samples_route(django_asgi_app),
+        "http": with_ports_route(with_samples_route(django_asgi_app)),
         "websocket": TenantAuthMiddleware(URLRouter(websocket_urlpatterns)),
     }
 )

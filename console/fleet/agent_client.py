@@ -199,7 +199,7 @@ async def port_request(
     *,
     method: str,
     headers: list[tuple[str, str]],
-    content: AsyncIterator[bytes],
+    content: AsyncIterator[bytes] | bytes,
 ) -> httpx.Response:
     """Send a request to the instance's container port through its agent and answer its
     response as soon as its head arrives (stream the body with `aiter_raw()`, then
