@@ -2,6 +2,7 @@ import shlex
 
 from django import forms
 
+from accounts.models import SshKey
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 
 
@@ -43,6 +44,21 @@ class LaunchForm(forms.Form):
         help_text="Optional: one NAME=value a line, over the image's defaults.",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
     )
+
+    ssh_keys = forms.ModelMultipleChoiceField(
+        queryset=SshKey.objects.none(),
+        to_field_name="name",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="SSH keys",
+        help_text="The keys that open its shells (ssh, the terminal).",
+    )
+
+    def __init__(self, *args, membership=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        keys = SshKey.objects.filter(membership=membership) if membership else SshKey.objects.none()
+        self.fields["ssh_keys"].queryset = keys
+        self.fields["ssh_keys"].initial = [key.name for key in keys]
 
     def clean_command(self) -> list[str] | None:
         line = self.cleaned_data["command"].strip()

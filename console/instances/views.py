@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.roles import OPERATE, READ
 from console.catalog.models import Region, Spec
-from console.instances import lifecycle, placement, services
+from console.instances import access, lifecycle, placement, services
 from console.instances.forms import LaunchForm, ResizeForm
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
@@ -87,7 +87,11 @@ def _spec_groups(regions, specs):
 @tenant_view(OPERATE)
 def launch(request):
     tenant = request.membership.tenant
-    form = LaunchForm(request.POST or None, initial={"region": Region.objects.first()})
+    form = LaunchForm(
+        request.POST or None,
+        initial={"region": Region.objects.first()},
+        membership=request.membership,
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -99,6 +103,7 @@ def launch(request):
                 region=data["region"],
                 command=data["command"],
                 env=data["env"],
+                ssh_keys=[key.name for key in data["ssh_keys"]],
                 actor=request.user,
             )
         except ValidationError as error:
@@ -151,6 +156,11 @@ def _detail_context(request, instance):
         "placement": placement.describe(allocation) if allocation else None,
         "per_month": (instance.spec.current_price() * HOURS_PER_MONTH).quantize(Decimal("0.01")),
         "stopped_per_month": stopped_disk_cost_per_month(instance),
+        "ssh": access.ssh_target(instance) if request.membership.can(OPERATE) else None,
+        "ports": [
+            {**entry, "path": access.port_path(instance, entry["port"])}
+            for entry in access.declared_ports(instance)
+        ],
     }
 
 

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import views
+from console.web import ssh_keys, views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -25,4 +25,6 @@ urlpatterns = [
     path("invitations/<str:token>/", views.invitation, name="invitation"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("ssh-keys/", ssh_keys.ssh_key_list, name="ssh-keys"),
+    path("ssh-keys/<int:pk>/delete/", ssh_keys.ssh_key_delete, name="ssh-key-delete"),
 ]
