@@ -109,6 +109,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--env", action="append", default=[], metavar="NAME=VALUE",
         help="an environment variable (repeat for more)",
     )  # fmt: skip
+    launch.add_argument(
+        "--ssh-key", action="append", dest="ssh_keys", metavar="NAME",
+        help="an SSH key that opens its shells (repeat for more; default: all of yours)",
+    )  # fmt: skip
+    launch.add_argument(
+        "--port", action="append", default=[], dest="ports", metavar="PORT:NAME",
+        help="a web port to open through the console, e.g. 8080:app (repeat for more)",
+    )  # fmt: skip
+    keys = sub.add_parser("ssh-keys", help="your SSH keys in this tenant")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    keys_sub.add_parser("list", help="list your keys")
+    add = keys_sub.add_parser("add", help="add a public key")
+    add.add_argument("name")
+    add.add_argument("file", help="the public key file, e.g. ~/.ssh/id_ed25519.pub")
+    keys_sub.add_parser("delete", help="delete a key").add_argument("name")
+    ssh = sub.add_parser("ssh", help="ssh into a running instance (runs the system ssh)")
+    ssh.add_argument("id", type=int)
+    ssh.add_argument(
+        "remote", nargs=argparse.REMAINDER, help="-- COMMAND to run instead of a shell"
+    )
     logs = sub.add_parser("logs", help="what an instance's workload printed")
     logs.add_argument("id", type=int)
     logs.add_argument("--tail", type=int, default=100, help="how many last lines (default 100)")
@@ -166,8 +186,28 @@ def run(args, config: dict) -> tuple[object, str]:
                 raise CliError(f"cannot split --command: {error}") from None
         if args.env:
             body["env"] = dict(parse_env(item) for item in args.env)
+        if args.ssh_keys:
+            body["ssh_keys"] = args.ssh_keys
+        if args.ports:
+            body["ports"] = [parse_port(item) for item in args.ports]
         instance = client.call("POST", "instances/", json=body)
         return instance, table([instance], INSTANCE_COLUMNS)
+    if args.command == "ssh-keys":
+        return ssh_keys(client, args)
+    if args.command == "ssh":
+        instance = client.call("GET", f"instances/{args.id}/")
+        target = instance.get("ssh")
+        if target is None:
+            raise CliError(
+                f"instance {args.id} is {instance['state']}: ssh needs it running, on a host "
+                "with an SSH gateway, and your role member or above"
+            )
+        remote = args.remote[1:] if args.remote[:1] == ["--"] else args.remote
+        command = ["ssh", "-p", str(target["port"]), f"{target['user']}@{target['host']}", *remote]
+        try:
+            os.execvp("ssh", command)  # noqa: S606 - the user's own ssh, argv without a shell
+        except OSError as error:
+            raise CliError(f"cannot run ssh ({error}): install an OpenSSH client") from None
     if args.command == "logs":
         if args.follow:
             follow_logs(client, args.id, args.tail)
@@ -201,6 +241,31 @@ def run(args, config: dict) -> tuple[object, str]:
         rows = client.all("invoices/")
         return rows, table(rows, ["id", "number", "month", "status", "total", "currency"])
     raise CliError(f"unknown command {args.command}")
+
+
+KEY_COLUMNS = ["name", "fingerprint", "created_at"]
+
+
+def ssh_keys(client: Client, args) -> tuple[object, str]:
+    if args.keys_command == "list":
+        rows = client.all("ssh-keys/")
+        return rows, table(rows, KEY_COLUMNS)
+    if args.keys_command == "add":
+        try:
+            public_key = Path(args.file).expanduser().read_text()
+        except OSError as error:
+            raise CliError(f"cannot read {args.file}: {error}") from None
+        key = client.call("POST", "ssh-keys/", json={"name": args.name, "public_key": public_key})
+        return key, table([key], KEY_COLUMNS)
+    client.call("DELETE", f"ssh-keys/{args.name}/")
+    return {"deleted": args.name}, f"Deleted {args.name}."
+
+
+def parse_port(item: str) -> dict:
+    port, colon, name = item.partition(":")
+    if not colon or not port.isdigit() or not name:
+        raise CliError(f"--port {item!r}: write PORT:NAME, e.g. 8080:app")
+    return {"port": int(port), "name": name}
 
 
 def parse_env(item: str) -> tuple[str, str]:
