@@ -194,3 +194,31 @@ def test_a_port_websocket_is_relayed_only_for_a_declared_port(
     assert agent.requests == [
         f"/v1/instances/{instance.pk}/ports/8888/api/kernels/k1/channels?session_id=s1"
     ]
+
+
+def test_an_open_terminal_closes_when_the_member_is_lowered_to_viewer(
+    transactional_db, tenant, make_member, placed, monkeypatch
+):
+    from channels.db import database_sync_to_async
+
+    from accounts import services as accounts_services
+    from console.instances import relay
+
+    monkeypatch.setattr(relay, "RECHECK_SECONDS", 0.05)
+    instance, port, agent = placed
+    member = make_member(tenant, Role.MEMBER)
+    make_member(tenant, Role.OWNER)
+    headers = bearer(member)
+
+    async def scenario():
+        async with serve(agent.handler, "127.0.0.1", port):
+            path = f"/ws/instances/{instance.pk}/terminal/"
+            browser = WebsocketCommunicator(APP, path, headers=headers)
+            assert (await browser.connect(timeout=5))[0]
+            await database_sync_to_async(accounts_services.change_role)(member, Role.VIEWER)
+            closing = await browser.receive_output(timeout=3)
+            assert (closing["type"], closing["code"]) == ("websocket.close", 4403)
+            await browser.send_input({"type": "websocket.disconnect", "code": 4403})
+            await browser.wait(timeout=3)
+
+    run(scenario)
