@@ -104,6 +104,13 @@ class InventoryGpuSerializer(serializers.Serializer):
         return attrs
 
 
+class SshGatewaySerializer(serializers.Serializer):
+    """The agent's SSH gateway: where it listens and its host key's fingerprint."""
+
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+    host_key_fingerprint = serializers.RegexField(r"^SHA256:[A-Za-z0-9+/=]{1,80}$")
+
+
 class InventorySerializer(serializers.Serializer):
     hostname = serializers.CharField(max_length=100, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True)
@@ -112,6 +119,7 @@ class InventorySerializer(serializers.Serializer):
     cpu_count = serializers.IntegerField(min_value=0, allow_null=True, required=False)
     memory_mib = serializers.IntegerField(min_value=0, allow_null=True, required=False)
     gpus = InventoryGpuSerializer(many=True)
+    ssh = SshGatewaySerializer(required=False, allow_null=True, default=None)
     digest = serializers.CharField(max_length=64, required=False, allow_blank=True)
 
     def validate_gpus(self, gpus):

@@ -1,0 +1,135 @@
+"""Getting into an instance, end to end: the tenant's key through the API, the console's ssh
+command run by OpenSSH against the host agent's gateway, scp to /workspace, the browser
+terminal through the console's websocket relay, and the container's web server through the
+console's port proxy — to its tenant only."""
+
+import asyncio
+import shlex
+import shutil
+import subprocess
+
+import asyncssh
+import httpx
+import pytest
+import websockets
+
+from agent.engine import DEMO_IMAGE
+from tests.factories import ImageFactory
+from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent, wait_for
+from tests.instances.e2e import wait_state as wait_api_state
+
+pytestmark = [pytest.mark.integration, pytest.mark.containers]
+SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+               "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"]  # fmt: skip
+
+
+@pytest.fixture
+def running(stack, container_engine, tmp_path):
+    """A tenant member with an SSH key, and their instance of the demo image running on a real
+    container host (the image serves HTTP on 8888, declared as Jupyter)."""
+    make_catalog()
+    ImageFactory(
+        name="demo-busybox", reference=DEMO_IMAGE, command=[], cuda_version="-",
+        ports=[{"port": 8888, "name": "Jupyter"}],
+    )  # fmt: skip
+    tenant, membership = make_tenant()
+    api = api_client(stack, membership)
+    key = asyncssh.generate_private_key("ssh-ed25519", comment="laptop")
+    private = tmp_path / "laptop"
+    private.write_bytes(key.export_private_key())
+    private.chmod(0o600)
+    added = api.post(
+        "/ssh-keys/", json={"name": "laptop", "public_key": key.export_public_key().decode()}
+    )
+    assert added.status_code == 201, added.text
+    start_agent(stack, "gpu-1", gpus=2, runtime="oci", engine_url=container_engine.url)
+    body = {"name": "notebook", "spec": "a100-quarter", "image": "demo-busybox"}
+    created = api.post("/instances/", json=body)
+    assert created.status_code == 202, created.text
+    iid = created.json()["id"]
+    instance = wait_api_state(api, iid, "running", stack)
+    return {"api": api, "id": iid, "instance": instance, "key": private, "tenant": tenant}
+
+
+def test_the_consoles_ssh_command_logs_in_with_the_tenants_key(running, tmp_path):
+    ssh = running["instance"]["ssh"]
+    assert ssh["user"] == str(running["id"]) and ssh["host_key_fingerprint"].startswith("SHA256:")
+    command = shlex.split(ssh["command"])
+    assert command[0] == "ssh"
+    login = [*command[:1], "-i", str(running["key"]), *SSH_OPTIONS, *command[1:]]
+    result = subprocess.run([*login, "echo $((6*7)); exit 7"], capture_output=True, text=True)
+    assert (result.stdout, result.returncode) == ("42\n", 7), result.stderr
+
+    sent = tmp_path / "weights.bin"
+    sent.write_bytes(b"w" * 100_000)
+    target = f"{ssh['user']}@{ssh['host']}:/workspace/weights.bin"
+    scp = ["scp", "-P", str(ssh["port"]), "-i", str(running["key"]), *SSH_OPTIONS]
+    copied = subprocess.run([*scp, str(sent), target], capture_output=True, text=True)
+    assert copied.returncode == 0, copied.stderr
+    size = subprocess.run(
+        [*login, "wc -c < /workspace/weights.bin"], capture_output=True, text=True
+    )
+    assert size.stdout.strip() == "100000"
+
+    events = running["api"].get(f"/instances/{running['id']}/events/").json()["results"]
+    sessions = [e["message"] for e in events if "ssh session" in e["message"]]
+    assert any("with key laptop (SHA256:" in m for m in sessions), sessions
+    assert any("ended (exit status 7)" in m for m in sessions), sessions
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's client")
+def test_another_key_and_a_stopped_instance_get_no_shell(stack, running, tmp_path):
+    ssh = running["instance"]["ssh"]
+    stranger = tmp_path / "stranger"
+    stranger.write_bytes(asyncssh.generate_private_key("ssh-ed25519").export_private_key())
+    stranger.chmod(0o600)
+    base = ["ssh", "-p", str(ssh["port"]), *SSH_OPTIONS, f"{ssh['user']}@{ssh['host']}"]
+    refused = subprocess.run([*base, "-i", str(stranger), "true"], capture_output=True, text=True)
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr
+
+    api = running["api"]
+    assert api.post(f"/instances/{running['id']}/stop/").status_code == 202
+    stopped = wait_api_state(api, running["id"], "stopped", stack)
+    assert stopped["ssh"] is None
+    closed = subprocess.run(
+        [*base, "-i", str(running["key"]), "true"], capture_output=True, text=True
+    )
+    assert closed.returncode == 255
+
+
+def test_the_browser_terminal_runs_a_shell_through_the_console(stack, running):
+    token = running["api"].headers["Authorization"]
+    url = f"ws://127.0.0.1:{stack.port}/ws/instances/{running['id']}/terminal/"
+
+    async def session() -> bytes:
+        async with websockets.connect(url, additional_headers={"Authorization": token}) as ws:
+            await ws.send('{"type": "resize", "cols": 100, "rows": 30}')
+            await ws.send(b"stty size; echo $((6*7))\r")
+            seen = b""
+            while b"42\r\n" not in seen:
+                seen += await asyncio.wait_for(ws.recv(), 10)
+            return seen
+
+    assert b"30 100" in asyncio.run(session())
+    events = running["api"].get(f"/instances/{running['id']}/events/").json()["results"]
+    assert any("terminal session" in e["message"] for e in events)
+
+
+def test_the_port_proxy_serves_the_containers_web_server_to_its_tenant_only(stack, running):
+    (jupyter,) = running["instance"]["ports"]
+    assert jupyter["port"] == 8888 and jupyter["name"] == "Jupyter"
+    token = running["api"].headers["Authorization"]
+    page = wait_for(
+        lambda: (
+            (r := httpx.get(jupyter["url"], headers={"Authorization": token})).status_code == 200
+            and r
+        ),
+        what="the demo server's page",
+    )
+    assert "gpucloud demo" in page.text
+
+    _, outsider = make_tenant(slug="globex", username="olga")
+    other = api_client(stack, outsider).headers["Authorization"]
+    assert httpx.get(jupyter["url"], headers={"Authorization": other}).status_code == 404
+    undeclared = jupyter["url"].replace("/8888/", "/9999/")
+    assert httpx.get(undeclared, headers={"Authorization": token}).status_code == 404
