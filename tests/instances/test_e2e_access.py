@@ -12,11 +12,13 @@ import asyncssh
 import httpx
 import pytest
 import websockets
+from playwright.sync_api import expect
 
 from agent.engine import DEMO_IMAGE
 from tests.factories import ImageFactory
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent, wait_for
 from tests.instances.e2e import wait_state as wait_api_state
+from tests.pages import screenshot, sign_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
@@ -133,3 +135,15 @@ def test_the_port_proxy_serves_the_containers_web_server_to_its_tenant_only(stac
     assert httpx.get(jupyter["url"], headers={"Authorization": other}).status_code == 404
     undeclared = jupyter["url"].replace("/8888/", "/9999/")
     assert httpx.get(undeclared, headers={"Authorization": token}).status_code == 404
+
+
+@pytest.mark.browser
+def test_the_terminal_panel_types_a_command_and_shows_its_output(stack, running, page):
+    sign_in(page, stack.url, "mia")
+    page.goto(f"{stack.url}/instances/{running['id']}/")
+    page.click("[data-terminal-connect]")
+    expect(page.locator("[data-terminal-status]")).to_have_text("· connected")
+    page.keyboard.type("echo answer=$((6*7))\n")
+    expect(page.get_by_test_id("terminal")).to_contain_text("answer=42", timeout=10_000)
+    expect(page.locator("a", has_text="Open Jupyter")).to_be_visible()
+    screenshot(page, "instances-terminal")
