@@ -45,24 +45,6 @@ def row(name: str, values: list[float]) -> str:
     )
 
 
-def start_registry(tmp: Path, procs: list) -> str:
-    """Debian's docker-registry on a loopback port: where a cold start pulls from."""
-    from console import processes
-
-    address = f"127.0.0.1:{processes.free_port()}"
-    config = tmp / "registry.yml"
-    config.write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp / 'registry'}\n"
-        f"http:\n  addr: {address}\n"
-    )
-    with open(tmp / "registry.log", "ab") as log:
-        server = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
-                                  stderr=subprocess.STDOUT)  # fmt: skip
-    procs.append(Started(server))
-    processes.wait_http(f"http://{address}/v2/", timeout=15, proc=server)
-    return address
-
-
 class Started:
     """A process started elsewhere (the Podman service), stopped as the bench's others are."""
 
@@ -207,7 +189,10 @@ def run(args, tmp: Path, procs: list) -> int:
     if "oci" in runtimes:
         registries = tmp / "registries.conf"
         if shutil.which("docker-registry") and args.cold:
-            registry = start_registry(tmp, procs)
+            from tests.registry import start_registry
+
+            registry = f"127.0.0.1:{processes.free_port()}"
+            procs.append(Started(start_registry(tmp / "registry", registry)))
             registries.write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
         else:
             registries.write_text("")

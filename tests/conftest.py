@@ -13,6 +13,7 @@ from agent import engine
 from console import processes
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.harness import running_stack
+from tests.registry import start_registry
 
 ROLES = [Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER]
 
@@ -124,18 +125,8 @@ def registry(container_engine, tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail("docker-registry is not installed: .ci/run installs it")
         pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
-    root = tmp_path_factory.mktemp("registry")
     address = f"127.0.0.1:{container_engine.registry_port}"
-    config = root / "config.yml"
-    config.write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
-        f"http:\n  addr: {address}\n"
-    )
-    with open(root / "registry.log", "ab") as log:
-        server = subprocess.Popen(
-            ["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
-        )
-    processes.wait_http(f"http://{address}/v2/", timeout=15, proc=server)
+    server = start_registry(tmp_path_factory.mktemp("registry"), address)
     yield address
     server.terminate()
     server.wait(10)
