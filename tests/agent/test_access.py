@@ -109,6 +109,12 @@ def test_a_pty_shell_answers_and_resizes(gateway, keys):
             first = await type_and_read("stty size; echo $((6*7))\n", "42")
             process.change_terminal_size(120, 40)
             second = await type_and_read("stty size\n", "size")
+            started = asyncio.get_running_loop().time()
+            process.stdin.write("sleep 100; echo slept\n")
+            await asyncio.sleep(0.5)
+            interrupted = await type_and_read("\x03", "\n")  # Ctrl-C stops the sleep
+            assert asyncio.get_running_loop().time() - started < 5
+            assert "^C" in interrupted and "\nslept" not in interrupted
             process.stdin.write("exit 5\n")
             await asyncio.wait_for(process.wait(), 10)
             return first, second, process.exit_status
