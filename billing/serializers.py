@@ -26,6 +26,12 @@ class MonthQuerySerializer(serializers.Serializer):
         except ValueError as error:
             raise serializers.ValidationError(str(error)) from None
 
+    def validate(self, attrs):
+        # DRF reads an empty query value as "not given"; `?month=` is a month that is not one
+        if self.initial_data.get("month", None) == "":
+            raise serializers.ValidationError({"month": ["Use the form YYYY-MM, e.g. 2026-05."]})
+        return attrs
+
 
 class ExportQuerySerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=["csv", "json", "pdf"], default="pdf")

@@ -10,8 +10,9 @@ ERROR_SCHEMA = build_object_type(
         "detail": {"type": "string", "description": "for a person to read"},
         "errors": {
             "type": "object",
-            "description": "only with code invalid: the messages of each field",
-            "additionalProperties": {"type": "array", "items": {}},
+            "description": "only with code invalid: the messages of each field (a list of "
+            "messages, or for a list or object field the same, keyed by index or name)",
+            "additionalProperties": {"oneOf": [{"type": "array", "items": {}}, {"type": "object"}]},
         },
     },
     required=["code", "detail"],
@@ -22,11 +23,12 @@ DESCRIPTIONS = {
     "403": "Signed in, but the role or tenant does not allow it.",
     "404": "No such object, or not one of this tenant's.",
     "409": "Not possible in the current state (e.g. quota_exceeded, invalid_state).",
+    "429": "Too many requests (unknown tokens from this address): wait `Retry-After` seconds.",
 }
 
 
 def _errors_of(path: str, method: str, operation: dict) -> list[str]:
-    codes = ["401", "403"]
+    codes = ["401", "403", "429"]
     if operation.get("requestBody") or any(
         p.get("in") == "query" for p in operation.get("parameters", [])
     ):

@@ -163,7 +163,7 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         parameters=[
             OpenApiParameter(
                 "tail",
-                int,
+                {"type": "integer", "minimum": 1, "maximum": MAX_TAIL, "default": 100},
                 description=f"how many of the last lines (1 to {MAX_TAIL}, default 100)",
             )
         ],
