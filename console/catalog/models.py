@@ -1,7 +1,7 @@
 """What tenants can rent: regions, GPU models and their MIG profiles, specs, images."""
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -207,7 +207,8 @@ class SpecPrice(models.Model):
 
     def clean(self):
         """A change comes after the spec's first price, which covers all time before it (a
-        point before it would re-price everything earlier)."""
+        point before it would re-price everything earlier), and never in a month that is
+        closed (what a tenant was billed for it stays what its usage page says)."""
         if self.spec_id is None or self.effective_from is None:
             return
         first = (
@@ -219,6 +220,15 @@ class SpecPrice(models.Model):
         )
         if first is not None and self.effective_from < first:
             message = f"A price change comes after the first price ({first:%Y-%m-%d %H:%M} UTC)."
+            raise ValidationError({"effective_from": message})
+        opened = (
+            timezone.now().astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        )
+        if first is not None and self.effective_from < opened:
+            message = (
+                f"A price change takes effect in the open month (from {opened:%Y-%m-%d} UTC) or "
+                "later: earlier months are invoiced, and a correction there is a credit note."
+            )
             raise ValidationError({"effective_from": message})
 
 

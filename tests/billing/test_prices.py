@@ -81,7 +81,23 @@ def test_a_price_change_cannot_come_before_the_first_price(world):
     with pytest.raises(ValidationError) as error:
         point.full_clean()
     assert "effective_from" in error.value.message_dict
-    SpecPrice(spec=spec, effective_from=at(2026, 3, 2), price_per_hour=Decimal("1")).full_clean()
+    with time_machine.travel(at(2026, 3, 5), tick=False):
+        SpecPrice(
+            spec=spec, effective_from=at(2026, 3, 2), price_per_hour=Decimal("1")
+        ).full_clean()
+
+
+def test_a_price_change_never_reaches_back_into_a_closed_month(world):
+    with time_machine.travel(at(2026, 1, 10), tick=False):
+        spec = SpecFactory(code="older", price_per_hour=Decimal("2.0"))
+    with time_machine.travel(at(2026, 3, 5), tick=False):
+        february = SpecPrice(spec=spec, effective_from=at(2026, 2, 20), price_per_hour=Decimal("1"))
+        with pytest.raises(ValidationError) as error:
+            february.full_clean()  # February is invoiced: a correction there is a credit note
+        assert "open month (from 2026-03-01" in error.value.message_dict["effective_from"][0]
+        SpecPrice(
+            spec=spec, effective_from=at(2026, 3, 1), price_per_hour=Decimal("1")
+        ).full_clean()
 
 
 def test_the_price_shown_is_the_price_billed(world, tenant, client):
