@@ -333,3 +333,25 @@ def test_the_asgi_server_answers_samples_itself(register):
     assert (wrong.status_code, wrong.json()["code"]) == (403, "wrong_host")
     bad = asyncio.run(post({"host_id": host.pk, "samples": [{"kind": "gpu"}]}))
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid")
+
+
+def test_the_ssh_gateway_of_the_inventory_is_kept_and_checked(register):
+    host, secret = register()
+    gateway = {"port": 2222, "host_key_fingerprint": "SHA256:" + "A" * 43}
+    inventory = with_digest({**make_inventory("host-x"), "ssh": gateway})
+    body = {"host_id": host.pk, "inventory_digest": inventory["digest"], "inventory": inventory}
+    assert post_json(agent_client_for(secret), "/agent/v1/heartbeat", body).status_code == 200
+    host.refresh_from_db()
+    assert (host.ssh_port, host.ssh_host_key_fingerprint) == (2222, gateway["host_key_fingerprint"])
+
+    bad = with_digest({**inventory, "ssh": {"port": 70000, "host_key_fingerprint": "md5:x"}})
+    body = {"host_id": host.pk, "inventory_digest": bad["digest"], "inventory": bad}
+    response = post_json(agent_client_for(secret), "/agent/v1/heartbeat", body)
+    assert response.status_code == 400
+    assert "inventory.ssh.port" in response.json()["detail"]
+
+    off = with_digest({**inventory, "ssh": None})
+    body = {"host_id": host.pk, "inventory_digest": off["digest"], "inventory": off}
+    assert post_json(agent_client_for(secret), "/agent/v1/heartbeat", body).status_code == 200
+    host.refresh_from_db()
+    assert host.ssh_port is None
