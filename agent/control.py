@@ -3,7 +3,8 @@
 - `POST {server}/agent/v1/register` once, with a join token, to get the host id and secret;
 - `POST {server}/agent/v1/heartbeat` every heartbeat interval with the API's address,
   inventory and allocations;
-- `POST {server}/agent/v1/samples` every second with the samples read since the last push;
+- `POST {server}/agent/v1/samples` with each round of samples as soon as it is read (the
+  rounds read while the console is away are buffered and sent when it is back);
 - `POST {server}/agent/v1/events` as soon as something happens to a workload that the console
   did not ask for (it exited, failed, a slow launch ended, an image pull progressed).
 Each carries `Authorization: Bearer <secret>`.
@@ -140,6 +141,7 @@ class Reporter:
         self._rounds: deque[tuple[int, list[dict]]] = deque(maxlen=BUFFER_ROUNDS)
         self._serial = itertools.count(1)
         self._failures = 0
+        self._new_round = asyncio.Event()
         self._events: deque[dict] = deque(maxlen=BUFFER_EVENTS)
         self._new_event = asyncio.Event()
         self._event_failures = 0
@@ -180,8 +182,27 @@ class Reporter:
         return 0 if not self._event_failures else min(MAX_BACKOFF_SECONDS, 2**self._event_failures)
 
     def add(self, samples: list[dict]) -> None:
-        """Buffer a round of samples; beyond BUFFER_ROUNDS the oldest round is dropped."""
+        """Buffer a round of samples (sent at once by push_when_read); beyond BUFFER_ROUNDS the
+        oldest round is dropped."""
         self._rounds.append((next(self._serial), samples))
+        self._new_round.set()
+
+    async def round_read(self) -> None:
+        """Wait until a round is buffered."""
+        while not self._rounds:
+            self._new_round.clear()
+            await self._new_round.wait()
+
+    async def push_when_read(self) -> None:
+        """Wait for a round, then push everything buffered: a sample leaves as soon as it is
+        read, not on a timer of the agent's own."""
+        await self.round_read()
+        await self.push()
+
+    @property
+    def backing_off(self) -> bool:
+        """Whether the last push failed (the rounds stay buffered)."""
+        return self._failures > 0
 
     async def heartbeat(self) -> None:
         inventory = self.host.inventory()
@@ -230,6 +251,9 @@ class Reporter:
         log.warning("%s; %d rounds buffered", message, len(self._rounds))
 
     def push_delay(self) -> float:
+        """No wait while the console takes samples; a growing one while it does not."""
+        if not self._failures:
+            return 0
         return min(MAX_BACKOFF_SECONDS, PUSH_SECONDS * 2**self._failures)
 
     async def flush(self) -> None:

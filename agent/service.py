@@ -40,7 +40,7 @@ def lifespan(host: Host, sample_interval: float, reporter: Reporter | None, gate
             loops.append(
                 _repeat("heartbeat", reporter.heartbeat, lambda: reporter.heartbeat_interval)
             )
-            loops.append(_repeat("sample push", reporter.push, reporter.push_delay))
+            loops.append(_repeat("sample push", reporter.push_when_read, reporter.push_delay))
             loops.append(_repeat("event push", reporter.push_events, reporter.event_delay))
         tasks = [asyncio.create_task(loop) for loop in loops]
         if gateway is not None:

@@ -5,8 +5,10 @@ Everything runs in a throwaway directory: a SQLite database (migrated here, with
 GPUs, one whole-GPU instance per GPU, and tenants of 8 instances with a member token each),
 Redis (REDIS_URL, else `--redis embedded`: the fakeredis server `make run` uses, in its own
 process; or `--redis redis-server`), and `--servers` uvicorn processes. The agents are simulated
-in this process (asyncio + httpx): each posts the agent sample contract (a `gpu` and an
-`allocation` sample per GPU) once a second to /agent/v1/samples with its host's secret. The
+in this process: each reads a round (a `gpu` and an `allocation` sample per GPU) once a second
+and hands it to the agent's own `Reporter` (agent/control.py), which pushes it to
+/agent/v1/samples with its host's secret exactly as a running agent does; latency starts at
+the read. The
 viewers are `websockets` clients on /ws/instances/<id>/metrics/ with a member's bearer token.
 
 Per run it prints: samples in, messages expected and delivered, lost, agent-read → client-
@@ -266,38 +268,48 @@ def reading(ts: float, index: int, uuid: str, alloc: str | None) -> list[dict]:
     return samples
 
 
-async def agent(client, address, host, watched, tally, stop_at, phase):
-    import httpx
+async def agent(address, host, watched, tally, stop_at, phase):
+    """A host agent's reading and pushing: a round of samples read each second and handed to
+    the agent's own Reporter, which pushes it as the real agent does (at once, buffered and
+    backing off while the console is away)."""
+    from agent.control import Reporter
 
-    await asyncio.sleep(phase)
-    headers = {"Authorization": f"Bearer {host['secret']}"}
-    next_at = time.monotonic()
-    while time.monotonic() < stop_at:
-        ts = time.time()
-        samples = [
-            s for index, uuid, alloc, _ in host["gpus"] for s in reading(ts, index, uuid, alloc)
-        ]
-        began = time.monotonic()
-        try:
-            response = await client.post(
-                f"http://{address}/agent/v1/samples",
-                json={"host_id": host["id"], "samples": samples},
-                headers=headers,
-            )
-            ok = response.status_code == 202
-        except httpx.HTTPError:
-            ok = False
-        if ts >= tally.start and ts < tally.end:
-            if ok:
+    identity = {"server": f"http://{address}", "host_id": host["id"], "secret": host["secret"]}
+    reporter = Reporter(None, identity, 5.0, address)
+
+    async def push() -> None:
+        while True:
+            await reporter.round_read()
+            began = time.monotonic()
+            await reporter.push()
+            if time.time() >= tally.start and time.time() < tally.end:
+                if reporter.backing_off:
+                    tally.posts_failed += 1
+                else:
+                    tally.post_seconds.append(time.monotonic() - began)
+            await asyncio.sleep(reporter.push_delay())
+
+    pusher = asyncio.ensure_future(push())
+    try:
+        await asyncio.sleep(phase)
+        next_at = time.monotonic()
+        while time.monotonic() < stop_at:
+            ts = time.time()
+            samples = [
+                s for index, uuid, alloc, _ in host["gpus"] for s in reading(ts, index, uuid, alloc)
+            ]
+            reporter.add(samples)
+            if tally.start <= ts < tally.end:
                 tally.samples_in += len(samples)
-                tally.post_seconds.append(time.monotonic() - began)
                 for _, _, _, instance in host["gpus"]:
                     if instance in watched:
                         tally.expected.add((instance, ts))
-            else:
-                tally.posts_failed += 1
-        next_at += 1.0
-        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += 1.0
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+    finally:
+        pusher.cancel()
+        await asyncio.gather(pusher, return_exceptions=True)
+        await reporter.aclose()
 
 
 async def ws_viewer(address, instance, token, tally, ready, stop_at):
@@ -397,8 +409,8 @@ async def drive(world, servers, agents, viewers, watch, warmup, seconds, drain):
         await ready.acquire()
     agent_tasks = [
         asyncio.ensure_future(agent(
-            clients[n % len(clients)], addresses[n % len(addresses)], host, set(watched), tally,
-            far, phase=n / max(1, agents),
+            addresses[n % len(addresses)], host, set(watched), tally, far,
+            phase=n / max(1, agents),
         ))
         for n, host in enumerate(hosts)
     ]  # fmt: skip

@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from accounts.roles import Role
-from agent.control import PUSH_SECONDS
 from tests.metrics.realstack import bring_up_host, launch, token_of, watch
 
 pytestmark = pytest.mark.integration
@@ -47,25 +46,15 @@ def test_a_real_agents_samples_reach_the_right_socket_and_no_other(
         assert {m["instance"] for _, m in samples} == {instance.pk}
         assert all(abs(m["gpu_util"] - util) <= 2.5 for _, m in samples)  # its own load, ±2
         assert all(m["mem_total_mib"] == 20480 for _, m in samples)
-        # Agent read → client received: the freshest sample of each push arrives within a
-        # second; none waits longer than one push period more.
-        latencies = [at - m["ts"] for at, m in samples]
+        # Agent read → client received: the agent pushes each round as soon as it is read, so
+        # a sample does not wait for a timer of the agent's (it waited up to a second).
+        latencies = sorted(at - m["ts"] for at, m in samples)
         print(f"instance {instance.pk}: {len(samples)} samples, read→received "
-              f"{min(latencies):.3f}–{max(latencies):.3f} s")  # fmt: skip
-        assert max(latencies) < 1.0 + PUSH_SECONDS, latencies
-        pushes = _bursts(samples)
-        assert all(at - m["ts"] < 1.0 for at, m in (burst[-1] for burst in pushes)), latencies
+              f"{latencies[0]:.3f}–{latencies[-1]:.3f} s")  # fmt: skip
+        assert latencies[len(latencies) // 2] < 0.25, latencies
+        assert latencies[-1] < 1.0, latencies
         timestamps = [m["ts"] for _, m in samples]
         assert timestamps == sorted(set(timestamps))  # in order, each once
-
-
-def _bursts(samples, gap=0.1):
-    bursts = [[samples[0]]]
-    for previous, current in zip(samples, samples[1:], strict=False):
-        if current[0] - previous[0] > gap:
-            bursts.append([])
-        bursts[-1].append(current)
-    return bursts
 
 
 def test_history_of_the_live_stack(stack, tenant, make_member, token_client):
