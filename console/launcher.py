@@ -69,7 +69,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
 
     manage("migrate", "--noinput", "-v0", env=env)
-    demo = manage("seed_demo", env=env)
+    demo = manage("seed_demo", "--yes-demo", env=env)
 
     children: list[tuple[str, subprocess.Popen]] = []
 

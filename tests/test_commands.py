@@ -87,13 +87,22 @@ def test_commands_refuse_bad_input(args, message):
 
 
 def test_seed_demo_is_idempotent():
-    first = run("seed_demo")
+    first = run("seed_demo", "--yes-demo")
     counts = (Spec.objects.count(), SpecPrice.objects.count(), Membership.objects.count())
-    run("seed_demo")
+    run("seed_demo", "--yes-demo")
     assert (Spec.objects.count(), SpecPrice.objects.count(), Membership.objects.count()) == counts
     assert "alice" in first
     modes = set(Spec.objects.values_list("mode", flat=True))
     assert modes == {"whole", "mig", "shared"}
+
+
+def test_seed_demo_is_refused_with_debug_off_unless_asked(settings):
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="refused with DEBUG off"):
+        run("seed_demo")
+    assert not get_user_model().objects.filter(username="operator").exists()
+    settings.DEBUG = True
+    assert "login operator" in run("seed_demo")
 
 
 @pytest.fixture

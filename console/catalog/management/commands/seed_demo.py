@@ -1,12 +1,29 @@
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 
 from console.catalog import demo
 
 
 class Command(BaseCommand):
-    help = "Load the demo catalog, tenants and users. Running it again changes nothing."
+    help = (
+        "Load the demo catalog, tenants and users (with published passwords, one of them "
+        "staff). Refused with DEBUG off unless --yes-demo. Running it again changes nothing."
+    )
 
-    def handle(self, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--yes-demo",
+            action="store_true",
+            help="load it although DEBUG is off (make run does: a demo on one machine)",
+        )
+
+    def handle(self, yes_demo, **options):
+        if not settings.DEBUG and not yes_demo:
+            raise CommandError(
+                "seed_demo creates users whose passwords the README publishes, one of them "
+                "staff: refused with DEBUG off. For a production catalog use apply_catalog "
+                "FILE and createsuperuser; for a demo, add --yes-demo."
+            )
         demo.load()
         self.stdout.write(
             "Demo loaded: region local-1, GPU models, specs, images, tenants acme and globex."
