@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--join-token", help="one-time token to register this host (first start)")
     p.add_argument("--secret", help="run standalone, without --server, with this API secret")
     p.add_argument("--backend", choices=("sim", "nvml"), default="sim")
-    p.add_argument("--gpus", type=int, default=1, help="sim: number of simulated GPUs")
+    p.add_argument("--gpus", type=int, help="sim: number of simulated GPUs (required)")
     p.add_argument("--model", choices=sorted(MODELS), default="a100-80gb", help="sim: GPU model")
     p.add_argument(
         "--mode",
@@ -123,6 +123,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if mode not in MODES:
             parser.error(f"unknown mode {mode!r}: choose from {', '.join(MODES)}")
     if args.backend == "sim":
+        if args.gpus is None:
+            parser.error("the sim backend needs --gpus N (how many GPUs to simulate)")
         if args.gpus < 1:
             parser.error("--gpus must be at least 1")
         modes = args.modes or ["whole"]

@@ -123,7 +123,9 @@ def test_register_heartbeat_samples_and_restart(start_agent):
 
 def test_agent_rides_out_a_control_plane_outage(start_agent):
     with FakeControlPlane() as server:
-        agent = start_agent("--server", server.url, "--join-token", "join-2", secret=None)
+        agent = start_agent(
+            "--server", server.url, "--gpus", "1", "--join-token", "join-2", secret=None
+        )
         wait_for(lambda: server.received("samples"))
     outage = time.time()
     time.sleep(1.5)
@@ -139,7 +141,9 @@ def test_agent_rides_out_a_control_plane_outage(start_agent):
 
 def test_refused_registration_exits_with_the_message(start_agent):
     with FakeControlPlane(refuse="join token already used") as server:
-        agent = start_agent("--server", server.url, "--join-token", "used", secret=None, wait=False)
+        agent = start_agent(
+            "--server", server.url, "--gpus", "1", "--join-token", "used", secret=None, wait=False
+        )
         assert agent.proc.wait(20) != 0
     log = agent.log()
     assert "join token already used" in log
