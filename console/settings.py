@@ -191,6 +191,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 300)}
 CELERY_TIMEZONE = "UTC"
+# `celery beat`'s state (when each entry last ran) lives with the rest of the state, in
+# GPUCLOUD_VAR_DIR, not in the directory it was started from.
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ROUTES = {
     "console.instances.tasks.schedule_pending": {"queue": "default"},
     "console.instances.tasks.*": {"queue": "provisioning"},
