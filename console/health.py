@@ -78,3 +78,16 @@ def healthz(request):
         {"status": "ok" if healthy else "down", "components": components},
         status=200 if healthy else 503,
     )
+
+
+def serve_regardless_of_host(get_response):
+    """Middleware: load balancers and probes ask for /healthz by address, whatever
+    ALLOWED_HOSTS names, so it is answered before CommonMiddleware checks the Host header (it
+    reads no cookie and builds no URL from the host)."""
+
+    def middleware(request):
+        if request.path_info == "/healthz":
+            return healthz(request)
+        return get_response(request)
+
+    return middleware

@@ -14,6 +14,18 @@ def test_healthz_reports_each_component(client):
 
 
 @pytest.mark.django_db
+def test_healthz_answers_whatever_host_a_probe_asks_for(client, settings):
+    settings.ALLOWED_HOSTS = ["console.example.com"]
+    for host in ("10.0.0.5:8000", "gpu-lb.internal", "console.example.com"):
+        response = client.get("/healthz", HTTP_HOST=host)
+        assert response.status_code == 200, host
+        assert response.json()["status"] == "ok"
+    # Everything else still answers only for the allowed names.
+    assert client.get("/api/v1/specs/", HTTP_HOST="10.0.0.5:8000").status_code == 400
+    assert client.post("/healthz", HTTP_HOST="10.0.0.5:8000").status_code == 405
+
+
+@pytest.mark.django_db
 def test_healthz_is_503_when_the_channel_layer_is_down(client, settings):
     from console.processes import free_port
 
