@@ -1,4 +1,5 @@
-"""GET /healthz: each component's status; 503 when one is down."""
+"""GET /healthz: each component's status; 503 when one is down, "degraded" (200) while some
+host's agent is not heard."""
 
 import asyncio
 from datetime import timedelta
@@ -54,10 +55,20 @@ def _channel_layer() -> dict:
 
 
 def _agents() -> dict:
+    """The hosts whose agent was heard within the heartbeat grace. Any other makes it
+    "degraded", with the counts and names: still a 200, since the console itself serves (a
+    load balancer must not take a web process out for a GPU host's silence)."""
     grace = timedelta(seconds=settings.HOST_HEARTBEAT_GRACE_SECONDS)
     hosts = Host.objects.exclude(status=Host.Status.RETIRED)
-    fresh = hosts.filter(last_heartbeat_at__gte=timezone.now() - grace).count()
-    return {"status": "ok", "hosts": hosts.count(), "seen_recently": fresh}
+    silent = hosts.exclude(last_heartbeat_at__gte=timezone.now() - grace).order_by("name")
+    total, unreachable = hosts.count(), list(silent.values_list("name", flat=True))
+    return {
+        "status": "degraded" if unreachable else "ok",
+        "hosts": total,
+        "reachable": total - len(unreachable),
+        "unreachable": unreachable,
+        "detail": f"{total - len(unreachable)} of {total} hosts reachable",
+    }
 
 
 CHECKS = {"database": _database, "broker": _broker, "channel_layer": _channel_layer}
@@ -73,10 +84,10 @@ def healthz(request):
             components[name] = {"status": "down", "error": f"{exc.__class__.__name__}: {exc}"}
     if components["database"]["status"] == "ok":
         components["agents"] = _agents()
-    healthy = all(c["status"] == "ok" for c in components.values())
+    statuses = {component["status"] for component in components.values()}
+    status = "down" if "down" in statuses else "degraded" if "degraded" in statuses else "ok"
     return JsonResponse(
-        {"status": "ok" if healthy else "down", "components": components},
-        status=200 if healthy else 503,
+        {"status": status, "components": components}, status=503 if status == "down" else 200
     )
 
 

@@ -26,6 +26,40 @@ def test_healthz_answers_whatever_host_a_probe_asks_for(client, settings):
 
 
 @pytest.mark.django_db
+def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachable(client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.fleet.models import Host
+    from tests.factories import RegionFactory
+
+    region, now = RegionFactory(), timezone.now()
+    for name, heard in (("gpu-a", now), ("gpu-b", now - timedelta(seconds=60)), ("gpu-c", None)):
+        Host.objects.create(name=name, region=region, address="http://x:1", last_heartbeat_at=heard)
+    Host.objects.create(
+        name="gone", region=region, address="http://x:1", status=Host.Status.RETIRED
+    )
+    response = client.get("/healthz")
+    assert response.status_code == 200  # the console serves: no probe takes it out for this
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["components"]["agents"] == {
+        "status": "degraded",
+        "hosts": 3,
+        "reachable": 1,
+        "unreachable": ["gpu-b", "gpu-c"],
+        "detail": "1 of 3 hosts reachable",
+    }
+    Host.objects.filter(name__in=["gpu-b", "gpu-c"]).update(last_heartbeat_at=now)
+    body = client.get("/healthz").json()
+    assert (body["status"], body["components"]["agents"]["detail"]) == (
+        "ok",
+        "3 of 3 hosts reachable",
+    )
+
+
+@pytest.mark.django_db
 def test_healthz_is_503_when_the_channel_layer_is_down(client, settings):
     from console.processes import free_port
 
