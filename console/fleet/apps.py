@@ -1,6 +1,13 @@
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class FleetConfig(AppConfig):
     name = "console.fleet"
     label = "fleet"
+
+    def ready(self):
+        from console import logs
+
+        # Under uvicorn: no access line for each agent's sample push and heartbeat.
+        logs.adopt_uvicorn_loggers(json_lines=settings.LOG_FORMAT == "json")

@@ -1,0 +1,50 @@
+"""Production logging: one line per Celery task outcome, no access line for the agents'
+periodic calls (every sample push and heartbeat of every host), JSON lines on request
+(``LOG_FORMAT=json``). The settings' LOGGING uses these; so do the worker, the beat and
+uvicorn's own loggers."""
+
+import json
+import logging
+from datetime import UTC, datetime
+
+# What every agent calls every second (samples) or every few seconds (heartbeat): an access
+# line for each would drown everything else in the web process's log.
+AGENT_PERIODIC_PATHS = ("/agent/v1/samples", "/agent/v1/heartbeat")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC), level, logger, message, and exc when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+class SkipAgentPeriodicCalls(logging.Filter):
+    """Drops uvicorn's access line of an agent's sample push or heartbeat whatever it
+    answered; every other request keeps its line. (uvicorn logs `client - "METHOD path
+    HTTP/v" status`: the path is its third argument.)"""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        path = str(args[2]).split("?")[0] if len(args) >= 3 else ""
+        return path not in AGENT_PERIODIC_PATHS
+
+
+def adopt_uvicorn_loggers(json_lines: bool) -> None:
+    """uvicorn configures its loggers before it loads the app: filter its access log, and
+    with JSON logs give its handlers (none with --no-access-log) the JSON format."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, SkipAgentPeriodicCalls) for f in access.filters):
+        access.addFilter(SkipAgentPeriodicCalls())
+    if json_lines:
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+            for handler in logging.getLogger(name).handlers:
+                handler.setFormatter(JsonFormatter())
