@@ -10,8 +10,11 @@ import pytest
 import time_machine
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accounts.models import Tenant
+from console.catalog import apply as catalog
 from console.catalog.models import GpuModel, Image, MigProfile, Region, Spec
 from console.fleet.models import Host
 from console.instances.models import Instance, State
@@ -246,3 +249,67 @@ def test_a_missing_file_is_a_one_line_error(tmp_path):
     with pytest.raises(CommandError):
         call_command("apply_catalog", str(tmp_path / "none.toml"), stderr=err)
     assert "cannot read it (No such file or directory)" in err.getvalue()
+
+
+def _snapshot() -> dict:
+    return {
+        "regions": sorted(Region.objects.values_list("code", "name")),
+        "models": sorted(GpuModel.objects.values_list("code", "name", "memory_mib", "mig_capable")),
+        "profiles": sorted(
+            MigProfile.objects.values_list("gpu_model__code", "name", "size", "memory_mib")
+        ),
+        "specs": sorted(
+            Spec.objects.values_list(
+                "code",
+                "gpu_model__code",
+                "mode",
+                "gpu_count",
+                "mig_profile__name",
+                "milli",
+                "gpu_memory_mib",
+                "vcpus",
+                "ram_mib",
+                "disk_gib",
+                "active",
+            )
+        ),  # fmt: skip
+        "prices": sorted(
+            Spec.objects.values_list("code", "prices__effective_from", "prices__price_per_hour")
+        ),
+        "images": sorted(Image.objects.values_list("name", "reference", "active")),
+    }
+
+
+def _subset(document: dict, specs: set[str], images: set[str]) -> dict:
+    """The example with only some specs and images (and the GPU models those specs use)."""
+    kept_specs = [s for s in document["specs"] if s["code"] in specs]
+    models = {s["gpu_model"] for s in kept_specs}
+    return {
+        "regions": document["regions"],
+        "gpu_models": [m for m in document["gpu_models"] if m["code"] in models],
+        "specs": kept_specs,
+        "images": [i for i in document["images"] if i["name"] in images],
+    }
+
+
+EXAMPLE_DOC = tomllib.loads(EXAMPLE.read_text())
+SPEC_CODES = sorted(s["code"] for s in EXAMPLE_DOC["specs"])
+IMAGE_NAMES = sorted(i["name"] for i in EXAMPLE_DOC["images"])
+subsets = st.tuples(st.sets(st.sampled_from(SPEC_CODES)), st.sets(st.sampled_from(IMAGE_NAMES)))
+
+
+@settings(max_examples=10, deadline=None)
+@given(first=subsets, second=subsets)
+def test_the_catalog_ends_as_the_last_file_says_whatever_came_before(first, second):
+    """Applying A then B leaves what applying B alone leaves (nothing in use), and B again
+    changes nothing."""
+    for model in (Spec, Image, GpuModel, Region):
+        model.objects.all().delete()
+    catalog.apply(_subset(EXAMPLE_DOC, *first))
+    catalog.apply(_subset(EXAMPLE_DOC, *second))
+    after_both = _snapshot()
+    assert catalog.apply(_subset(EXAMPLE_DOC, *second)).changes == []
+    for model in (Spec, Image, GpuModel, Region):
+        model.objects.all().delete()
+    catalog.apply(_subset(EXAMPLE_DOC, *second))
+    assert _snapshot() == after_both
