@@ -1,5 +1,5 @@
-"""Production logging: one line per Celery task outcome, no access line for the agents'
-periodic calls (every sample push and heartbeat of every host), JSON lines on request
+"""Production logging: Celery's line per task received and per outcome at INFO, no access
+line for the agents' periodic calls (every sample push and heartbeat of every host), JSON lines on request
 (``LOG_FORMAT=json``). The settings' LOGGING uses these; so do the worker, the beat and
 uvicorn's own loggers."""
 

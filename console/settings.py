@@ -289,8 +289,9 @@ SPECTACULAR_SETTINGS = {
 }
 
 # One stream for every process (web, worker, beat): LOG_LEVEL, and LOG_FORMAT=json for one JSON
-# object per line. Workers log one line per task outcome (Celery's "succeeded in", "retry",
-# "raised"), not the "received" line before it; see console.logs for the access log.
+# object per line. Workers log a line when a task is received (what a killed worker had in
+# hand) and one per outcome ("succeeded in", "retry", "raised"); see console.logs for the
+# access log.
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT is text or json, not {LOG_FORMAT!r}.")
@@ -303,10 +304,7 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {
-        "django.db.backends": {"level": "WARNING"},
-        "celery.worker.strategy": {"level": "WARNING"},
-    },
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

@@ -70,7 +70,9 @@ def _wait_for(path: Path, text: str, proc, timeout: float = 60) -> str:
     raise AssertionError(f"{text!r} never logged:\n{path.read_text()[-3000:]}")
 
 
-def test_a_worker_without_a_level_logs_one_line_per_task_outcome(migrated, redis_url, tmp_path):
+def test_a_worker_without_a_level_logs_each_task_received_and_its_outcome(
+    migrated, redis_url, tmp_path
+):
     env = {**migrated, "REDIS_URL": redis_url}
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log:
@@ -87,9 +89,12 @@ def test_a_worker_without_a_level_logs_one_line_per_task_outcome(migrated, redis
     finally:
         worker.terminate()
         worker.wait(20)
-    lines = [line for line in text.splitlines() if "console.fleet.tasks.watchdog" in line]
-    assert len(lines) == 1, lines
-    assert " INFO celery.app.trace: Task console.fleet.tasks.watchdog[" in lines[0]
+    lines = [line for line in text.splitlines() if "console.fleet.tasks.watchdog[" in line]
+    assert [line.split(": ")[0].split(" ", 2)[2] for line in lines] == [
+        "INFO celery.worker.strategy",  # received
+        "INFO celery.app.trace",  # its outcome
+    ], lines
+    assert " succeeded in " in lines[1]
 
 
 def test_uvicorn_logs_requests_but_not_the_agents_periodic_calls_and_json_on_request(
