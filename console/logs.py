@@ -1,7 +1,7 @@
 """Production logging: Celery's line per task received and per outcome at INFO, no access
-line for the agents' periodic calls (every sample push and heartbeat of every host), JSON lines on request
-(``LOG_FORMAT=json``). The settings' LOGGING uses these; so do the worker, the beat and
-uvicorn's own loggers."""
+line for the agents' periodic calls (every sample push and heartbeat of every host), JSON
+lines on request (``LOG_FORMAT=json``). The settings' LOGGING uses these; so do the worker,
+the beat and uvicorn's own loggers."""
 
 import json
 import logging
