@@ -14,6 +14,13 @@ memory cap, so GPU memory never binds (GPUs are given TRACE_GPU_MEMORY_MIB for t
 
     .venv/bin/python bench/scheduler.py --nodes ../shared/traces/openb_node_list_gpu_node.csv \\
         --pods ../shared/traces/openb_pod_list_default.csv [--json] [--policies fgd] [--seed 1]
+
+A workload with more distinct fractions (the scheduler's cost must not grow with them):
+--fractions 100,125,200,300,333,600,750 gives each fractional request of the file one of
+these instead, drawn at random (--seed); the hosts stay the same.
+
+decisions_per_s and decisions_per_cpu_s count place() and apply() together, in wall-clock
+and in CPU time (the CPU figure does not move with what else the machine runs).
 """
 
 import argparse
@@ -69,10 +76,18 @@ def to_request(row: dict) -> Request:
     )
 
 
-def read_requests(path: Path) -> list[tuple[Request, int]]:
-    """(request, GPU demand in milli) in arrival order."""
+def read_requests(
+    path: Path, fractions: list[int] | None = None, seed: int = 1
+) -> list[tuple[Request, int]]:
+    """(request, GPU demand in milli) in arrival order; with `fractions`, each fractional
+    request asks for one of them instead, drawn at random (`seed`)."""
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
+    if fractions:
+        draw = random.Random(seed)
+        for row in rows:
+            if int(row["num_gpu"]) == 1 and int(row["gpu_milli"]) < MILLI:
+                row["gpu_milli"] = str(draw.choice(fractions))
     if rows and "creation_time" in rows[0]:
         rows.sort(key=lambda row: int(row["creation_time"]))
     return [(to_request(row), int(row["num_gpu"]) * int(row["gpu_milli"])) for row in rows]
@@ -92,11 +107,13 @@ def arrivals(
             return
 
 
-def replay(nodes: Path, pods: Path, policy: str, seed: int) -> dict:
+def replay(
+    nodes: Path, pods: Path, policy: str, seed: int, fractions: list[int] | None = None
+) -> dict:
     started = time.perf_counter()
     cluster = Cluster(read_hosts(nodes))
     capacity = MILLI * sum(len(host.gpus) for host in cluster.hosts.values())
-    requests = read_requests(pods)
+    requests = read_requests(pods, fractions, seed)
     allocated = placed = processed = 0
     deciding = deciding_cpu = 0.0
     for request, demand in arrivals(requests, capacity, seed):
@@ -128,10 +145,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods", type=Path, default=TRACES / "openb_pod_list_default.csv")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--fractions",
+        type=lambda text: [int(m) for m in text.split(",")],
+        help="milli-GPU, comma-separated: each fractional request asks for one, at random",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object, by policy")
     args = parser.parse_args(argv)
     results = {
-        policy: replay(args.nodes, args.pods, policy, args.seed)
+        policy: replay(args.nodes, args.pods, policy, args.seed, args.fractions)
         for policy in args.policies.split(",")
     }
     if args.json:

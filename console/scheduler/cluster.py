@@ -4,8 +4,9 @@ Hosts are indexed by the state of their GPUs: for each (region, mode, model) a b
 state (see fragmentation.State) holding the hosts that have a GPU in that state, sorted by
 (free milli-GPU, free vCPU, free RAM, host order) — the order best-fit wants, and the
 tie-break of fgd. A bucket keeps apart the hosts with stranded GPU capacity under the
-workload snapshot last tracked: only there can a placement lower the stranded part of
-fragmentation. Placement looks buckets up; it never scans all GPUs.
+workload snapshot last tracked, most free vCPU first: only there can a placement lower the
+stranded part of fragmentation, and a request's scan of them ends where the vCPU runs out.
+Placement looks buckets up; it never scans all GPUs.
 """
 
 from bisect import bisect_left, insort
@@ -21,23 +22,34 @@ Entry = tuple[int, int, int, int, Hashable]
 GroupKey = tuple[str, str, str]  # (region, mode, model)
 
 
+def by_cpu(entry: Entry) -> tuple[int, Entry]:
+    """The order of a bucket's hosts with stranded capacity: most free vCPU first, so that
+    a scan stops at the first host that lacks the vCPU."""
+    return -entry[1], entry
+
+
 @dataclass
 class Bucket:
     """Hosts with a GPU in one state, in two sorted lists: those with no stranded capacity
-    under the tracked workload snapshot and those with some."""
+    under the tracked workload snapshot (in Entry order) and those with some (by_cpu)."""
 
     slack: list[Entry] = field(default_factory=list)
     starved: list[Entry] = field(default_factory=list)
 
     def add(self, entry: Entry, starved: bool) -> None:
-        insort(self.starved if starved else self.slack, entry)
+        if starved:
+            insort(self.starved, entry, key=by_cpu)
+        else:
+            insort(self.slack, entry)
 
     def remove(self, entry: Entry) -> None:
-        for entries in (self.slack, self.starved):
-            i = bisect_left(entries, entry)
-            if i < len(entries) and entries[i] == entry:
-                del entries[i]
-                return
+        i = bisect_left(self.slack, entry)
+        if i < len(self.slack) and self.slack[i] == entry:
+            del self.slack[i]
+            return
+        i = bisect_left(self.starved, by_cpu(entry), key=by_cpu)
+        if i < len(self.starved) and self.starved[i] == entry:
+            del self.starved[i]
 
 
 class Cluster:
@@ -52,6 +64,9 @@ class Cluster:
         self._entries: dict[Hashable, Entry] = {}
         self._gpus: dict[Hashable, dict[tuple[GroupKey, State], list[int]]] = {}
         self._dist: Distribution | None = None
+        # free milli-GPU of each indexed host that its free vCPU and RAM cannot feed under
+        # the tracked workload snapshot (0 before any)
+        self.stranded: dict[Hashable, float] = {}
         for host in self.hosts.values():
             self._index(host)
 
@@ -71,11 +86,11 @@ class Cluster:
         if dist is self._dist:
             return
         self._dist = dist
+        self.stranded = {host_id: self._stranded(e) for host_id, e in self._entries.items()}
         for bucket in self._buckets():
             entries = sorted(bucket.slack + bucket.starved)
-            starved = [self._starved(e) for e in entries]
-            bucket.slack = [e for e, s in zip(entries, starved, strict=True) if not s]
-            bucket.starved = [e for e, s in zip(entries, starved, strict=True) if s]
+            bucket.slack = [e for e in entries if not self.stranded[e[4]]]
+            bucket.starved = sorted((e for e in entries if self.stranded[e[4]]), key=by_cpu)
 
     def apply(self, placement: Placement) -> None:
         """Commit `placement`; ValueError (and nothing changed) when it does not fit."""
@@ -134,8 +149,8 @@ class Cluster:
                 gpu.taken = sign > 0
         self._index(host)
 
-    def _starved(self, entry: Entry) -> bool:
-        return self._dist is not None and stranded(*entry[:3], self._dist) > 0
+    def _stranded(self, entry: Entry) -> float:
+        return 0.0 if self._dist is None else stranded(*entry[:3], self._dist)
 
     def _buckets(self) -> Iterable[Bucket]:
         yield self.everyone
@@ -155,7 +170,8 @@ class Cluster:
                 states.setdefault((group, state), []).append(gpu.index)
         free = sum(gpu.free_units for gpu in gpus)
         entry = (free, host.free_cpu_milli, host.free_ram_mib, self._order[host.id], host.id)
-        starved = self._starved(entry)
+        self.stranded[host.id] = self._stranded(entry)
+        starved = self.stranded[host.id] > 0
         self.everyone.add(entry, starved)
         for group, state in states:
             self.groups.setdefault(group, {}).setdefault(state, Bucket()).add(entry, starved)
@@ -166,6 +182,7 @@ class Cluster:
         entry = self._entries.pop(host_id, None)
         if entry is None:
             return
+        del self.stranded[host_id]
         self.everyone.remove(entry)
         for group, state in self._gpus.pop(host_id):
             bucket = self.groups[group][state]

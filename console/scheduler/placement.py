@@ -16,23 +16,18 @@
   stranded part are looked at beyond the first that leaves it unchanged.
 """
 
+import itertools
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 
-from console.scheduler.cluster import Bucket, Cluster, Entry, GroupKey
-from console.scheduler.fragmentation import (
-    State,
-    fed,
-    gpu_waste,
-    sets_used,
-    state_units,
-    stranded,
-)
+from console.scheduler.cluster import Bucket, Cluster, GroupKey
+from console.scheduler.fragmentation import State, fed, gpu_waste, sets_used, state_units
 from console.scheduler.mig import free_starts
 from console.scheduler.model import MIG, SHARED, Host, Placement, Request
 from console.scheduler.workload import Distribution
 
 EPSILON = 1e-6  # scores are rounded to 1e-6 milli-GPU so that equal sums compare equal
+INFINITY = float("inf")
 
 
 def place(
@@ -135,8 +130,10 @@ def best_fit(request: Request, cluster: Cluster) -> Placement | None:
     best = None
     for group, state, bucket in _candidates(request, cluster):
         left = _left(request, group, state)
-        for entries in (bucket.slack, bucket.starved):
-            entry = next((e for e in entries if e[1] >= cpu and e[2] >= ram), None)
+        slack = next((e for e in bucket.slack if e[1] >= cpu and e[2] >= ram), None)
+        fed_ = itertools.takewhile(lambda e: e[1] >= cpu, bucket.starved)  # most vCPU first
+        starved = min((e for e in fed_ if e[2] >= ram), default=None)
+        for entry in (slack, starved):
             if entry is not None:
                 key = (left, entry[0] - units, entry[1] - cpu, entry[2] - ram, entry[3])
                 if best is None or key < best[0]:
@@ -148,63 +145,120 @@ def best_fit(request: Request, cluster: Cluster) -> Placement | None:
 
 
 def fgd(request: Request, cluster: Cluster) -> Placement | None:
+    """The least (score, best-fit's key) by bucket, the buckets in order of their rise: in
+    each, every host with stranded capacity (the request may lower it) and the vCPU and
+    RAM, and of the others, in order, those up to the first that the request leaves without
+    stranded capacity; no bucket after the first whose rise cannot beat the best so far."""
     dist = cluster.workload.snapshot()
     cluster.track(dist)
     shape = replace(request, cpu_milli=0, ram_mib=0)
-    options = []
-    for group, state, bucket in _candidates(request, cluster):
-        rise, start = 0.0, None
-        if group is not None:
-            key = (group, state, shape)
-            if key not in dist.memo:
-                dist.memo[key] = _gpu_rise(request, group, state, dist)
-            rise, start = dist.memo[key]
-        options.append((rise, _left(request, group, state), start, group, state, bucket))
+    shape = dist.memo.setdefault(shape, shape)  # one object: memo keys then compare at once
+    units, cpu, ram = request.gpu_units, request.cpu_milli, request.ram_mib
+    per_cpu, per_ram = dist.cpu_per_unit, dist.ram_per_unit
+
+    memo = dist.memo
+    options = [(0.0, 0, None, None, None, cluster.everyone)]
+    if request.gpu_count:
+        options = []
+        for group, states in cluster.groups.items():
+            for state, bucket in states.items():
+                found = memo.get((group, state, shape), memo)  # the hot loop: inlined lookup
+                if found is memo:
+                    found = _option(request, shape, group, state, dist)
+                if found is not None:
+                    options.append((*found, group, state, bucket))
     options.sort(key=lambda option: option[:2])
 
     # the stranded part falls by at most this much (the vCPU and RAM taken feed this much)
-    floor = -max(0.0, request.gpu_units - fed(request.cpu_milli, request.ram_mib, dist))
-    best = None
+    floor = -max(0.0, units - fed(cpu, ram, dist))
+    stranded = cluster.stranded
+    best = None  # (key, host, group, state, MIG start, rise)
     for rise, left, start, group, state, bucket in options:
         if best is not None:
             if rise + floor > best[0][0] + EPSILON:
                 break
             if not bucket.starved and rise > best[0][0] + EPSILON:
                 continue
-        found = _best_host(request, bucket, rise, left, floor, dist)
-        if found is not None and (best is None or found[0] < best[0]):
-            best = (*found, group, state, start)
-    return None if best is None else _placement(request, cluster, *best[1:])
-
-
-def _best_host(
-    request: Request, bucket: Bucket, rise: float, left: int, floor: float, dist: Distribution
-) -> tuple[tuple, Hashable] | None:
-    """The host of `bucket` where the request raises fragmentation least (ties: least free
-    capacity left), with its comparison key. Only hosts with stranded capacity can lower
-    the stranded part: they are all looked at; of the others, in order, only those up to
-    the first that the request leaves without stranded capacity."""
-    units, cpu, ram = request.gpu_units, request.cpu_milli, request.ram_mib
-
-    def scan(entries: list[Entry], least: float) -> tuple[tuple, Hashable] | None:
-        found = None
-        for entry in entries:
-            if entry[1] >= cpu and entry[2] >= ram:
-                after = (entry[0] - units, entry[1] - cpu, entry[2] - ram)
-                change = stranded(*after, dist) - stranded(*entry[:3], dist)
-                key = (round(rise + change, 6), left, *after, entry[3])
+        # hosts with stranded capacity, most vCPU first: all that have the vCPU and RAM;
+        # a score is rounded only when it may tie or beat the least so far (`value`)
+        found, value, value_raw = None, INFINITY if best is None else best[0][0], None
+        for free, free_cpu, free_ram, order, host_id in bucket.starved:
+            if free_cpu < cpu:
+                break
+            if free_ram < ram:
+                continue
+            # stranded(after) - stranded(before), inlined: the hot loop
+            after = (
+                free
+                - units
+                - min(
+                    (free_cpu - cpu) / per_cpu if per_cpu else INFINITY,
+                    (free_ram - ram) / per_ram if per_ram else INFINITY,
+                )
+            )
+            raw = rise + ((after if after > 0.0 else 0.0) - stranded[host_id])
+            if raw > value + EPSILON:
+                continue
+            key = (
+                value if raw == value_raw else round(raw, 6),
+                left,
+                free - units,
+                free_cpu - cpu,
+                free_ram - ram,
+                order,
+            )
+            if found is None or key < found[0]:
+                found, value, value_raw = (key, host_id), key[0], raw
+        # the others in Entry order, up to the first left without stranded capacity
+        least = round(rise, 6)
+        if found is None or found[0][0] >= least:
+            for free, free_cpu, free_ram, order, host_id in bucket.slack:
+                if free_cpu < cpu or free_ram < ram:
+                    continue
+                after = (
+                    free
+                    - units
+                    - min(
+                        (free_cpu - cpu) / per_cpu if per_cpu else INFINITY,
+                        (free_ram - ram) / per_ram if per_ram else INFINITY,
+                    )
+                )
+                score = round(rise + (after if after > 0.0 else 0.0), 6)
+                key = (score, left, free - units, free_cpu - cpu, free_ram - ram, order)
                 if found is None or key < found[0]:
-                    found = (key, entry[4])
-                if key[0] <= least:  # nothing later in `entries` can beat it
+                    found = (key, host_id)
+                if score <= least:
                     break
-        return found
+        if found is not None:
+            found = (*found, group, state, start, rise)
+            if (
+                best is None
+                or found[0] < best[0]
+                or found[0] == best[0]
+                and _tie(found, best, cluster)
+            ):
+                best = found
+    return None if best is None else _placement(request, cluster, *best[1:5])
 
-    found = scan(bucket.starved, round(rise + floor, 6))
-    if found is None or found[0][0] >= round(rise, 6):
-        slack = scan(bucket.slack, round(rise, 6))
-        if slack is not None and (found is None or slack[0] < found[0]):
-            found = slack
+
+def _option(
+    request: Request, shape: Request, group: GroupKey, state: State, dist: Distribution
+) -> tuple[float, int, int | None] | None:
+    """(rise, free milli-GPU left on the GPU, MIG start) when `request` takes a GPU in
+    `state`, None when it cannot; kept in the snapshot's memo under its `shape`."""
+    found = None
+    if _fits(request, group, state):
+        rise, start = _gpu_rise(request, group, state, dist)
+        found = (rise, _left(request, group, state), start)
+    dist.memo[group, state, shape] = found
     return found
+
+
+def _tie(option: tuple, best: tuple, cluster: Cluster) -> bool:
+    """Between two GPU states of one host that score alike: the lesser rise, then the
+    lowest-numbered GPUs."""
+    states = cluster.states_of(option[1])
+    return (option[5], states[option[2], option[3]]) < (best[5], states[best[2], best[3]])
 
 
 def _gpu_rise(

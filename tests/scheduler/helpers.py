@@ -6,8 +6,10 @@ from itertools import combinations
 from hypothesis import strategies as st
 
 from console.scheduler.cluster import Cluster
+from console.scheduler.fragmentation import stranded
 from console.scheduler.mig import STANDARD_PROFILES
 from console.scheduler.model import MIG, MILLI, SHARED, WHOLE, Gpu, Host, Placement, Request
+from console.scheduler.placement import _fits, _gpu_rise, _left
 
 MODELS = {"a100": 40960, "h100": 81920}  # model code -> GPU memory MiB
 REGIONS = ("eu", "us")
@@ -139,3 +141,41 @@ def index_view(cluster: Cluster) -> dict:
     view["everyone"] = sorted(cluster.everyone.slack + cluster.everyone.starved)
     view["gpus"] = {host_id: cluster.states_of(host_id) for host_id in cluster.hosts}
     return view
+
+
+def fgd_everywhere(request: Request, cluster: Cluster) -> Placement | None:
+    """fgd the straightforward way: the fragmentation rise of every fitting (host, GPU state)
+    of every host, from the same parts as fgd and with its tie-breaks, but no index
+    lookups and no pruning."""
+    dist = cluster.workload.snapshot()
+    best = None
+    for order, host in enumerate(cluster.hosts.values()):
+        states = cluster.states_of(host.id)
+        if (
+            states is None
+            or host.free_cpu_milli < request.cpu_milli
+            or host.free_ram_mib < request.ram_mib
+        ):
+            continue
+        free = sum(gpu.free_units for gpu in host.gpus if gpu.healthy)
+        cpu, ram = host.free_cpu_milli, host.free_ram_mib
+        after = (free - request.gpu_units, cpu - request.cpu_milli, ram - request.ram_mib)
+        change = stranded(*after, dist) - stranded(free, cpu, ram, dist)
+        options = [((0.0, None), 0, (), None)]
+        if request.gpu_count:
+            options = [
+                (
+                    _gpu_rise(request, group, state, dist),
+                    _left(request, group, state),
+                    indexes,
+                    state,
+                )
+                for (group, state), indexes in states.items()
+                if _fits(request, group, state)
+            ]
+        for (rise, start), left, indexes, _ in options:
+            key = (round(rise + change, 6), left, *after, order, rise)
+            if best is None or key < best[0]:
+                placement = Placement(request, host.id, tuple(indexes[: request.gpu_count]), start)
+                best = (key, placement)
+    return None if best is None else best[1]

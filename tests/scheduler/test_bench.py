@@ -33,3 +33,15 @@ def test_the_replay_reports_every_policy(tmp_path, capsys):
         assert result["requests"] == 4
         assert result["unallocated_share"] == 1 - result["allocated_gpus"] / 3
         assert result["decisions_per_s"] > 0
+        assert result["decisions_per_cpu_s"] > 0
+
+
+def test_fractions_redraw_only_the_fractional_requests(tmp_path):
+    (tmp_path / "pods.csv").write_text(PODS)
+    read_requests = runpy.run_path(str(BENCH))["read_requests"]
+    requests = read_requests(tmp_path / "pods.csv", [125, 333], seed=3)
+    fractional = [(r.milli, demand) for r, demand in requests if r.gpu_count == 1]
+    assert len(fractional) == 2
+    assert all(milli in (125, 333) and demand == milli for milli, demand in fractional)
+    # the vCPU-only pod and the two whole GPUs are as in the file
+    assert [(r.gpu_count, r.milli, d) for r, d in requests][1:3] == [(0, 0, 0), (2, 1000, 2000)]

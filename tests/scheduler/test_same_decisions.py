@@ -1,0 +1,83 @@
+"""fgd's indexed, pruned search decides as the straightforward one: every host, every GPU
+state, the same score and tie-breaks (helpers.fgd_everywhere)."""
+
+import copy
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from console.scheduler.cluster import Cluster
+from console.scheduler.model import MILLI, SHARED, Gpu, Host, Placement, Request
+from console.scheduler.placement import apply, place, release
+from console.scheduler.workload import Workload
+from tests.scheduler.helpers import fgd_everywhere, hosts, requests
+
+# many distinct fractions, so that GPUs take many states
+FRACTIONS = (100, 125, 200, 250, 300, 333, 460, 500, 600, 750, 810, 1000)
+
+
+@st.composite
+def shared_hosts(draw) -> list[Host]:
+    """A trace-like cluster: shared GPUs, and vCPU or RAM that may run out first."""
+    return [
+        Host(
+            id=f"h{i}",
+            region="eu",
+            schedulable=True,
+            free_cpu_milli=draw(st.sampled_from((8000, 16000, 32000, 96000))),
+            free_ram_mib=draw(st.sampled_from((32768, 131072, 524288))),
+            gpus=[
+                Gpu(index=j, model=draw(st.sampled_from(("t4", "v100"))), mode=SHARED, memory_mib=0)
+                for j in range(draw(st.integers(1, 8)))
+            ],
+        )
+        for i in range(draw(st.integers(1, 12)))
+    ]
+
+
+@st.composite
+def shared_requests(draw) -> Request:
+    count = draw(st.sampled_from((0, 1, 1, 1, 1, 2, 4)))
+    return Request(
+        SHARED,
+        gpu_count=count,
+        milli=draw(st.sampled_from(FRACTIONS)) if count == 1 else MILLI if count else 0,
+        cpu_milli=draw(st.sampled_from((0, 1000, 2000, 4000, 8000, 12000))),
+        ram_mib=draw(st.sampled_from((0, 4096, 16384, 65536))),
+    )
+
+
+def replay(all_hosts: list[Host], prior: list[Request], steps: list[tuple[Request, int]]):
+    """Place each request with fgd, check the straightforward search picks the same, apply;
+    release an earlier one now and then."""
+    cluster = Cluster(all_hosts, Workload(prior or None))
+    held: list[Placement] = []
+    for request, pick in steps:
+        reference = copy.deepcopy(cluster)
+        reference.workload.observe(request)
+        chosen = place(request, cluster)
+        assert chosen == fgd_everywhere(request, reference)
+        if chosen is not None:
+            apply(chosen, cluster)
+            held.append(chosen)
+        if held and pick == 0:
+            release(held.pop(len(held) // 2), cluster)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    all_hosts=shared_hosts(),
+    steps=st.lists(st.tuples(shared_requests(), st.integers(0, 3)), max_size=40),
+)
+def test_fgd_decides_as_the_straightforward_search_on_trace_like_clusters(all_hosts, steps):
+    replay(all_hosts, [], steps)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    all_hosts=hosts(),
+    prior=st.lists(requests(), max_size=5),
+    steps=st.lists(st.tuples(requests(), st.integers(0, 3)), max_size=15),
+)
+def test_fgd_decides_as_the_straightforward_search_in_every_mode(all_hosts, prior, steps):
+    replay(all_hosts, prior, steps)
