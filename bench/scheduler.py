@@ -25,19 +25,23 @@ and in CPU time (the CPU figure does not move with what else the machine runs).
 
 import argparse
 import csv
+import functools
+import heapq
 import itertools
 import json
 import random
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.stats import percentile  # noqa: E402
 from console.scheduler.cluster import Cluster  # noqa: E402
-from console.scheduler.model import MILLI, SHARED, Gpu, Host, Request  # noqa: E402
+from console.scheduler.model import MILLI, SHARED, Gpu, Host, Placement, Request  # noqa: E402
 from console.scheduler.placement import POLICIES, place  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
@@ -76,11 +80,9 @@ def to_request(row: dict) -> Request:
     )
 
 
-def read_requests(
-    path: Path, fractions: list[int] | None = None, seed: int = 1
-) -> list[tuple[Request, int]]:
-    """(request, GPU demand in milli) in arrival order; with `fractions`, each fractional
-    request asks for one of them instead, drawn at random (`seed`)."""
+def read_rows(path: Path, fractions: list[int] | None = None, seed: int = 1) -> list[dict]:
+    """The file's rows in arrival order; with `fractions`, each fractional request asks for
+    one of them instead, drawn at random (`seed`)."""
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     if fractions:
@@ -90,7 +92,18 @@ def read_requests(
                 row["gpu_milli"] = str(draw.choice(fractions))
     if rows and "creation_time" in rows[0]:
         rows.sort(key=lambda row: int(row["creation_time"]))
-    return [(to_request(row), int(row["num_gpu"]) * int(row["gpu_milli"])) for row in rows]
+    return rows
+
+
+def demand_of(row: dict) -> int:
+    return int(row["num_gpu"]) * int(row["gpu_milli"])
+
+
+def read_requests(
+    path: Path, fractions: list[int] | None = None, seed: int = 1
+) -> list[tuple[Request, int]]:
+    """(request, GPU demand in milli) in arrival order (read_rows)."""
+    return [(to_request(row), demand_of(row)) for row in read_rows(path, fractions, seed)]
 
 
 def arrivals(
@@ -139,6 +152,132 @@ def replay(
     }
 
 
+@dataclass
+class Job:
+    """A request of the dynamic replay: when it arrives, how long it runs once started."""
+
+    arrival: int
+    duration: int
+    request: Request
+    demand: int
+    started: int | None = None
+    placement: Placement | None = None
+
+
+def read_jobs(path: Path, fractions: list[int] | None, seed: int) -> list[Job]:
+    rows = read_rows(path, fractions, seed)
+    if not rows or "deletion_time" not in rows[0]:
+        raise SystemExit(f"{path.name} has no creation_time and deletion_time: no --dynamic")
+    return [
+        Job(
+            arrival=int(row["creation_time"]),
+            duration=int(row["deletion_time"]) - int(row["creation_time"]),
+            request=to_request(row),
+            demand=demand_of(row),
+        )
+        for row in rows
+    ]
+
+
+def stream(jobs: list[Job], capacity: int, load: float, count: int, seed: int) -> list[Job]:
+    """`count` arrivals, evenly spaced: the file's requests in order, then drawn from it at
+    random (`seed`), each with its own duration. The spacing makes the GPU time asked for
+    within the arrivals' span (a request's duration counted up to the span) `load` times
+    the cluster's: the trace's own arrivals, spread over months, keep a 6,212-GPU cluster at
+    a few tens of GPUs, and its longest requests (months) would count for everything."""
+    draw = random.Random(seed)
+    picked = [jobs[i] if i < len(jobs) else draw.choice(jobs) for i in range(count)]
+    gap = 1.0
+    for _ in range(50):  # the span depends on the spacing: to a fixed point
+        span = gap * count
+        asked = sum(job.demand * min(job.duration, span) for job in picked)
+        gap = asked / (load * capacity * count)
+    return [
+        Job(round(k * gap), job.duration, job.request, job.demand) for k, job in enumerate(picked)
+    ]
+
+
+def dynamic(
+    nodes: Path,
+    pods: Path,
+    policy: str,
+    seed: int,
+    fractions: list[int] | None = None,
+    load: float | None = None,
+    count: int | None = None,
+) -> dict:
+    """Requests arrive at creation_time and, once started, run for deletion_time minus
+    creation_time, then leave. One that does not fit on arrival waits in the queue, as
+    pending instances do in the product (services.schedule_pending): whenever a request
+    leaves, the queue is tried oldest first, and one that does not fit does not hold back
+    the others behind it (backfill), while an identical request is not tried again in the
+    same pass. Arrivals come at the trace's times, or with `load` as `stream` spaces them;
+    allocation is averaged over time from the first arrival to the last."""
+    started = time.perf_counter()
+    cluster = Cluster(read_hosts(nodes))
+    capacity = MILLI * sum(len(host.gpus) for host in cluster.hosts.values())
+    jobs = read_jobs(pods, fractions, seed)
+    if load:
+        jobs = stream(jobs, capacity, load, count or len(jobs), seed)
+    first, last = jobs[0].arrival, jobs[-1].arrival
+    choose = POLICIES[policy]
+    # (time, 0: a departure | 1: an arrival, job): departures first at equal times
+    events = [(job.arrival, 1, i) for i, job in enumerate(jobs)]
+    heapq.heapify(events)
+    queue: list[int] = []
+    allocated = decisions = 0
+    area = 0.0  # milli-GPU x time units, from the first arrival to the last
+    clock, deciding_cpu = first, 0.0
+
+    def start(i: int, placement: Placement | None, now: int) -> bool:
+        if placement is None:
+            return False
+        nonlocal allocated
+        cluster.apply(placement)
+        job = jobs[i]
+        job.started, job.placement = now, placement
+        allocated += job.demand
+        heapq.heappush(events, (now + job.duration, 0, i))
+        return True
+
+    while events:
+        now, kind, i = heapq.heappop(events)
+        area += allocated * (min(now, last) - min(clock, last))
+        clock = now
+        tick = time.process_time()
+        if kind == 1:
+            decisions += 1
+            if not start(i, place(jobs[i].request, cluster, policy), now):
+                queue.append(i)
+        else:
+            cluster.release(jobs[i].placement)
+            allocated -= jobs[i].demand
+            blocked: set[Request] = set()
+            waiting = []
+            for j in queue:
+                request = jobs[j].request
+                if request not in blocked:
+                    decisions += 1
+                    if start(j, choose(request, cluster), now):
+                        continue
+                    blocked.add(request)
+                waiting.append(j)
+            queue = waiting
+        deciding_cpu += time.process_time() - tick
+    waits = [job.started - job.arrival for job in jobs if job.started is not None]
+    return {
+        "allocated_share": area / (capacity * (last - first)) if last > first else 0.0,
+        "wait_p50_s": percentile(waits, 50),
+        "wait_p99_s": percentile(waits, 99),
+        "wait_max_s": max(waits, default=0),
+        "never_placed": sum(1 for job in jobs if job.started is None),
+        "decisions_per_cpu_s": decisions / deciding_cpu if deciding_cpu else None,
+        "capacity_gpus": capacity / MILLI,
+        "requests": len(jobs),
+        "wall_s": time.perf_counter() - started,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=Path, default=TRACES / "openb_node_list_gpu_node.csv")
@@ -150,14 +289,39 @@ def main(argv: list[str] | None = None) -> None:
         type=lambda text: [int(m) for m in text.split(",")],
         help="milli-GPU, comma-separated: each fractional request asks for one, at random",
     )
+    parser.add_argument(
+        "--dynamic", action="store_true", help="requests also leave; what does not fit waits"
+    )
+    parser.add_argument(
+        "--load",
+        type=float,
+        help="--dynamic: arrivals evenly spaced so that the GPU time asked for is this many"
+        " times the cluster's (default: the trace's own times)",
+    )
+    parser.add_argument(
+        "--arrivals", type=int, help="--dynamic --load: how many arrive (default: the file's)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object, by policy")
     args = parser.parse_args(argv)
+    run = (
+        functools.partial(dynamic, load=args.load, count=args.arrivals) if args.dynamic else replay
+    )
     results = {
-        policy: replay(args.nodes, args.pods, policy, args.seed, args.fractions)
+        policy: run(args.nodes, args.pods, policy, args.seed, args.fractions)
         for policy in args.policies.split(",")
     }
     if args.json:
         print(json.dumps(results))
+        return
+    if args.dynamic:
+        first = next(iter(results.values()))
+        print(f"{args.pods.name}, dynamic: {first['capacity_gpus']:.0f} GPUs")
+        print("policy     GPUs allocated (time avg)  wait p50 s  wait p99 s  longest s  never")
+        for policy, r in results.items():
+            print(
+                f"{policy:<10} {r['allocated_share']:>25.2%} {r['wait_p50_s']:>11.0f}"
+                f" {r['wait_p99_s']:>11.0f} {r['wait_max_s']:>10.0f} {r['never_placed']:>6}"
+            )
         return
     first = next(iter(results.values()))
     print(f"{args.pods.name}: {first['capacity_gpus']:.0f} GPUs, {first['requests']} requests")

@@ -4,6 +4,8 @@ import json
 import runpy
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "scheduler.py"
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
@@ -45,3 +47,52 @@ def test_fractions_redraw_only_the_fractional_requests(tmp_path):
     assert all(milli in (125, 333) and demand == milli for milli, demand in fractional)
     # the vCPU-only pod and the two whole GPUs are as in the file
     assert [(r.gpu_count, r.milli, d) for r, d in requests][1:3] == [(0, 0, 0), (2, 1000, 2000)]
+
+
+def test_the_dynamic_replay_queues_what_does_not_fit_until_capacity_leaves(tmp_path, capsys):
+    (tmp_path / "nodes.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nnode-0,32000,131072,2,T4\n"
+    )
+    # pod-1 wants both GPUs while pod-0 holds one: it waits from 10 until pod-0 leaves at 100
+    (tmp_path / "pods.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+        "pod-0,4000,8192,1,1000,0,100\n"
+        "pod-1,4000,8192,2,1000,10,30\n"
+        "pod-2,2000,4096,0,0,40,50\n"
+    )
+    main = runpy.run_path(str(BENCH))["main"]
+    args = ["--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv")]
+    main([*args, "--dynamic", "--json"])
+    for result in json.loads(capsys.readouterr().out).values():
+        assert result["allocated_share"] == 0.5  # one GPU of two from 0 to the last arrival
+        assert (result["wait_p50_s"], result["wait_p99_s"], result["wait_max_s"]) == (0, 90, 90)
+        assert result["never_placed"] == 0
+
+
+def test_the_dynamic_replay_needs_the_trace_times(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    main = runpy.run_path(str(BENCH))["main"]
+    args = ["--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv")]
+    with pytest.raises(SystemExit, match="no creation_time"):
+        main([*args, "--dynamic"])
+
+
+def test_a_load_spaces_that_many_arrivals_evenly(tmp_path, capsys):
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+        "pod-0,4000,8192,1,500,0,100\n"
+        "pod-1,2000,4096,2,1000,5000,5100\n"
+    )
+    stream = runpy.run_path(str(BENCH))["stream"]
+    read_jobs = runpy.run_path(str(BENCH))["read_jobs"]
+    jobs = stream(read_jobs(tmp_path / "pods.csv", None, 1), 3000, 1.0, 6, seed=1)
+    assert len(jobs) == 6
+    assert [job.duration for job in jobs[:2]] == [100, 100]
+    gaps = {b.arrival - a.arrival for a, b in zip(jobs, jobs[1:], strict=False)}
+    assert max(gaps) - min(gaps) <= 1  # evenly spaced, whatever the file's times
+    # GPU time asked for within the span, over the cluster's: the load asked for
+    span = jobs[-1].arrival + (jobs[1].arrival - jobs[0].arrival)
+    asked = sum(job.demand * min(job.duration, span) for job in jobs)
+    assert abs(asked / (3000 * span) - 1.0) < 0.05
