@@ -5,7 +5,6 @@ Every call but /v1/healthz carries `Authorization: Bearer <host secret>`. JSON i
 errors are `{"error": code, "detail": text}`.
 """
 
-import asyncio
 import contextlib
 import hmac
 import json
@@ -22,7 +21,7 @@ from agent.backends.sim import FAULTS
 from agent.errors import ApiError, invalid
 from agent.host import Host
 from agent.ports import PortProxy
-from agent.shell import Shell
+from agent.shell import Shell, until_either_ends
 from agent.ssh import parse_keys
 
 OPEN_PATHS = frozenset({"/v1/healthz"})
@@ -223,11 +222,7 @@ async def _pump(ws: WebSocket, shell: Shell) -> None:
         while (chunk := await shell.read()) is not None:
             await ws.send_bytes(chunk[1])
 
-    tasks = [asyncio.create_task(keys()), asyncio.create_task(screen())]
-    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await until_either_ends(keys(), screen())
     shell.close()
     with contextlib.suppress(RuntimeError):
         await ws.close(1000)

@@ -34,7 +34,7 @@ from docker.types import DeviceRequest
 
 from agent.allocations import Allocation
 from agent.errors import ApiError
-from agent.runtime import Exit, LaunchError, tail_lines
+from agent.runtime import Exit, LaunchError, instance_log, tail_lines
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,14 @@ REMOVAL_GRACE_SECONDS = 0.5
 SHELL = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"]
 # what catatonit (Podman's init) and tini (Docker's) print when the command cannot be run
 INIT_EXEC_FAILED = re.compile(r"failed to exec pid1|exec .* failed: (No such file|Permission)")
+
+
+def running_engine() -> str | None:
+    """The first of the usual engine sockets that is there (Podman's, then Docker's)."""
+    for url in DEFAULT_ENGINE_URLS:
+        if Path(url.removeprefix("unix://")).exists():
+            return url
+    return None
 
 
 def container_name(alloc: Allocation) -> str:
@@ -162,9 +170,9 @@ class OciRuntime:
 
     @staticmethod
     def _find_engine() -> str:
-        for url in DEFAULT_ENGINE_URLS:
-            if Path(url.removeprefix("unix://")).exists():
-                return url
+        url = running_engine()
+        if url:
+            return url
         raise DockerException(
             "no container engine socket found (tried "
             + ", ".join(DEFAULT_ENGINE_URLS)
@@ -259,7 +267,7 @@ class OciRuntime:
             raise LaunchError("launch_failed: the allocation names no image")
         self._ensure_image(reference, progress)
         labels = spec["labels"]
-        instance = labels.get("instance") or alloc.id
+        instance = alloc.instance
         volume = (spec.get("volume") or {}).get("name") or volume_name(instance)
         resources = spec.get("resources") or {}
         env = dict(env)
@@ -326,10 +334,8 @@ class OciRuntime:
             stale = self.client.containers.get(name)
         except NotFound:
             return
-        if stale.labels.get(LABEL_ALLOCATION) == alloc_id:
-            stale.remove(force=True)
-            return
-        self._keep_logs(stale, stale.labels.get(LABEL_INSTANCE, ""))
+        if stale.labels.get(LABEL_ALLOCATION) != alloc_id:
+            self._keep_logs(stale, stale.labels.get(LABEL_INSTANCE, ""))
         stale.remove(force=True)
 
     def adopt(self, alloc: Allocation) -> bool:
@@ -519,9 +525,6 @@ class OciRuntime:
 
     # --- logs and volumes -----------------------------------------------------------------
 
-    def _log_file(self, instance: str) -> Path:
-        return self.log_dir / f"instance-{instance}.log"
-
     def _keep_logs(self, container, instance: str) -> None:
         if not instance:
             return
@@ -532,14 +535,14 @@ class OciRuntime:
             return
         if output:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            with open(self._log_file(instance), "ab") as kept:
+            with open(instance_log(self.log_dir, instance), "ab") as kept:
                 kept.write(output if output.endswith(b"\n") else output + b"\n")
 
     @_engine_answers
     def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
         """The instance's output on this host, most recent last: what earlier containers
         printed, then the current container's."""
-        lines = tail_lines(self._log_file(instance), tail)
+        lines = tail_lines(instance_log(self.log_dir, instance), tail)
         for alloc in allocations:
             container = self._find(alloc)
             with contextlib.suppress(NotFound):  # removed meanwhile: its output is kept above
@@ -553,7 +556,7 @@ class OciRuntime:
         """Remove the instance's volume and kept output from this host."""
         with contextlib.suppress(NotFound):
             self.client.volumes.get(volume_name(instance)).remove(force=True)
-        self._log_file(instance).unlink(missing_ok=True)
+        instance_log(self.log_dir, instance).unlink(missing_ok=True)
 
 
 def _split_reference(reference: str) -> tuple[str, str]:

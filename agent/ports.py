@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.errors import ApiError
+from agent.shell import until_either_ends
 
 # hop-by-hop headers (RFC 9110 7.6.1) and what the agent's own API uses stay on this side
 DROPPED_HEADERS = frozenset(
@@ -121,11 +122,7 @@ async def relay(ws: WebSocket, upstream) -> None:
                 data = message.get("bytes")
                 await upstream.send(data if data is not None else message.get("text", ""))
 
-    tasks = [asyncio.create_task(down()), asyncio.create_task(up())]
-    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await until_either_ends(down(), up())
     await upstream.close()
     with contextlib.suppress(RuntimeError):
         await ws.close()

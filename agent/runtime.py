@@ -77,6 +77,11 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def instance_log(log_dir: Path, instance: str) -> Path:
+    """Where an instance's output on this host is kept (every runtime that keeps one)."""
+    return log_dir / f"instance-{instance}.log"
+
+
 def tail_lines(path: Path, tail: int) -> deque[str]:
     """The last `tail` lines of a text file (none when there is no such file)."""
     lines: deque[str] = deque(maxlen=tail)
@@ -131,9 +136,6 @@ class ProcessRuntime:
         self.stop_grace = stop_grace
         self._children: dict[int, subprocess.Popen] = {}
 
-    def _log_file(self, instance: str) -> Path:
-        return self.log_dir / f"instance-{instance}.log"
-
     def launch(self, alloc: Allocation, command, env: dict[str, str], progress):
         """Start the workload (by default `sleep infinity`) with `env` and nothing of the
         agent's environment but PATH; answer (pid, start time)."""
@@ -141,7 +143,7 @@ class ProcessRuntime:
         inherited = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
         instance = alloc.instance
         try:
-            with open(self._log_file(instance), "ab") as log:
+            with open(instance_log(self.log_dir, instance), "ab") as log:
                 proc = subprocess.Popen(
                     command or DEFAULT_COMMAND,
                     env={**inherited, **env},
@@ -238,7 +240,7 @@ class ProcessRuntime:
 
     def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
         """The instance's output on this host (every workload it ran here), most recent last."""
-        return list(tail_lines(self._log_file(instance), tail))
+        return list(tail_lines(instance_log(self.log_dir, instance), tail))
 
     def delete_instance(self, instance: str) -> None:
-        self._log_file(instance).unlink(missing_ok=True)
+        instance_log(self.log_dir, instance).unlink(missing_ok=True)

@@ -10,6 +10,16 @@ READ_SIZE = 65536
 STDOUT, STDERR = 1, 2
 
 
+async def until_either_ends(*directions) -> None:
+    """Run the coroutines (the two directions of a relay) until one of them returns; the
+    others are cancelled."""
+    tasks = [asyncio.ensure_future(direction) for direction in directions]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class Shell:
     def __init__(self, runtime, exec_id: str, tty: bool, reader, writer):
         self.runtime = runtime

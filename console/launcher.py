@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from agent import engine
-from agent.oci import DEFAULT_ENGINE_URLS
+from agent.oci import running_engine
 from console import processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +41,9 @@ def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]
     """(runtime, engine URL, what to tell the user): a running engine's socket, else Podman's
     API started here (supervised with the other children, the demo image built), else
     processes."""
-    for url in DEFAULT_ENGINE_URLS:
-        if Path(url.removeprefix("unix://")).exists():
-            return "oci", url, f"containers through the engine at {url}"
+    url = running_engine()
+    if url:
+        return "oci", url, f"containers through the engine at {url}"
     if engine.podman() is None:
         return (
             "process",
