@@ -20,7 +20,7 @@ from accounts.roles import OPERATE, RANK, Role
 from accounts.ssh_keys import grants_shell
 from console.catalog.models import port_errors
 from console.fleet.models import Host
-from console.instances import broadcast, lifecycle
+from console.instances import lifecycle
 from console.instances.models import Instance, State
 
 MAX_PORTS = 16
@@ -177,13 +177,7 @@ def record_session(
         message = message[:300]
         if at is not None and locked.events.filter(at=at, message=message).exists():
             return False  # the agent sent it again (a retry)
-        event = lifecycle.note(locked, message, actor=actor, at=at)
-        payload = lifecycle.state_payload(locked, locked.state, event.at)
-        group = lifecycle.events_group(locked.tenant_id)
-        transaction.on_commit(
-            lambda: broadcast.group_send(group, {"type": "instance.state", "payload": payload}),
-            robust=True,
-        )
+        lifecycle.announce_note(locked, message, actor=actor, at=at)
     return True
 
 

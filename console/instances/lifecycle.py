@@ -153,6 +153,20 @@ def note(
     )
 
 
+def announce_note(
+    instance: Instance, message: str, *, actor=None, at: datetime | None = None
+) -> InstanceEvent:
+    """A note (see `note`) that the tenant's browsers also see live, once it is committed."""
+    event = note(instance, message, actor=actor, at=at)
+    payload = state_payload(instance, instance.state, event.at)
+    group = events_group(instance.tenant_id)
+    transaction.on_commit(
+        lambda: broadcast.group_send(group, {"type": "instance.state", "payload": payload}),
+        robust=True,
+    )
+    return event
+
+
 def events_group(tenant_id: int) -> str:
     """The Channels group of a tenant's /ws/events/ sockets."""
     return f"events.tenant.{tenant_id}"

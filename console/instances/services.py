@@ -20,7 +20,7 @@ from accounts.models import Quota, Tenant
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.fleet import agent_client
 from console.fleet.models import Host
-from console.instances import access, broadcast, lifecycle, placement
+from console.instances import access, lifecycle, placement
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
@@ -629,13 +629,7 @@ def record_progress(host: Host, instance_pk: int, allocation_id: str, message: s
             return False
         instance.state_reason = message[:200]
         Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
-        lifecycle.note(instance, message)  # "pulling …: 1.2 GB of 3.4 GB" in its events
-        payload = lifecycle.state_payload(instance, instance.state, timezone.now())
-        group = lifecycle.events_group(instance.tenant_id)
-        transaction.on_commit(
-            lambda: broadcast.group_send(group, {"type": "instance.state", "payload": payload}),
-            robust=True,
-        )
+        lifecycle.announce_note(instance, message)  # "pulling …: 1.2 GB of 3.4 GB"
     return True
 
 
