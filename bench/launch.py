@@ -150,7 +150,7 @@ def run(args, tmp: Path, procs: list) -> int:
     from console.fleet import agent_client
     from console.fleet import services as fleet
     from console.fleet.models import Host
-    from console.instances.models import InstanceEvent
+    from console.instances.models import Instance, InstanceEvent
     from tests.harness import Proc
 
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
@@ -252,6 +252,7 @@ def run(args, tmp: Path, procs: list) -> int:
         agent_client.create_allocation(host, f"baseline-{i}", body)
         baseline.append(time.perf_counter() - started)
         agent_client.delete_allocation(host, f"baseline-{i}")
+        agent_client.delete_instance_data(host, f"baseline-{i}")  # and its volume
     with httpx.Client(
         base_url=host.address, headers={"Authorization": f"Bearer {host.secret}"}, timeout=30
     ) as agent:
@@ -260,6 +261,7 @@ def run(args, tmp: Path, procs: list) -> int:
             agent.put(f"/v1/allocations/raw-{i}", json=body).raise_for_status()
             raw_http.append(time.perf_counter() - started)
             agent.delete(f"/v1/allocations/raw-{i}")
+            agent.delete(f"/v1/instances/raw-{i}")
 
     # listen for state changes before launching anything: (instance, state) → first seen
     seen_at: dict[tuple[int, str], float] = {}
@@ -359,6 +361,11 @@ def run(args, tmp: Path, procs: list) -> int:
         return seen_at[key] - started
 
     cold = [cold_start(i) for i in range(args.cold)] if registry else []
+    for pk in Instance.objects.values_list("pk", flat=True):  # their containers and volumes go
+        client.post(f"/instances/{pk}/terminate/")
+    deadline = time.monotonic() + 120
+    while Instance.objects.exclude(state="terminated").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     for image in Image.objects.filter(name__startswith="cold-"):  # leave the host as it was
         subprocess.run(engine.podman_command(None, "rmi", "-f", image.reference),
                        env=os.environ | engine.podman_env(), capture_output=True)  # fmt: skip

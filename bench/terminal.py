@@ -135,6 +135,8 @@ def main() -> int:
                 args.keystrokes,
             )
         )
+        api.post(f"/instances/{iid}/terminate/").raise_for_status()
+        wait_api_state(api, iid, "terminated", stack)  # its container and volume go with it
     finally:
         stack.stop()
         podman.terminate()

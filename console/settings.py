@@ -304,7 +304,12 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # a worker's start, "ready." and shutdown lines, whatever LOG_LEVEL says: supervisors,
+        # the tests' and the benchmarks' harness wait for "ready."
+        "celery.apps.worker": {"level": "INFO"},
+    },
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
