@@ -1,5 +1,5 @@
 """GET /healthz: each component's status; 503 when one is down, "degraded" (200) while some
-host's agent is not heard."""
+host's agent is not heard or no host is registered."""
 
 import asyncio
 from datetime import timedelta
@@ -55,19 +55,24 @@ def _channel_layer() -> dict:
 
 
 def _agents() -> dict:
-    """The hosts whose agent was heard within the heartbeat grace. Any other makes it
-    "degraded", with the counts and names: still a 200, since the console itself serves (a
-    load balancer must not take a web process out for a GPU host's silence)."""
+    """The hosts whose agent was heard within the heartbeat grace. Any other, or no host
+    registered at all (nothing could run), makes it "degraded", with the counts and names:
+    still a 200, since the console itself serves (a load balancer must not take a web process
+    out for a GPU host's silence)."""
     grace = timedelta(seconds=settings.HOST_HEARTBEAT_GRACE_SECONDS)
     hosts = Host.objects.exclude(status=Host.Status.RETIRED)
     silent = hosts.exclude(last_heartbeat_at__gte=timezone.now() - grace).order_by("name")
     total, unreachable = hosts.count(), list(silent.values_list("name", flat=True))
     return {
-        "status": "degraded" if unreachable else "ok",
+        "status": "degraded" if unreachable or not total else "ok",
         "hosts": total,
         "reachable": total - len(unreachable),
         "unreachable": unreachable,
-        "detail": f"{total - len(unreachable)} of {total} hosts reachable",
+        "detail": (
+            f"{total - len(unreachable)} of {total} hosts reachable"
+            if total
+            else "no hosts registered: no agent has registered a GPU host yet"
+        ),
     }
 
 

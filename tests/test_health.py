@@ -4,8 +4,20 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 
+def _register_a_host(name="gpu-a"):
+    from django.utils import timezone
+
+    from console.fleet.models import Host
+    from tests.factories import RegionFactory
+
+    return Host.objects.create(
+        name=name, region=RegionFactory(), address="http://x:1", last_heartbeat_at=timezone.now()
+    )
+
+
 @pytest.mark.django_db
 def test_healthz_reports_each_component(client):
+    _register_a_host()
     response = client.get("/healthz")
     assert response.status_code == 200
     body = response.json()
@@ -14,8 +26,30 @@ def test_healthz_reports_each_component(client):
 
 
 @pytest.mark.django_db
+def test_healthz_never_says_agents_are_ok_with_no_host_registered(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200  # the console serves; there is just nothing to run on
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["components"]["agents"] == {
+        "status": "degraded",
+        "hosts": 0,
+        "reachable": 0,
+        "unreachable": [],
+        "detail": "no hosts registered: no agent has registered a GPU host yet",
+    }
+    _register_a_host()
+    body = client.get("/healthz").json()
+    assert (body["status"], body["components"]["agents"]["detail"]) == (
+        "ok",
+        "1 of 1 hosts reachable",
+    )
+
+
+@pytest.mark.django_db
 def test_healthz_answers_whatever_host_a_probe_asks_for(client, settings):
     settings.ALLOWED_HOSTS = ["console.example.com"]
+    _register_a_host()
     for host in ("10.0.0.5:8000", "gpu-lb.internal", "console.example.com"):
         response = client.get("/healthz", HTTP_HOST=host)
         assert response.status_code == 200, host
