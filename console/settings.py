@@ -191,7 +191,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 300)}
+# A task a dead worker had taken (acks_late) goes back to the queue CELERY_VISIBILITY_TIMEOUT
+# seconds after it was taken. It must outlast the longest a live worker holds one: a retry's
+# countdown (up to INSTANCE_AGENT_RETRY_BACKOFF_MAX) plus the task's own run (a few agent calls
+# of AGENT_TIMEOUT_SECONDS), else a held task is delivered twice and its retries multiply.
+# A launch does not wait for it: reconcile re-drives one whose allocation its agent does not
+# hold (LAUNCH_REDRIVE_SECONDS).
+CELERY_VISIBILITY_TIMEOUT = env_int("CELERY_VISIBILITY_TIMEOUT", 120)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
 CELERY_TIMEZONE = "UTC"
 # `celery beat`'s state (when each entry last ran) lives with the rest of the state, in
 # GPUCLOUD_VAR_DIR, not in the directory it was started from.
@@ -208,7 +215,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "console.instances.tasks.schedule_pending",
         "schedule": 5.0,
     },
-    "instances-reconcile": {"task": "console.instances.tasks.reconcile", "schedule": 30.0},
+    "instances-reconcile": {
+        "task": "console.instances.tasks.reconcile",
+        "schedule": env_float("RECONCILE_INTERVAL_SECONDS", 10.0),
+    },
     "metrics-downsample": {"task": "console.metrics.tasks.downsample", "schedule": 60.0},
     "billing-meter": {"task": "billing.tasks.meter", "schedule": 60.0},
     "billing-finalize": {"task": "billing.tasks.finalize_invoices", "schedule": 3600.0},
@@ -334,6 +344,16 @@ JOIN_TOKEN_TTL_HOURS = env_int("JOIN_TOKEN_TTL_HOURS", 24)
 INSTANCE_AGENT_MAX_RETRIES = env_int("INSTANCE_AGENT_MAX_RETRIES", 6)
 INSTANCE_AGENT_RETRY_BACKOFF = env_int("INSTANCE_AGENT_RETRY_BACKOFF", 2)
 INSTANCE_AGENT_RETRY_BACKOFF_MAX = env_int("INSTANCE_AGENT_RETRY_BACKOFF_MAX", 60)
+if CELERY_VISIBILITY_TIMEOUT <= INSTANCE_AGENT_RETRY_BACKOFF_MAX:
+    raise ImproperlyConfigured(
+        f"CELERY_VISIBILITY_TIMEOUT ({CELERY_VISIBILITY_TIMEOUT} s) must exceed "
+        f"INSTANCE_AGENT_RETRY_BACKOFF_MAX ({INSTANCE_AGENT_RETRY_BACKOFF_MAX} s): a task held "
+        "for its retry's countdown would be delivered twice."
+    )
+# A launch (provisioning, starting) whose allocation its agent still does not hold this long
+# after the instance was placed lost its task (a worker died with it): reconcile queues it
+# again. A provision is idempotent at the agent, so a late original is harmless.
+LAUNCH_REDRIVE_SECONDS = env_float("LAUNCH_REDRIVE_SECONDS", 10.0)
 # The most processes (threads included) a workload may have at once in its container.
 INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 4096)
 

@@ -778,6 +778,22 @@ def requeue_stuck(now: datetime | None = None) -> int:
     return count
 
 
+def redrive_launch(allocation: Allocation, listed_at: datetime) -> bool:
+    """A launch whose allocation its agent does not hold although the instance was placed on
+    it LAUNCH_REDRIVE_SECONDS before the agent was listed (`listed_at`): its provision task was
+    lost (the worker that had it died before reaching the agent), so queue it again. A late
+    original is harmless (the agent creates an allocation id once). Answers whether it did."""
+    instance = allocation.instance
+    placed_long_ago = instance.updated_at < listed_at - timedelta(
+        seconds=settings.LAUNCH_REDRIVE_SECONDS
+    )
+    if instance.state not in (S.PROVISIONING, S.STARTING) or not placed_long_ago:
+        return False
+    log.info("re-driving the launch of instance %s (allocation %s)", instance.pk, allocation.pk)
+    _enqueue("provision", instance.pk)
+    return True
+
+
 __all__ = [
     "BudgetExceeded",
     "Busy",

@@ -240,7 +240,8 @@ def reconcile_host(host_pk: int) -> dict:
     """Mend drift between one agent and the database: an allocation on the agent that no
     instance owns is deleted; what the agent reports of the others is applied as its events
     would have been (running, exited, failed, lost: an event lost on the way); a running
-    instance whose allocation vanished from the agent is marked failed."""
+    instance whose allocation vanished from the agent is marked failed; a launch whose
+    allocation never reached the agent (its worker died) is queued again."""
     host = Host.objects.filter(pk=host_pk).first()
     if host is None or host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
         return {}
@@ -253,7 +254,7 @@ def reconcile_host(host_pk: int) -> dict:
         log.info("reconcile: %s", exc)
         return {}
     owned = services.owned_allocations(host)
-    removed, failed = [], []
+    removed, failed, redriven = [], [], []
     for item in reported:
         alloc_id = item.get("id")
         allocation = owned.get(alloc_id)
@@ -274,6 +275,8 @@ def reconcile_host(host_pk: int) -> dict:
     seen = {item.get("id") for item in reported}
     for alloc_id, allocation in owned.items():
         instance = allocation.instance
+        if alloc_id not in seen and services.redrive_launch(allocation, listed_at):
+            redriven.append(instance.pk)
         if alloc_id in seen or instance.state != S.RUNNING or instance.updated_at >= listed_at:
             continue
         if services.fail_instance(
@@ -283,4 +286,4 @@ def reconcile_host(host_pk: int) -> dict:
             only_states=(S.RUNNING,),
         ):
             failed.append(instance.pk)
-    return {"removed": removed, "failed": failed}
+    return {"removed": removed, "failed": failed, "redriven": redriven}

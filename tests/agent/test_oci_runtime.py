@@ -3,8 +3,10 @@ their reasons, the volume at /workspace, isolation, logs, re-adoption after a re
 
 import secrets
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import docker
+import httpx
 import pytest
 
 from agent import engine as engine_module
@@ -202,6 +204,28 @@ def test_a_restarted_agent_readopts_its_containers(oci_agent, engine):
     assert container.attrs["State"]["StartedAt"] == started  # the same container, not a new one
     stopped = again.client.post(f"/v1/allocations/{instance}-a/stop").json()
     assert stopped["state"] == "stopped"
+
+
+def test_a_launch_sent_again_makes_no_second_container(oci_agent, engine):
+    """The console re-sends a launch (a redelivered task, reconcile re-driving it, two at
+    once): the agent answers the same allocation, one container, started once."""
+    agent = oci_agent()
+    instance = _instance()
+    body = _body(instance, ["sleep", "1000"])
+    url = f"{agent.client.base_url}/v1/allocations/{instance}-a"
+    headers = dict(agent.client.headers)
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: httpx.put(url, json=body, headers=headers), range(3)))
+    assert sorted(answer.status_code for answer in answers) == [200, 200, 201]
+    assert len({answer.json()["container"] for answer in answers}) == 1
+    agent.kill()
+    again = oci_agent(state_dir=agent.state_dir)  # and after a restart
+    assert again.client.put(f"/v1/allocations/{instance}-a", json=body).status_code == 200
+    containers = engine.containers.list(
+        all=True, filters={"label": f"gpucloud.instance={instance}"}
+    )
+    assert [c.name for c in containers] == [f"gpucloud-{instance}"]
+    again.client.delete(f"/v1/allocations/{instance}-a")
 
 
 def test_an_exit_reaches_the_console_at_once(oci_agent):

@@ -85,7 +85,7 @@ def test_launch_stop_start_resize_terminate(stack):
     agent_client.delete_allocation(host, slice_alloc.pk)
     Instance.objects.filter(pk=mig["id"]).update(updated_at=timezone.now() - timedelta(seconds=1))
     outcome = tasks.reconcile_host(host.pk)
-    assert outcome == {"removed": ["orphan-1"], "failed": [mig["id"]]}
+    assert outcome == {"removed": ["orphan-1"], "failed": [mig["id"]], "redriven": []}
     failed = api.get(f"/instances/{mig['id']}/").json()
     assert failed["state"] == "failed"
     assert failed["state_reason"].startswith("allocation_vanished")

@@ -78,9 +78,13 @@ def test_agent_down_then_host_silent_then_back(stack, settings):
 class TestWorkerKilledMidTask:
     @pytest.fixture
     def stack_env(self):
-        # a short visibility timeout brings an unacknowledged task back quickly; the agent
-        # call waits longer than the test takes to kill the worker
-        return {"CELERY_VISIBILITY_TIMEOUT": "5", "AGENT_TIMEOUT_SECONDS": "30"}
+        # a short visibility timeout brings an unacknowledged task back quickly (retries' countdowns
+        # stay below it); the agent call waits longer than the test takes to kill the worker
+        return {
+            "CELERY_VISIBILITY_TIMEOUT": "5",
+            "INSTANCE_AGENT_RETRY_BACKOFF_MAX": "2",
+            "AGENT_TIMEOUT_SECONDS": "30",
+        }
 
     def test_the_task_is_redelivered_and_the_result_is_right(self, stack):
         make_catalog()

@@ -132,8 +132,44 @@ class TestReconcile:
         tasks.provision.apply(args=[instance.pk])
         agents.hosts[host.name]["stray-1"] = {"id": "stray-1", "state": "running", "body": {}}
         outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
-        assert outcome == {"removed": ["stray-1"], "failed": []}
+        assert outcome == {"removed": ["stray-1"], "failed": [], "redriven": []}
         assert list(agents.hosts[host.name]) == [instance.current_allocation().pk]
+
+    def test_a_launch_its_agent_already_runs_is_adopted(
+        self, catalog, tenant, agents, django_capture_on_commit_callbacks
+    ):
+        """The worker died after the agent created the allocation: the agent's `running` is
+        the instance's, without waiting for the task to come back."""
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        with django_capture_on_commit_callbacks(execute=False):
+            instance = launch(catalog, tenant)  # its provision task is lost
+        allocation = instance.current_allocation().pk
+        agents.hosts[host.name] = {allocation: {"id": allocation, "state": "running", "body": {}}}
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert state(instance) == State.RUNNING
+        assert outcome["redriven"] == []
+
+    def test_a_launch_whose_task_never_reached_the_agent_is_driven_again(
+        self, catalog, tenant, agents, eager, settings, django_capture_on_commit_callbacks
+    ):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        with django_capture_on_commit_callbacks(execute=False):
+            instance = launch(catalog, tenant)  # its provision task is lost
+        with django_capture_on_commit_callbacks(execute=True):
+            outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome["redriven"] == []  # just placed: its task may still be on the way
+        assert state(instance) == State.PROVISIONING
+
+        placed = timezone.now() - timedelta(seconds=settings.LAUNCH_REDRIVE_SECONDS + 1)
+        Instance.objects.filter(pk=instance.pk).update(updated_at=placed)
+        with django_capture_on_commit_callbacks(execute=True):
+            outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome["redriven"] == [instance.pk]
+        assert state(instance) == State.RUNNING
+        assert list(agents.hosts[host.name]) == [instance.current_allocation().pk]
+        with django_capture_on_commit_callbacks(execute=True):
+            outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome == {"removed": [], "failed": [], "redriven": []}
 
     def test_a_vanished_allocation_fails_its_instance(self, catalog, tenant, agents):
         host = catalog.host(gpus=1, mode=Mode.SHARED)
