@@ -13,7 +13,7 @@ from agent.allocations import MODES
 from agent.api import create_app
 from agent.backends.nvml import NvmlBackend
 from agent.backends.sim import SimBackend
-from agent.control import RegistrationError, Reporter, ensure_identity
+from agent.control import RegistrationError, Reporter, Servers, ensure_identity
 from agent.host import Host
 from agent.models import MODELS
 from agent.oci import OciRuntime
@@ -41,7 +41,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="gpucloud-agent",
         description="gpucloud host agent: serves this host's GPUs to the control plane.",
     )
-    p.add_argument("--server", help="control plane URL to register with, e.g. http://console:8000")
+    p.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        help="the console's URL, e.g. http://console:8000 (a load balancer, or one web process); "
+        "give it several times (or comma-separated) for several web processes: the agent "
+        "stays with one while it answers and moves to the next when it cannot reach it",
+    )
     p.add_argument("--join-token", help="one-time token to register this host (first start)")
     p.add_argument("--secret", help="run standalone, without --server, with this API secret")
     p.add_argument("--backend", choices=("sim", "nvml"), default="sim")
@@ -116,7 +123,8 @@ def _split_listen(parser: argparse.ArgumentParser, listen: str) -> tuple[str, in
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = _parser()
     args = parser.parse_args(argv)
-    if bool(args.server) == bool(args.secret):
+    args.servers = [url.strip() for given in args.server for url in given.split(",") if url.strip()]
+    if bool(args.servers) == bool(args.secret):
         parser.error("give --server (and --join-token) to register, or --secret to run standalone")
     args.modes = args.mode.split(",") if args.mode else None
     for mode in args.modes or ():
@@ -191,8 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     reporter = None
     secret = args.secret
     sample_interval = args.sample_interval or DEFAULT_SAMPLE_INTERVAL
-    if args.server:
-        server = args.server.rstrip("/")
+    if args.servers:
+        servers = Servers(args.servers)
         registration = {
             "hostname": args.hostname,
             "address": args.advertise_url,
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
             "inventory": host.inventory(),
         }
         try:
-            identity = ensure_identity(store, server, args.join_token, registration)
+            identity = ensure_identity(store, servers, args.join_token, registration)
         except RegistrationError as exc:
             sys.exit(f"gpucloud-agent: {exc}")
         secret = identity["secret"]
@@ -210,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         heartbeat_interval = (
             args.heartbeat_interval or identity["heartbeat_interval"] or DEFAULT_HEARTBEAT_INTERVAL
         )
-        reporter = Reporter(host, identity, heartbeat_interval, args.advertise_url)
+        reporter = Reporter(host, identity, heartbeat_interval, args.advertise_url, servers)
         host.listeners.append(reporter.add_event)
 
     app = create_app(host, secret, lifespan(host, sample_interval, reporter, gateway))

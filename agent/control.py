@@ -8,6 +8,9 @@
 - `POST {server}/agent/v1/events` as soon as something happens to a workload that the console
   did not ask for (it exited, failed, a slow launch ended, an image pull progressed).
 Each carries `Authorization: Bearer <secret>`.
+
+`{server}` is one of the console's web processes (`--server` given several times): requests
+stay with the one that answers and move to the next when it cannot be reached (Servers).
 """
 
 import asyncio
@@ -44,6 +47,50 @@ class RegistrationError(Exception):
     pass
 
 
+class Servers:
+    """The console's web processes (their base URLs), any of which takes an agent's requests.
+    Requests stay with the one in use while it answers; one that cannot be reached (refused,
+    reset, timed out) hands the request to the next, round robin, until each was tried once.
+    An HTTP error answer is the console's answer, not a reason to move."""
+
+    def __init__(self, urls: list[str]):
+        if not urls:
+            raise ValueError("at least one server URL")
+        self.urls = [url.rstrip("/") for url in urls]
+        self._current = 0
+
+    @property
+    def current(self) -> str:
+        return self.urls[self._current]
+
+    def _next(self, exc: httpx.TransportError) -> None:
+        failed = self.current
+        self._current = (self._current + 1) % len(self.urls)
+        if len(self.urls) > 1:
+            log.warning("cannot reach %s (%s); trying %s", failed, exc, self.current)
+
+    def post(self, client: httpx.Client, path: str, **kwargs) -> httpx.Response:
+        for attempt in range(len(self.urls)):
+            try:
+                return client.post(self.current + path, **kwargs)
+            except httpx.TransportError as exc:
+                self._next(exc)
+                if attempt == len(self.urls) - 1:
+                    raise
+
+    async def apost(self, client: httpx.AsyncClient, path: str, **kwargs) -> httpx.Response:
+        for attempt in range(len(self.urls)):
+            try:
+                return await client.post(self.current + path, **kwargs)
+            except httpx.TransportError as exc:
+                self._next(exc)
+                if attempt == len(self.urls) - 1:
+                    raise
+
+    def __str__(self) -> str:
+        return self.urls[0] if len(self.urls) == 1 else f"every server ({', '.join(self.urls)})"
+
+
 def _message(response: httpx.Response) -> str:
     try:
         body = response.json()
@@ -66,18 +113,20 @@ def _identity_answer(server: str, response: httpx.Response) -> dict:
     return answer
 
 
-def register(server: str, payload: dict) -> dict:
-    """Register until the server answers; a 4xx (a used or expired token…) is final."""
+def register(servers: Servers, payload: dict) -> tuple[str, dict]:
+    """Register until one of the servers answers; a 4xx (a used or expired token…) is final.
+    Answers the server that registered the host, and its answer."""
     delay = 1.0
     with httpx.Client(timeout=TIMEOUT_SECONDS) as client:
         while True:
             try:
-                response = client.post(server + REGISTER_PATH, json=payload)
+                response = servers.post(client, REGISTER_PATH, json=payload)
             except httpx.HTTPError as exc:
-                log.warning("cannot reach %s: %s; retrying in %.0f s", server, exc, delay)
+                log.warning("cannot reach %s: %s; retrying in %.0f s", servers, exc, delay)
             else:
+                server = servers.current
                 if response.status_code in (200, 201):
-                    return _identity_answer(server, response)
+                    return server, _identity_answer(server, response)
                 if 400 <= response.status_code < 500:
                     raise RegistrationError(
                         f"registration refused by {server} (HTTP {response.status_code}): "
@@ -95,24 +144,24 @@ def register(server: str, payload: dict) -> dict:
 
 def ensure_identity(
     store: StateStore,
-    server: str,
+    servers: Servers,
     join_token: str | None,
     registration: dict,
 ) -> dict:
-    """The identity from the state directory, or a new one from registering with `server`
-    (`registration` holds hostname, address, region and inventory)."""
+    """The identity from the state directory, or a new one from registering with one of
+    `servers` (`registration` holds hostname, address, region and inventory)."""
     identity = store.load_identity()
     if identity:
-        if identity["server"] != server:
+        if identity["server"] not in servers.urls:
             raise RegistrationError(
                 f"{store.root} holds the identity of a host of {identity['server']}; "
-                "give that --server, or another --state-dir to register anew"
+                "give that --server too, or another --state-dir to register anew"
             )
         return identity
     if not join_token:
         raise RegistrationError(f"{store.root} holds no identity: --join-token is needed")
-    answer = register(
-        server, {"join_token": join_token, "agent_version": AGENT_VERSION, **registration}
+    server, answer = register(
+        servers, {"join_token": join_token, "agent_version": AGENT_VERSION, **registration}
     )
     identity = {
         "server": server,
@@ -129,10 +178,18 @@ def ensure_identity(
 class Reporter:
     """Heartbeats and sample pushes of a registered host."""
 
-    def __init__(self, host: Host, identity: dict, heartbeat_interval: float, address: str):
+    def __init__(
+        self,
+        host: Host,
+        identity: dict,
+        heartbeat_interval: float,
+        address: str,
+        servers: Servers | None = None,
+    ):
+        """`servers`: the console's web processes (default: the one that registered it)."""
         self.host = host
         self.address = address
-        self.server = identity["server"]
+        self.servers = servers or Servers([identity["server"]])
         self.host_id = identity["host_id"]
         self.heartbeat_interval = heartbeat_interval
         self.client = httpx.AsyncClient(
@@ -160,10 +217,10 @@ class Reporter:
         batch = list(self._events)
         payload = {"host_id": self.host_id, "events": batch}
         try:
-            response = await self.client.post(self.server + EVENTS_PATH, json=payload)
+            response = await self.servers.apost(self.client, EVENTS_PATH, json=payload)
         except httpx.HTTPError as exc:
             self._event_failures = min(self._event_failures + 1, 8)
-            log.warning("events to %s failed: %s; %d kept", self.server, exc, len(batch))
+            log.warning("events to %s failed: %s; %d kept", self.servers, exc, len(batch))
             return
         if response.status_code in REJECTED:
             log.error(
@@ -215,9 +272,9 @@ class Reporter:
             "allocations": self.host.views(),
         }
         try:
-            response = await self.client.post(self.server + HEARTBEAT_PATH, json=payload)
+            response = await self.servers.apost(self.client, HEARTBEAT_PATH, json=payload)
         except httpx.HTTPError as exc:
-            log.warning("heartbeat to %s failed: %s", self.server, exc)
+            log.warning("heartbeat to %s failed: %s", self.servers, exc)
             return
         if not response.is_success:
             log.warning("heartbeat: HTTP %d: %s", response.status_code, _message(response))
@@ -228,9 +285,9 @@ class Reporter:
             batch = list(itertools.islice(self._rounds, ROUNDS_PER_POST))
             payload = {"host_id": self.host_id, "samples": [s for _, r in batch for s in r]}
             try:
-                response = await self.client.post(self.server + SAMPLES_PATH, json=payload)
+                response = await self.servers.apost(self.client, SAMPLES_PATH, json=payload)
             except httpx.HTTPError as exc:
-                self._failed(f"samples to {self.server} failed: {exc}")
+                self._failed(f"samples to {self.servers} failed: {exc}")
                 return
             if response.status_code in REJECTED:
                 log.error(

@@ -4,24 +4,24 @@ owners and admins and as a notice in the console; and, when the tenant chose
 ``budget_action = stop``, at 100 % new launches are refused (``ensure_launch_allowed``)
 and running instances are stopped (``enforce``, from a Celery task).
 
-Spend is the month's stored pieces (``UsagePiece``), which the meter brings up to date
-every minute.
+Spend is the month so far (``usage.so_far``): rated live from the segments, the figure the
+usage page, the draft invoice, the admin and the API show at the same moment.
 """
 
 import logging
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import Membership, Quota, Tenant
 from accounts.roles import Role
-from billing.models import BudgetAlert, UsagePiece, micros_to_decimal
+from billing.models import BudgetAlert
 from billing.rating import month_start
+from billing.usage import so_far
 from console.api.errors import Conflict
 from console.instances.models import Instance, State
 
@@ -34,18 +34,10 @@ STOPPABLE = (State.RUNNING, State.PENDING)
 RESEND_AFTER = timedelta(minutes=2)
 
 
-def spent_by_tenant(month: date, tenant_ids=None) -> dict[int, Decimal]:
-    """Each tenant's stored spend in ``month`` (6 places)."""
-    pieces = UsagePiece.objects.filter(month=month)
-    if tenant_ids is not None:
-        pieces = pieces.filter(tenant_id__in=tenant_ids)
-    rows = pieces.values("tenant_id").annotate(micros=Sum("amount_micros")).order_by()
-    return {row["tenant_id"]: micros_to_decimal(row["micros"]) for row in rows}
-
-
 def month_to_date(tenant: Tenant, now: datetime | None = None) -> Decimal:
-    month = month_start(now or timezone.now()).date()
-    return spent_by_tenant(month, [tenant.pk]).get(tenant.pk, Decimal("0.000000"))
+    """What the tenant has spent this UTC month as of ``now`` (6 places)."""
+    now = now or timezone.now()
+    return so_far([tenant.pk], month_start(now).date(), now)[tenant.pk].amount
 
 
 def crossed(spent: Decimal, budget: Decimal) -> list[int]:
@@ -93,9 +85,7 @@ def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
     }
     if not budgets:
         return []
-    spent = spent_by_tenant(
-        month, Quota.objects.filter(monthly_budget__isnull=False).values("tenant_id")
-    )
+    spent = {tenant_id: mtd.amount for tenant_id, mtd in so_far(budgets, month, now).items()}
     fired = set(BudgetAlert.objects.filter(month=month).values_list("tenant_id", "threshold"))
     created: list[BudgetAlert] = []
     to_enforce: list[int] = []

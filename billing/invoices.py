@@ -53,7 +53,7 @@ from billing.rating import (
     reversed_totals,
     round_to_cents,
 )
-from billing.usage import LineKey, UsageLine, make_line, usage_report
+from billing.usage import LineKey, SoFar, UsageLine, make_line, so_far, usage_report
 
 log = logging.getLogger(__name__)
 
@@ -548,6 +548,31 @@ def available_credit(tenant: Tenant) -> Decimal:
 
 
 # --- documents ---------------------------------------------------------------------------
+
+
+def draft_totals(figure: SoFar) -> InvoiceTotals:
+    """A draft's totals for its month so far (no credits yet: they apply at finalization),
+    the totals its document shows for the same moment."""
+    return invoice_totals([figure.amount], tax_rate=configured_tax_rate())
+
+
+def with_so_far(rows: Iterable[Invoice], now: datetime | None = None) -> list[Invoice]:
+    """``rows`` with each draft's month so far as of ``now`` (``draft.so_far``, a
+    ``SoFar``, and ``draft.so_far_totals``), rated for all drafts of a month at once: what
+    lists (the tenant's, the admin's, the API's) show for a draft instead of its stored
+    zeros."""
+    now = now or timezone.now()
+    rows = list(rows)
+    drafts: dict[date, list[Invoice]] = defaultdict(list)
+    for invoice in rows:
+        if invoice.is_draft:
+            drafts[invoice.month].append(invoice)
+    for month, month_drafts in drafts.items():
+        figures = so_far({draft.tenant_id for draft in month_drafts}, month, now)
+        for draft in month_drafts:
+            draft.so_far = figures[draft.tenant_id]
+            draft.so_far_totals = draft_totals(draft.so_far)
+    return rows
 
 
 def draft_lines(invoice: Invoice, now: datetime | None = None) -> list[UsageLine]:

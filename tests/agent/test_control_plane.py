@@ -139,6 +139,54 @@ def test_agent_rides_out_a_control_plane_outage(start_agent):
     assert len(back.received("register")) == 0
 
 
+def test_an_agent_given_two_servers_moves_to_the_one_that_answers_and_stays(start_agent):
+    """Two web processes of one console: the agent registers with the first it reaches,
+    reports to it while it answers, moves to the other when it goes away (samples read
+    meanwhile included), and stays there when the first comes back."""
+    with FakeControlPlane() as second:
+        with FakeControlPlane() as away:
+            gone = away.port  # nobody listens there: registration moves on at once
+        agent = start_agent(
+            "--server", f"http://127.0.0.1:{gone}", "--server", second.url, "--gpus", "1",
+            "--join-token", "join-3", "--heartbeat-interval", "0.2", secret=None,
+        )  # fmt: skip
+        wait_for(lambda: second.received("samples") and second.received("heartbeat"))
+        assert len(second.received("register")) == 1
+        identity = json.loads((agent.state_dir / "identity.json").read_text())
+        assert identity["server"] == second.url
+        with FakeControlPlane(port=gone) as first:
+            time.sleep(1)
+            assert not first.requests  # sticky: the one in use answers
+        outage = time.time()
+    with FakeControlPlane(port=gone) as first:
+        wait_for(lambda: first.received("heartbeat"))
+        wait_for(lambda: any(outage < s["ts"] < outage + 0.5 for s in _samples(first)))
+        assert not first.received("register")
+        assert "trying http://127.0.0.1:" in agent.log()
+        assert agent.proc.poll() is None
+
+
+def test_servers_may_be_given_comma_separated_and_a_restart_needs_the_one_it_joined(
+    start_agent,
+):
+    with FakeControlPlane() as first, FakeControlPlane() as second:
+        both = f"{first.url},{second.url}"
+        agent = start_agent("--server", both, "--gpus", "1", "--join-token", "j-4", secret=None)
+        wait_for(lambda: first.received("heartbeat"))
+        agent.terminate()
+        # registered with the first: without it, the agent cannot tell it is the same console
+        alone = start_agent(
+            "--server", second.url, "--gpus", "1", state_dir=agent.state_dir, secret=None,
+            wait=False,
+        )  # fmt: skip
+        assert alone.proc.wait(20) != 0
+        assert "give that --server too" in alone.log()
+        again = f"{second.url},{first.url}"
+        start_agent("--server", again, "--gpus", "1", state_dir=agent.state_dir, secret=None)
+        wait_for(lambda: second.received("heartbeat"))  # the first listed, while it answers
+        assert [len(s.received("register")) for s in (first, second)] == [1, 0]
+
+
 def test_refused_registration_exits_with_the_message(start_agent):
     with FakeControlPlane(refuse="join token already used") as server:
         agent = start_agent(
