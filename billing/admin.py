@@ -6,6 +6,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.urls import path
+from django.utils.html import format_html
 
 from billing import invoices, services
 from billing.models import BudgetAlert, CreditGrant, Invoice, InvoiceLine, UsageSegment
@@ -56,7 +57,8 @@ def _attachment(content, content_type: str, filename: str) -> HttpResponse:
 
 @admin.register(Invoice)
 class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["__str__", "tenant", "kind", "month", "status", "total", "issued_at", "paid_at"]
+    list_display = ["__str__", "tenant", "kind", "month", "status", "shown_total", "issued_at",
+                    "paid_at"]  # fmt: skip
     list_filter = [MonthFilter, "status", "kind"]
     search_fields = ["number", "tenant__slug", "tenant__name"]
     list_select_related = ["tenant"]
@@ -66,7 +68,7 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
     readonly_fields = [
         "tenant", "kind", "month", "status", "number", "issued_at", "currency", "issuer_name",
         "issuer_address", "issuer_tax_id", "tenant_name", "tenant_slug", "subtotal",
-        "credits_applied", "tax_rate", "tax_amount", "total", "paid_at", "voided_at",
+        "credits_applied", "tax_rate", "tax_amount", "shown_total", "paid_at", "voided_at",
         "void_reason", "corrects", "created_at",
     ]  # fmt: skip
 
@@ -79,6 +81,23 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
             ),
             *super().get_urls(),
         ]
+
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        changelist.result_list = invoices.with_so_far(changelist.result_list)
+        return changelist
+
+    @admin.display(description="total")
+    def shown_total(self, invoice):
+        """An issued invoice's total; a draft's month so far (what its tenant sees now)."""
+        if not invoice.is_draft:
+            return f"{invoice.total:.2f}"
+        figure = getattr(invoice, "so_far", None) or invoices.with_so_far([invoice])[0].so_far
+        return format_html(
+            '{} <span class="help">so far, as of {} UTC</span>',
+            f"{invoices.draft_totals(figure).total:.2f}",
+            f"{figure.as_of:%Y-%m-%d %H:%M:%S}",
+        )
 
     def changelist_view(self, request, extra_context=None):
         extra_context = {**(extra_context or {}), "export_month": request.GET.get("month")}

@@ -68,6 +68,10 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
             .order_by("-month", "-pk")
         )
 
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        return None if page is None else invoices.with_so_far(page)
+
     def get_serializer_class(self):
         return InvoiceDetailSerializer if self.action == "retrieve" else InvoiceSerializer
 

@@ -1,10 +1,12 @@
 """API representations of usage and invoices. Amounts are decimal strings: usage at 6
 places, invoice totals in cents."""
 
+from datetime import datetime
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from billing.invoices import document
+from billing.invoices import configured_tax_rate, document, with_so_far
 from billing.models import Invoice
 from billing.usage import MONTH_PATTERN, parse_month
 
@@ -37,11 +39,12 @@ class ExportQuerySerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=["csv", "json", "pdf"], default="pdf")
 
 
-def draft_document(invoice):
-    """A draft's document (its usage so far), computed once per invoice object."""
-    if not hasattr(invoice, "_draft_document"):
-        invoice._draft_document = document(invoice)
-    return invoice._draft_document
+def draft_so_far(invoice):
+    """A draft's month so far (``invoices.with_so_far``), computed once per invoice object
+    unless its list computed it already."""
+    if not hasattr(invoice, "so_far"):
+        with_so_far([invoice])
+    return invoice.so_far
 
 
 def _amount(**kwargs):
@@ -131,6 +134,10 @@ class InvoiceSerializer(serializers.ModelSerializer):
     total = _cents()
     credit_note = serializers.SerializerMethodField()
     exports = serializers.SerializerMethodField()
+    as_of = serializers.SerializerMethodField(
+        help_text="a draft: the moment its totals (the month so far) were computed; null once "
+        "issued"
+    )
 
     class Meta:
         model = Invoice
@@ -154,6 +161,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "corrects",
             "credit_note",
             "exports",
+            "as_of",
         ]
         read_only_fields = fields
 
@@ -167,13 +175,23 @@ class InvoiceSerializer(serializers.ModelSerializer):
         base = request.build_absolute_uri(path) if request else path
         return {fmt: f"{base}?format={fmt}" for fmt in ("csv", "json", "pdf")}
 
+    def get_as_of(self, invoice) -> datetime | None:
+        if not invoice.is_draft:
+            return None
+        return serializers.DateTimeField().to_representation(invoice.so_far.as_of)
+
     def to_representation(self, invoice):
+        if invoice.is_draft:
+            draft_so_far(invoice)
         data = super().to_representation(invoice)
         if invoice.is_draft:
-            doc = draft_document(invoice)
-            for name in ("subtotal", "credits_applied", "tax_amount", "total"):
-                data[name] = f"{getattr(doc, name):.2f}"
-            data["tax_rate"] = None if doc.tax_rate is None else f"{doc.tax_rate.normalize():f}"
+            totals = invoice.so_far_totals
+            data["subtotal"] = f"{totals.subtotal:.2f}"
+            data["credits_applied"] = f"{totals.credits_applied:.2f}"
+            data["tax_amount"] = f"{totals.tax:.2f}"
+            data["total"] = f"{totals.total:.2f}"
+            tax_rate = configured_tax_rate()
+            data["tax_rate"] = None if tax_rate is None else f"{tax_rate.normalize():f}"
         return data
 
 
@@ -186,7 +204,7 @@ class InvoiceDetailSerializer(InvoiceSerializer):
 
     def get_lines(self, invoice) -> list[dict]:
         if invoice.is_draft:
-            lines = draft_document(invoice).lines
+            lines = document(invoice, now=invoice.so_far.as_of).lines
         else:
             lines = invoice.lines.order_by("position")
         return InvoiceLineSerializer(lines, many=True).data

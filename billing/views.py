@@ -14,7 +14,6 @@ from billing import budgets, invoices, services
 from billing.api import download
 from billing.forms import BudgetForm
 from billing.models import Invoice
-from billing.serializers import draft_document
 from billing.usage import current_month, parse_month, usage_report
 from console.web.access import tenant_view
 
@@ -60,7 +59,7 @@ def usage(request):
     month = _month_param(request)
     report = usage_report(tenant, month, now)
     this_month = current_month(now)
-    spent = budgets.month_to_date(tenant, now)
+    spent = report.total if month == this_month else budgets.month_to_date(tenant, now)
     budget = quota.monthly_budget
     percent = int(spent * 100 / budget) if budget else None
     invoice = Invoice.objects.filter(tenant=tenant, kind=Invoice.Kind.INVOICE, month=month).first()
@@ -90,13 +89,11 @@ def usage(request):
 @tenant_view(READ)
 def invoice_list(request):
     tenant = request.membership.tenant
-    rows = list(
+    rows = invoices.with_so_far(
         Invoice.objects.filter(tenant=tenant)
         .select_related("tenant", "credit_note")
         .order_by("-month", "-pk")
     )
-    for invoice in rows:
-        invoice.shown = draft_document(invoice) if invoice.is_draft else invoice
     return render(
         request,
         "billing/invoices.html",
@@ -118,7 +115,8 @@ def _tenant_invoice(request, pk: int) -> Invoice:
 @tenant_view(READ)
 def invoice_detail(request, pk: int):
     invoice = _tenant_invoice(request, pk)
-    doc = invoices.document(invoice)
+    now = timezone.now()
+    doc = invoices.document(invoice, now=now)
     credit_note = Invoice.objects.filter(corrects=invoice).first()
     return render(
         request,
@@ -126,6 +124,7 @@ def invoice_detail(request, pk: int):
         {
             "invoice": invoice,
             "doc": doc,
+            "as_of": now,
             "credit_note": credit_note,
             "usage_link": f"{reverse('billing:usage')}?month={invoice.month:%Y-%m}",
             "last_day": invoice.period_end - timedelta(days=1),
