@@ -14,6 +14,7 @@ from django.utils import timezone
 from accounts.models import ApiToken, Membership, Quota, Tenant, hash_token
 from accounts.roles import Role
 from accounts.signals import tenant_suspended
+from console.errors import DomainError
 
 User = get_user_model()
 
@@ -158,11 +159,11 @@ def revoke_token(token: ApiToken) -> ApiToken:
     return token
 
 
-class TokenRejected(Exception):
+class TokenRejected(DomainError):
+    status = 401
+
     def __init__(self, code: str, detail: str):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
+        super().__init__(detail, code=code)
 
 
 def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:

@@ -22,7 +22,7 @@ from accounts.roles import Role
 from billing.models import BudgetAlert
 from billing.rating import month_start
 from billing.usage import so_far
-from console.api.errors import Conflict
+from console.errors import DomainError
 from console.instances.models import Instance, State
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,12 @@ def is_exhausted(spent: Decimal, budget: Decimal | None) -> bool:
     return budget is not None and spent >= budget
 
 
+class BudgetExceeded(DomainError):
+    code = "budget_exceeded"
+
+
 def ensure_launch_allowed(tenant: Tenant) -> None:
-    """Raise ``Conflict(code="budget_exceeded")`` when the tenant chose to stop at its
+    """Raise ``BudgetExceeded`` when the tenant chose to stop at its
     budget and has spent it this month. The launch (and start) services call this."""
     quota = Quota.objects.filter(tenant_id=tenant.pk).values_list("monthly_budget", "budget_action")
     budget, action = quota.first() or (None, Quota.BudgetAction.ALERT)
@@ -60,12 +64,9 @@ def ensure_launch_allowed(tenant: Tenant) -> None:
         return
     spent = month_to_date(tenant)
     if is_exhausted(spent, budget):
-        raise Conflict(
-            detail=(
-                f"{tenant.name} has spent {spent:.2f} of its monthly budget of {budget:.2f}; "
-                "new launches are refused until an owner raises the budget or the month ends."
-            ),
-            code="budget_exceeded",
+        raise BudgetExceeded(
+            f"{tenant.name} has spent {spent:.2f} of its monthly budget of {budget:.2f}; "
+            "new launches are refused until an owner raises the budget or the month ends."
         )
 
 
@@ -201,7 +202,6 @@ def enforce(tenant_id: int) -> int:
     Checks again first: a raised budget or a new month stops nothing. Answers how many
     instances were asked to stop."""
     from console.instances import services as instance_services
-    from console.instances.lifecycle import InvalidTransition
 
     quota = Quota.objects.filter(tenant_id=tenant_id).select_related("tenant").first()
     if quota is None or quota.budget_action != Quota.BudgetAction.STOP:
@@ -214,7 +214,7 @@ def enforce(tenant_id: int) -> int:
     ):
         try:
             instance_services.stop_instance(instance, actor=None)
-        except (instance_services.InstanceError, InvalidTransition) as error:
+        except DomainError as error:
             log.info("budget stop of instance %s skipped: %s", instance.pk, error)
             continue
         stopped += 1

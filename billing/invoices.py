@@ -54,6 +54,7 @@ from billing.rating import (
     round_to_cents,
 )
 from billing.usage import LineKey, SoFar, UsageLine, make_line, so_far, usage_report
+from console.errors import DomainError
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,10 @@ CREDIT_NOTE_SERIES = "CN"
 DRAFT_NUMBER = "DRAFT"
 
 
-class InvalidInvoiceState(Exception):
+class InvalidInvoiceState(DomainError):
     """The invoice is not in a state that allows this (answered as 409 invalid_state)."""
 
     code = "invalid_state"
-
-    def __init__(self, detail: str):
-        super().__init__(detail)
-        self.detail = detail
 
 
 # --- settings ----------------------------------------------------------------------------

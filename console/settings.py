@@ -330,6 +330,9 @@ INVITATION_VALID_DAYS = env_int("INVITATION_VALID_DAYS", 7)
 # Fleet
 HOST_HEARTBEAT_GRACE_SECONDS = env_float("HOST_HEARTBEAT_GRACE_SECONDS", 15.0)
 HOST_FAILOVER_SECONDS = env_float("HOST_FAILOVER_SECONDS", 60.0)
+# Hosts that stop being heard within one grace period of each other, this share of the fleet
+# or more (and at least two), are not failed over: the console's own outage, most likely.
+HOST_FAILOVER_SILENT_SHARE = env_float("HOST_FAILOVER_SILENT_SHARE", 1.0)
 AGENT_TIMEOUT_SECONDS = env_float("AGENT_TIMEOUT_SECONDS", 5.0)
 # Where host agents may be: the address an agent advertises must resolve into these networks
 # (link-local and cloud metadata addresses are refused whatever this says).

@@ -1,4 +1,5 @@
-"""One error shape for the whole API: {"code", "detail", "errors"?}."""
+"""One error shape for the whole API: {"code", "detail", "errors"?}. A DomainError is
+answered with its own code and status."""
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -10,13 +11,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
-
-class Conflict(exceptions.APIException):
-    """A 409 with a stable code, e.g. quota_exceeded, invalid_state, budget_exceeded."""
-
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-    default_detail = "The request conflicts with the current state."
+from console.errors import DomainError
 
 
 def _first_code(detail) -> str | None:
@@ -28,6 +23,8 @@ def _first_code(detail) -> str | None:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, DomainError):
+        return Response({"code": exc.code, "detail": exc.detail}, status=exc.status)
     if isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(as_serializer_error(exc))
     elif isinstance(exc, Http404):
@@ -88,7 +85,6 @@ def api_server_error(request):
 
 
 __all__ = [
-    "Conflict",
     "Response",
     "exception_handler",
     "api_bad_request",

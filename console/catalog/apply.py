@@ -23,10 +23,14 @@ from django.db.models import ProtectedError, RestrictedError
 from django.utils import timezone
 
 from console.catalog.models import GpuModel, Image, MigProfile, Mode, Region, Spec, SpecPrice
+from console.errors import DomainError
 
 
-class CatalogError(Exception):
+class CatalogError(DomainError):
     """The file is wrong or asks for what cannot be done: one line per problem."""
+
+    code = "invalid_catalog"
+    status = 400
 
     def __init__(self, problems: list[str]):
         super().__init__("\n".join(problems))

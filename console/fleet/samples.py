@@ -16,6 +16,7 @@ import math
 
 from django.utils import timezone
 
+from console.errors import DomainError
 from console.fleet.models import Gpu, Host
 from console.fleet.services import host_for_secret
 from console.metrics import live
@@ -139,13 +140,15 @@ def check_batch(samples, now: float | None = None) -> dict[str, str]:
     return errors
 
 
-class Refused(Exception):
+class Refused(DomainError):
     """A batch not taken: the HTTP status and the JSON answer the agent gets."""
 
     def __init__(self, status: int, code: str, detail: str):
-        super().__init__(detail)
-        self.status = status
-        self.answer = {"code": code, "detail": detail}
+        super().__init__(detail, code=code, status=status)
+
+    @property
+    def answer(self) -> dict:
+        return {"code": self.code, "detail": self.detail}
 
 
 def _not_json(constant: str):

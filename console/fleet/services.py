@@ -6,7 +6,7 @@ import hmac
 import logging
 import re
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -467,6 +467,39 @@ def hosts_unreachable_longer_than(seconds: float) -> QuerySet[Host]:
     settings.HOST_FAILOVER_SECONDS)."""
     cutoff = timezone.now() - timedelta(seconds=seconds)
     return Host.objects.filter(status=Host.Status.UNREACHABLE, unreachable_since__lte=cutoff)
+
+
+def hosts_to_fail_over(now: datetime | None = None) -> list[Host]:
+    """Hosts unreachable for HOST_FAILOVER_SECONDS whose instances should fail over, less those
+    that went silent together with HOST_FAILOVER_SILENT_SHARE of the fleet (or more): when that
+    many hosts stop being heard within one grace period of each other, what failed is most
+    likely the console's side (its web processes, its network), not every host at once, so
+    their instances are kept until the hosts are heard again or one of them stays silent while
+    the others come back. A fleet of one host cannot tell and fails over as before."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.HOST_FAILOVER_SECONDS)
+    fleet = Host.objects.exclude(status=Host.Status.RETIRED).count()
+    silent = list(Host.objects.filter(status=Host.Status.UNREACHABLE))
+    window = timedelta(seconds=settings.HOST_HEARTBEAT_GRACE_SECONDS)
+    chosen = []
+    for host in silent:
+        if host.unreachable_since is None or host.unreachable_since > cutoff:
+            continue
+        seen = host.last_heartbeat_at or host.registered_at
+        together = [
+            other
+            for other in silent
+            if abs((other.last_heartbeat_at or other.registered_at) - seen) <= window
+        ]
+        if fleet > 1 and len(together) >= max(2, settings.HOST_FAILOVER_SILENT_SHARE * fleet):
+            log.warning(
+                "host %s: not failed over: %d of %d hosts went silent together around "
+                "%s UTC (the console's outage, most likely)",
+                host.name, len(together), fleet, f"{seen:%Y-%m-%d %H:%M:%S}",
+            )  # fmt: skip
+            continue
+        chosen.append(host)
+    return chosen
 
 
 # --- operators -------------------------------------------------------------------------

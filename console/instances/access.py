@@ -19,6 +19,7 @@ from accounts.models import Membership, SshKey
 from accounts.roles import OPERATE, RANK, Role
 from accounts.ssh_keys import grants_shell
 from console.catalog.models import port_errors
+from console.errors import DomainError
 from console.fleet.models import Host
 from console.instances import lifecycle
 from console.instances.models import Instance, State
@@ -211,12 +212,12 @@ def _member_removed(sender, instance: Membership, **kwargs) -> None:
 # --- shells and ports: who may open one, and where it is ----------------------------------
 
 
-class Refused(Exception):
+class Refused(DomainError):
     """Why a terminal or a port is not opened: an HTTP status and a websocket close code."""
 
-    def __init__(self, error: str, detail: str, status: int, close_code: int):
-        super().__init__(detail)
-        self.error, self.detail, self.status, self.close_code = error, detail, status, close_code
+    def __init__(self, code: str, detail: str, status: int, close_code: int):
+        super().__init__(detail, code=code, status=status)
+        self.close_code = close_code
 
 
 def _not_found() -> Refused:

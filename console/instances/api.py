@@ -9,9 +9,7 @@ from rest_framework.response import Response
 
 from accounts.permissions import request_membership
 from accounts.roles import OPERATE, READ
-from console.api.errors import Conflict
 from console.instances import services
-from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.serializers import (
     InstanceEventSerializer,
@@ -20,10 +18,6 @@ from console.instances.serializers import (
     LogsSerializer,
     ResizeSerializer,
 )
-
-
-def _conflict(exc: services.InstanceError | InvalidTransition) -> Conflict:
-    return Conflict(detail=str(getattr(exc, "detail", exc)), code=exc.code)
 
 
 class HostUnavailable(APIException):
@@ -97,29 +91,23 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         body = LaunchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         membership = request_membership(request)
-        try:
-            instance = services.launch_instance(
-                membership.tenant,
-                name=body.validated_data["name"],
-                spec=body.validated_data["spec"],
-                image=body.validated_data["image"],
-                region=body.validated_data.get("region"),
-                command=body.validated_data.get("command"),
-                env=body.validated_data.get("env"),
-                ssh_keys=body.validated_data.get("ssh_keys"),
-                ports=body.validated_data.get("ports"),
-                actor=request.user,
-            )
-        except services.InstanceError as exc:
-            raise _conflict(exc) from exc
+        instance = services.launch_instance(
+            membership.tenant,
+            name=body.validated_data["name"],
+            spec=body.validated_data["spec"],
+            image=body.validated_data["image"],
+            region=body.validated_data.get("region"),
+            command=body.validated_data.get("command"),
+            env=body.validated_data.get("env"),
+            ssh_keys=body.validated_data.get("ssh_keys"),
+            ports=body.validated_data.get("ports"),
+            actor=request.user,
+        )
         return self._respond(instance)
 
     def _act(self, function, *args):
         instance = self.get_object()
-        try:
-            instance = function(instance, *args, actor=self.request.user)
-        except (services.InstanceError, InvalidTransition) as exc:
-            raise _conflict(exc) from exc
+        instance = function(instance, *args, actor=self.request.user)
         return self._respond(instance)
 
     @extend_schema(request=None, responses={202: InstanceSerializer})

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from console.errors import DomainError
 from console.instances import broadcast
 from console.instances.models import Instance, InstanceEvent, State
 from console.instances.signals import instance_state_changed
@@ -50,7 +51,7 @@ ACTIONS: dict[str, frozenset[str]] = {
 ON_HOST = frozenset({S.PROVISIONING, S.RUNNING, S.STOPPING, S.STARTING, S.REBOOTING, S.TERMINATING})
 
 
-class InvalidTransition(Exception):
+class InvalidTransition(DomainError):
     code = "invalid_state"
 
     def __init__(self, from_state: str, to_state: str):

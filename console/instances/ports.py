@@ -122,7 +122,7 @@ async def proxy(scope, receive, send) -> None:
         target = await _target(membership, pk, port)
     except access.Refused as refused:
         return await _answer(
-            send, refused.status, {"error": refused.error, "detail": refused.detail}
+            send, refused.status, {"error": refused.code, "detail": refused.detail}
         )
     path = match["rest"][1:]
     query = scope.get("query_string", b"").decode("latin-1")

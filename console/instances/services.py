@@ -20,6 +20,7 @@ from accounts.models import Quota, Tenant
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.fleet import agent_client
 from console.fleet.models import Host
+from console.fleet.services import hosts_to_fail_over
 from console.instances import access, lifecycle, placement
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
@@ -701,13 +702,11 @@ HOST_UNREACHABLE = "host_unreachable"
 def fail_over_hosts(now: datetime | None = None) -> int:
     """Instances on hosts unreachable for longer than HOST_FAILOVER_SECONDS: failed (reason
     host_unreachable, at the host's last heartbeat, where billing stops) and their slices
-    freed. A stop or a terminate that was under way completes instead. Answers how many
-    instances were moved."""
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.HOST_FAILOVER_SECONDS)
+    freed. A stop or a terminate that was under way completes instead; hosts that went silent
+    together with most of the fleet are left alone (fleet.services.hosts_to_fail_over).
+    Answers how many instances were moved."""
     moved = 0
-    hosts = Host.objects.filter(status=Host.Status.UNREACHABLE, unreachable_since__lte=cutoff)
-    for host in hosts:
+    for host in hosts_to_fail_over(now or timezone.now()):
         at = host.last_heartbeat_at or host.unreachable_since
         rows = (
             Allocation.objects.filter(host=host, released_at__isnull=True)

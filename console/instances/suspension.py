@@ -7,8 +7,8 @@ from django.dispatch import receiver
 
 from accounts.models import Tenant
 from accounts.signals import tenant_suspended
+from console.errors import DomainError
 from console.instances import services
-from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Instance, State
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ def stop_suspended_tenant(tenant: Tenant) -> int:
     for instance in instances.order_by("pk"):
         try:
             services.stop_instance(instance, actor=None)
-        except (services.InstanceError, InvalidTransition) as error:
+        except DomainError as error:
             log.info("suspension stop of instance %s skipped: %s", instance.pk, error)
             continue
         stopped += 1

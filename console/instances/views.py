@@ -12,9 +12,9 @@ from django.views.decorators.http import require_POST
 
 from accounts.roles import OPERATE, READ
 from console.catalog.models import Region, Spec
+from console.errors import DomainError
 from console.instances import access, lifecycle, placement, services
 from console.instances.forms import LaunchForm, ResizeForm
-from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
 from console.web.access import tenant_view
@@ -109,7 +109,7 @@ def launch(request):
         except ValidationError as error:
             for field, errors in error.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
-        except services.InstanceError as error:
+        except DomainError as error:
             form.add_error(None, error.detail)
         else:
             if instance.state == State.PENDING:
@@ -198,8 +198,8 @@ def act(request, pk, action):
         else:
             ACTIONS[action](instance, actor=request.user)
             messages.success(request, f"{action.capitalize()} of {instance.name} requested.")
-    except (services.InstanceError, InvalidTransition) as error:
-        messages.error(request, str(getattr(error, "detail", error)))
+    except DomainError as error:
+        messages.error(request, error.detail)
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     return redirect("instances:detail", pk=pk)
@@ -212,8 +212,8 @@ def terminate(request, pk):
     if request.method == "POST":
         try:
             services.terminate_instance(instance, actor=request.user)
-        except (services.InstanceError, InvalidTransition) as error:
-            messages.error(request, str(getattr(error, "detail", error)))
+        except DomainError as error:
+            messages.error(request, error.detail)
         else:
             messages.success(request, f"{instance.name} is being terminated.")
         return redirect("instances:detail", pk=pk)

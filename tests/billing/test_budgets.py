@@ -11,7 +11,6 @@ from accounts.models import Quota
 from accounts.roles import Role
 from billing import budgets, services
 from billing.models import BudgetAlert
-from console.api.errors import Conflict
 from console.celery import app
 from console.instances.models import Instance, State
 from tests.billing.conftest import at, move
@@ -108,11 +107,11 @@ def test_launch_allowed_unless_stop_budget_is_spent(world, tenant):
     with time_machine.travel(at(2026, 3, 2, 2), tick=False):
         budgets.ensure_launch_allowed(tenant)  # over, but alert only
         set_budget(tenant, "1.00", "stop")
-        with pytest.raises(Conflict) as refused:
+        with pytest.raises(budgets.BudgetExceeded) as refused:
             budgets.ensure_launch_allowed(tenant)
-        assert refused.value.status_code == 409
-        assert refused.value.get_codes() == "budget_exceeded"
-        assert "3.20 of its monthly budget of 1.00" in str(refused.value.detail)
+        assert refused.value.status == 409
+        assert refused.value.code == "budget_exceeded"
+        assert "3.20 of its monthly budget of 1.00" in refused.value.detail
         set_budget(tenant, "100.00", "stop")
         budgets.ensure_launch_allowed(tenant)
     with time_machine.travel(at(2026, 4, 1), tick=False):
