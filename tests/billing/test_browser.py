@@ -51,3 +51,53 @@ def test_usage_page_and_invoice_download(page, live_server, world, tenant, make_
     download.save_as(saved)
     assert saved.read_bytes().startswith(b"%PDF")
     screenshot(page, "billing-invoice")
+
+
+LONG_NAME = "llama-3-70b-finetune-with-a-very-long-experiment-name-run-00042"  # 63: the most
+
+
+def _inside_the_viewport(page, locator) -> None:
+    """Every element of ``locator`` lies inside the viewport's width and inside its table's
+    scroll area: seen without scrolling sideways."""
+    width = page.viewport_size["width"]
+    assert locator.count(), "nothing to check"
+    for index in range(locator.count()):
+        cell = locator.nth(index)
+        expect(cell).to_be_visible()
+        box = cell.bounding_box()
+        clip = cell.evaluate_handle("el => el.closest('.table-wrap, .card')").bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width, (cell.inner_text(), box)
+        assert box["x"] + box["width"] <= clip["x"] + clip["width"] + 0.5, (cell.inner_text(), box)
+
+
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_a_long_instance_name_never_hides_the_money(
+    page, live_server, world, tenant, make_member, width
+):
+    assert len(LONG_NAME) == 63
+    started = max(month_start(timezone.now()), timezone.now() - timedelta(hours=2))
+    world.running(tenant, started, spec=world.whole, name=LONG_NAME)
+    services.run_meter(timezone.now())
+    draft = Invoice.objects.get(tenant=tenant, month=month_start(timezone.now()).date())
+    make_member(tenant, Role.VIEWER, username="vera")
+    page.set_viewport_size({"width": width, "height": 860})
+    sign_in(page, live_server.url, "vera")
+
+    page.goto(f"{live_server.url}/billing/usage/")
+    lines = page.get_by_test_id("usage-lines")
+    _inside_the_viewport(page, lines.locator("th.num"))
+    _inside_the_viewport(page, lines.locator("td.num"))
+    _inside_the_viewport(page, page.get_by_test_id("by-instance").locator("td.num"))
+    _inside_the_viewport(page, page.get_by_test_id("accruing").locator("td.num"))
+    name = page.get_by_test_id("by-instance").locator(f'[title="{LONG_NAME}"]')
+    expect(name).to_be_visible()
+    assert name.evaluate("el => el.scrollWidth > el.clientWidth")  # cut, with its tooltip
+    screenshot(page, f"billing-usage-long-name-{width}")
+
+    page.goto(f"{live_server.url}/billing/invoices/{draft.pk}/")
+    table = page.get_by_test_id("invoice-lines")
+    _inside_the_viewport(page, table.locator("th.num"))
+    _inside_the_viewport(page, table.locator("td.num"))  # amounts, subtotal … total
+    expect(table.locator(f'[title="{LONG_NAME}"]')).to_be_visible()
+    expect(page.get_by_test_id("invoice-total")).not_to_have_text("0.00")
+    screenshot(page, f"billing-invoice-long-name-{width}")
