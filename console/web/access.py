@@ -9,6 +9,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from accounts.roles import READ
@@ -25,6 +26,11 @@ def tenant_view(needed: str = READ, write_needed: str | None = None):
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             membership = request.membership
+            if not membership and request.user.is_staff:
+                # An operator without a tenant has no tenant pages: the fleet is theirs.
+                if request.path != reverse("dashboard"):
+                    messages.info(request, "You belong to no tenant; this is the fleet.")
+                return redirect("fleet:index")
             if not membership:
                 return render(request, "web/no_tenant.html", status=403)
             if not membership.tenant.is_active:
