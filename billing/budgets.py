@@ -22,6 +22,7 @@ from accounts.roles import Role
 from billing.models import BudgetAlert
 from billing.rating import month_start
 from billing.usage import so_far
+from console.celery import enqueue_on_commit
 from console.errors import DomainError
 from console.instances.models import Instance, State
 
@@ -74,8 +75,6 @@ def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
     """The meter's budget pass: record every threshold newly reached this month (and send
     its email after commit), and queue enforcement for tenants that chose to stop and
     still have something running. Answers the alerts created."""
-    from billing import tasks
-
     now = now or timezone.now()
     month = month_start(now).date()
     budgets = {
@@ -117,7 +116,7 @@ def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
         ).values_list("pk", flat=True)
         to_send = sorted({alert.pk for alert in highest.values()} | set(lost))
         for alert_pk in to_send:
-            transaction.on_commit(lambda pk=alert_pk: tasks.send_budget_alert.delay(pk))
+            enqueue_on_commit("billing.tasks.send_budget_alert", alert_pk)
         running = sorted(
             set(
                 Instance.objects.filter(tenant_id__in=to_enforce, state__in=STOPPABLE)
@@ -126,7 +125,7 @@ def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
             )
         )
         for tenant_id in running:
-            transaction.on_commit(lambda pk=tenant_id: tasks.enforce_budget.delay(pk))
+            enqueue_on_commit("billing.tasks.enforce_budget", tenant_id)
     for alert in created:
         log.info(
             "tenant %s reached %s%% of its budget (%s of %s)",

@@ -2,12 +2,20 @@ import logging.config
 import os
 
 from celery import Celery, signals
+from django.db import transaction
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("gpucloud")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def enqueue_on_commit(task_name: str, *args) -> None:
+    """Queue the task registered as ``task_name`` once the current transaction commits (at
+    once outside one). By its pinned name, so that a module queues work without importing
+    the module (or the layer) that does it."""
+    transaction.on_commit(lambda: app.signature(task_name, args=args).delay())
 
 
 @signals.setup_logging.connect

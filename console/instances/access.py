@@ -19,6 +19,7 @@ from accounts.models import Membership, SshKey
 from accounts.roles import OPERATE, RANK, Role
 from accounts.ssh_keys import grants_shell
 from console.catalog.models import port_errors
+from console.celery import enqueue_on_commit
 from console.errors import DomainError
 from console.fleet.models import Host
 from console.instances import lifecycle
@@ -82,15 +83,13 @@ def granted_keys(instance_pk: int) -> list[dict]:
 def keys_changed(tenant_id: int) -> None:
     """A key was deleted or a membership changed in the tenant: once committed, push the key
     sets of its instances that are on a host (most have not changed: the push is idempotent)."""
-    from console.instances import tasks  # tasks imports services, which imports this module
-
     pks = list(
         Instance.objects.filter(tenant_id=tenant_id, state__in=lifecycle.ON_HOST).values_list(
             "pk", flat=True
         )
     )
     for pk in pks:
-        transaction.on_commit(lambda pk=pk: tasks.push_ssh_keys.delay(pk))
+        enqueue_on_commit("console.instances.tasks.push_ssh_keys", pk)
 
 
 # --- ports --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from accounts.models import Quota, Tenant
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
+from console.celery import enqueue_on_commit
 from console.fleet import agent_client
 from console.fleet.models import Host
 from console.fleet.services import hosts_to_fail_over
@@ -56,12 +57,9 @@ class BudgetExceeded(InstanceError):
     code = "budget_exceeded"
 
 
-def _enqueue(task_name: str, *args) -> None:
-    """Queue a task of tasks.py once the current transaction commits."""
-    from console.instances import tasks
-
-    task = getattr(tasks, task_name)
-    transaction.on_commit(lambda: task.delay(*args))
+def _enqueue(task: str, *args) -> None:
+    """Queue ``console.instances.tasks.<task>`` once the current transaction commits."""
+    enqueue_on_commit(f"console.instances.tasks.{task}", *args)
 
 
 def kick_scheduler() -> None:

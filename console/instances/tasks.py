@@ -122,7 +122,7 @@ def _discard(allocation_id: str) -> None:
         log.info("could not remove released allocation %s: %s", allocation_id, exc)
 
 
-@shared_task(base=HostTask, bind=True)
+@shared_task(base=HostTask, bind=True, name="console.instances.tasks.provision")
 def provision(self, instance_pk: int) -> None:
     """provisioning/starting → running: give its host the keys that open its shells, then
     create the allocation there."""
@@ -135,7 +135,7 @@ def provision(self, instance_pk: int) -> None:
         _discard(job.allocation_id)
 
 
-@shared_task(base=HostTask, bind=True)
+@shared_task(base=HostTask, bind=True, name="console.instances.tasks.stop")
 def stop(self, instance_pk: int) -> None:
     """stopping → stopped: stop the workload, then delete the allocation so that the slice
     is free on the host too."""
@@ -152,7 +152,7 @@ def stop(self, instance_pk: int) -> None:
     services.finish_stop(instance_pk)
 
 
-@shared_task(base=HostTask, bind=True)
+@shared_task(base=HostTask, bind=True, name="console.instances.tasks.reboot")
 def reboot(self, instance_pk: int) -> None:
     """rebooting → running."""
     job = services.job(instance_pk, (S.REBOOTING,))
@@ -162,7 +162,7 @@ def reboot(self, instance_pk: int) -> None:
     _settle(job, result, "Running after reboot")
 
 
-@shared_task(base=HostTask, bind=True)
+@shared_task(base=HostTask, bind=True, name="console.instances.tasks.resize")
 def resize(self, instance_pk: int, old_allocation_id: str) -> None:
     """A resize in place (rebooting → running): the old allocation leaves the GPU, the new
     one, already committed on the same GPU, takes its place."""
@@ -176,7 +176,7 @@ def resize(self, instance_pk: int, old_allocation_id: str) -> None:
     _settle(job, result, "Running, resized")
 
 
-@shared_task(base=HostTask, bind=True)
+@shared_task(base=HostTask, bind=True, name="console.instances.tasks.terminate")
 def terminate(self, instance_pk: int) -> None:
     """terminating → terminated: every allocation of the instance leaves its host."""
     job = services.job(instance_pk, (S.TERMINATING,))
@@ -199,6 +199,7 @@ def terminate(self, instance_pk: int) -> None:
 
 
 @shared_task(
+    name="console.instances.tasks.push_ssh_keys",
     autoretry_for=(AgentUnavailable,),
     retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
     retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
@@ -216,14 +217,14 @@ def push_ssh_keys(instance_pk: int) -> bool:
     return True
 
 
-@shared_task
+@shared_task(name="console.instances.tasks.schedule_pending")
 def schedule_pending() -> int:
     """Fail over silent hosts, then place queued instances (priority, then age)."""
     services.fail_over_hosts()
     return services.schedule_pending()
 
 
-@shared_task
+@shared_task(name="console.instances.tasks.reconcile")
 def reconcile() -> None:
     """Compare the database with every reachable agent, one task per host."""
     services.fail_over_hosts()
@@ -235,7 +236,7 @@ def reconcile() -> None:
         reconcile_host.delay(host_pk)
 
 
-@shared_task
+@shared_task(name="console.instances.tasks.reconcile_host")
 def reconcile_host(host_pk: int) -> dict:
     """Mend drift between one agent and the database: an allocation on the agent that no
     instance owns is deleted; what the agent reports of the others is applied as its events

@@ -22,6 +22,8 @@ S = State
 
 @pytest.fixture
 def eager():
+    import billing.tasks  # noqa: F401 (registers the tasks that budgets queue by name)
+
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = False
