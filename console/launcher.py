@@ -1,6 +1,7 @@
-"""`make run`: the whole console on one machine — migrations, the demo, the ASGI server, a Celery
-worker, Celery beat and two simulated host agents. Embedded by default (SQLite and a Redis-protocol
-server inside this process); with DATABASE_URL and REDIS_URL it runs on those. Ctrl-C stops all.
+"""`make run`: the whole console on one machine — migrations, static files, the demo, the ASGI
+server, a Celery worker, Celery beat and two simulated host agents. Embedded by default (SQLite
+and a Redis-protocol server inside this process); with DATABASE_URL and REDIS_URL it runs on
+those. Ctrl-C stops all.
 
 The agents run their workloads as real containers when a container engine is at hand (a Docker
 or Podman socket, or Podman installed, whose API this starts), else as processes."""
@@ -69,6 +70,10 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
 
     manage("migrate", "--noinput", "-v0", env=env)
+    # Fingerprinted, compressed static files for whitenoise (settings.STATIC_COLLECTED): a minute
+    # the first time (brotli), seconds after.
+    print("collecting static files…", flush=True)
+    manage("collectstatic", "--noinput", "-v0", env=env)
     demo = manage("seed_demo", "--yes-demo", env=env)
 
     children: list[tuple[str, subprocess.Popen]] = []

@@ -7,7 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
-import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 from console.env import env_bool, env_decimal, env_float, env_int, env_list, env_networks, env_str
@@ -58,8 +57,10 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
 if env_int("TRUSTED_PROXY_COUNT", 0):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# The healthcheck answers over plain HTTP too (load balancers probe it so).
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# The healthcheck answers over plain HTTP too (load balancers probe it so), and so do the
+# agents' endpoints: without a balancer, agents call the web processes themselves, which serve
+# plain HTTP inside the network as the agents' own APIs do (each call carries its host's secret).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^agent/"]
 
 # Content-Security-Policy (django-csp): scripts, styles, images and sockets from this site
 # only; no inline script (templates use data-* attributes and static/js instead).
@@ -174,7 +175,7 @@ if REDIS_URL:
     }
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "console.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "gpucloud",
         }
@@ -258,11 +259,20 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
-]
-WHITENOISE_USE_FINDERS = True
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# `manage.py collectstatic` (`make run` and every deployment run it before the server) writes each
+# file under a name with its content's hash, gzip and brotli copies and a manifest to STATIC_ROOT;
+# pages link the hashed names and whitenoise serves them compressed with a year's cache.
+# STATIC_COLLECTED=false serves static/ as it is (plain names, a minute's cache): the tests, which
+# never collect, run so (pyproject.toml sets it for pytest).
+STATIC_COLLECTED = env_bool("STATIC_COLLECTED", True)
+if STATIC_COLLECTED:
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "console.staticfiles.CompressedManifestStorage"},
+    }
+else:
+    WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -34,7 +34,7 @@ def usage(world, tenant, other_tenant):
 
 
 def test_plotly_is_served_locally():
-    assert finders.find("vendor/plotly/plotly.min.js")
+    assert finders.find("vendor/plotly/plotly-basic.min.js")
     assert finders.find("js/billing.js")
 
 
@@ -46,7 +46,7 @@ def test_usage_page(client, usage, make_member):
     html = page.content.decode()
     assert 'data-testid="month-to-date">6.40<' in html
     assert 'data-testid="rate">3.20<' in html
-    assert "vendor/plotly/plotly.min.js" in html and 'id="usage-daily"' in html
+    assert "vendor/plotly/plotly-basic.min.js" in html and 'id="usage-daily"' in html
     assert "infer" in html and "a100-1x" in html and "secret" not in html
     assert "Only owners change the budget." in html  # viewers read only
     with time_machine.travel(NOW, tick=False):

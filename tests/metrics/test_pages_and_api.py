@@ -63,7 +63,7 @@ def test_the_charts_page_of_an_instance(world):
     page = client.get(f"/metrics/instances/{world.train.pk}/").content.decode()
     assert f'data-ws-path="/ws/instances/{world.train.pk}/metrics/"' in page
     assert f'data-history-url="/api/v1/instances/{world.train.pk}/metrics/"' in page
-    assert "vendor/plotly/plotly.min.js" in page and "js/metrics.js" in page
+    assert "vendor/plotly/plotly-basic.min.js" in page and "js/metrics.js" in page
     assert "cdn" not in page.lower()
     assert client.get(f"/metrics/instances/{world.infer.pk}/").status_code == 404
 
