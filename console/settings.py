@@ -57,10 +57,8 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
 if env_int("TRUSTED_PROXY_COUNT", 0):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# The healthcheck answers over plain HTTP too (load balancers probe it so), and so do the
-# agents' endpoints: without a balancer, agents call the web processes themselves, which serve
-# plain HTTP inside the network as the agents' own APIs do (each call carries its host's secret).
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^agent/"]
+# The healthcheck answers over plain HTTP too (load balancers probe it so).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 
 # Content-Security-Policy (django-csp): scripts, styles, images and sockets from this site
 # only; no inline script (templates use data-* attributes and static/js instead).
@@ -175,7 +173,7 @@ if REDIS_URL:
     }
     CACHES = {
         "default": {
-            "BACKEND": "console.cache.RedisCache",
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "gpucloud",
         }
