@@ -1,9 +1,24 @@
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
+from rest_framework.exceptions import ValidationError
 
+from accounts.permissions import request_membership
 from console.catalog.models import Image, Region, Spec
 from console.catalog.serializers import ImageSerializer, RegionSerializer, SpecSerializer
+from console.instances.availability import Checker
+
+REGION_PARAMETER = OpenApiParameter(
+    "region",
+    str,
+    description="a region's code: each spec's `availability` there for your tenant (fits "
+    "now, queues, no such hardware, over your quota); without it, `availability` is null",
+)
 
 
+@extend_schema_view(
+    list=extend_schema(parameters=[REGION_PARAMETER]),
+    retrieve=extend_schema(parameters=[REGION_PARAMETER]),
+)
 class SpecViewSet(viewsets.ReadOnlyModelViewSet):
     """Active specs (flavors) a tenant can launch."""
 
@@ -24,6 +39,16 @@ class SpecViewSet(viewsets.ReadOnlyModelViewSet):
                 key = "gpu_model__code" if field == "gpu_model" else field
                 queryset = queryset.filter(**{key: value})
         return queryset
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        code = self.request.query_params.get("region") if self.request else None
+        if code:
+            region = Region.objects.filter(code=code).first()
+            if region is None:
+                raise ValidationError({"region": [f"No region {code}: see /api/v1/regions/."]})
+            context["availability"] = Checker(request_membership(self.request).tenant.quota, region)
+        return context
 
 
 class ImageViewSet(viewsets.ReadOnlyModelViewSet):

@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.catalog.models import Image, Region, Spec, SpecPrice
@@ -25,6 +26,17 @@ class PriceChangeSerializer(serializers.ModelSerializer):
         fields = ["effective_from", "price_per_hour"]
 
 
+class AvailabilitySerializer(serializers.Serializer):
+    # a plain string in the schema: an enum named "status" would collide with the invoices' one
+    status = serializers.CharField(
+        help_text="fits_now: a slice is free now; queues: the region has the hardware but it "
+        "is busy; no_hardware: no host of the region could hold it; over_quota: it alone "
+        "exceeds your quota. The last two cannot be launched there.",
+    )
+    launchable = serializers.BooleanField()
+    detail = serializers.CharField(help_text="the reason, in words")
+
+
 class SpecSerializer(serializers.ModelSerializer):
     gpu_model = serializers.CharField(source="gpu_model.code")
     gpu_model_name = serializers.CharField(source="gpu_model.name")
@@ -42,6 +54,7 @@ class SpecSerializer(serializers.ModelSerializer):
     next_price_change = PriceChangeSerializer(
         read_only=True, allow_null=True, help_text="the next scheduled price, if any"
     )
+    availability = serializers.SerializerMethodField()
 
     class Meta:
         model = Spec
@@ -61,4 +74,15 @@ class SpecSerializer(serializers.ModelSerializer):
             "disk_gib",
             "price_per_hour",
             "next_price_change",
+            "availability",
         ]
+
+    @extend_schema_field(AvailabilitySerializer(allow_null=True))
+    def get_availability(self, spec) -> dict | None:
+        """What launching it in the `region` asked for does for your tenant; null without
+        `region`."""
+        checker = self.context.get("availability")
+        if checker is None:
+            return None
+        found = checker.of(spec)
+        return {"status": found.status, "launchable": found.launchable, "detail": found.detail}

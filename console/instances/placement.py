@@ -91,20 +91,26 @@ def snapshot(
     *,
     host_pks: list[int] | None = None,
     ignore_allocation_id: str | None = None,
+    empty: bool = False,
 ) -> Snapshot:
     """The hosts of a region as placement sees them: schedulable only when active, GPUs with
     their health, mode and model, what the current claims take of each, and the vCPU/RAM
     that current allocations leave. `ignore_allocation_id` counts one allocation as free (a
-    resize in place)."""
+    resize in place).
+
+    `empty`: the region's hardware as if nothing ran on it and every host but the retired
+    ones took work, every GPU healthy: what could ever be placed there."""
     hosts_qs = Host.objects.filter(region_id=region_id).select_related("region")
     if host_pks is not None:
         hosts_qs = hosts_qs.filter(pk__in=host_pks)
+    if empty:
+        hosts_qs = hosts_qs.exclude(status=Host.Status.RETIRED)
     hosts: dict[int, core.Host] = {}
     for h in hosts_qs.order_by("pk"):
         hosts[h.pk] = core.Host(
             id=h.pk,
             region=h.region.code,
-            schedulable=h.schedulable,
+            schedulable=empty or h.schedulable,
             free_cpu_milli=h.vcpus * 1000 if h.vcpus else UNLIMITED,
             free_ram_mib=h.ram_mib or UNLIMITED,
         )
@@ -120,11 +126,13 @@ def snapshot(
             model=g.model.code,
             mode=g.mode,
             memory_mib=g.memory_mib,
-            healthy=g.healthy,
+            healthy=empty or g.healthy,
         )
         gpus[g.pk] = gpu
         gpu_pks[(g.host_id, g.index)] = g.pk
         hosts[g.host_id].gpus.append(gpu)
+    if empty:
+        return Snapshot(list(hosts.values()), gpu_pks)
     claims = GpuClaim.objects.filter(gpu_id__in=gpus, allocation__released_at__isnull=True)
     if ignore_allocation_id:
         claims = claims.exclude(allocation_id=ignore_allocation_id)

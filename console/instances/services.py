@@ -22,7 +22,7 @@ from console.celery import enqueue_on_commit
 from console.fleet import agent_client
 from console.fleet.models import Host
 from console.fleet.services import hosts_to_fail_over
-from console.instances import access, lifecycle, placement
+from console.instances import access, availability, lifecycle, placement
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
@@ -135,8 +135,11 @@ def _lock_for(instance: Instance, action: str) -> Instance:
 
 
 def _waiting_reason(instance: Instance) -> str:
-    if instance.disk_host_id is not None:
-        host = Host.objects.only("name").get(pk=instance.disk_host_id)
+    host = instance.disk_host
+    if not availability.can_ever_place(instance.spec, instance.region, host):
+        detail = availability.hardware_detail(instance.spec, instance.region, host)
+        return f"Can never be placed: {detail}"[:200]
+    if host is not None:
         return (
             f"Waiting for {host.name}, which holds its disk: no {instance.spec.name} free "
             "there now."

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from accounts.models import Quota
 from accounts.roles import Role
 from console.catalog.models import Mode
+from console.fleet.models import Host
 from console.instances import services
 from console.instances.models import State
 from tests.instances.helpers import make_instance
@@ -47,6 +48,7 @@ class TestCreate:
         assert data["placement"] is None  # tenants do not see hosts
 
     def test_queued(self, client, catalog):
+        catalog.host(gpus=1, mode=Mode.SHARED, status=Host.Status.CORDONED)
         data = client.post(URL, body(), format="json").json()
         assert data["state"] == "pending"
         assert data["state_reason"].startswith("Waiting for capacity")

@@ -52,10 +52,20 @@ class TestLaunch:
         assert no_tasks == [("provision", instance.pk)]
 
     def test_queued_when_nothing_fits(self, catalog, tenant, no_tasks):
+        catalog.host(gpus=1, mode=Mode.SHARED, status=Host.Status.CORDONED)  # there, not free
         instance = launch(catalog, tenant)
         assert instance.state == State.PENDING
         assert "Waiting for capacity" in Instance.objects.get(pk=instance.pk).state_reason
         assert no_tasks == []
+
+    def test_a_pending_instance_that_can_never_be_placed_says_so(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.MIG)  # A100s, but none in shared mode
+        instance = launch(catalog, tenant)
+        assert instance.state == State.PENDING
+        assert Instance.objects.get(pk=instance.pk).state_reason == (
+            "Can never be placed: No host in Local 1 has NVIDIA A100 80GB GPUs in shared "
+            "fraction mode that could hold A100 1/4."
+        )
 
     def test_default_region_is_where_it_fits(self, catalog, tenant):
         catalog.host(gpus=1, mode=Mode.SHARED, region=catalog.region2)
