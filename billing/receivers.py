@@ -1,10 +1,22 @@
-"""Billing listens to instance state changes (connected in ``BillingConfig.ready``)."""
+"""Billing listens to instances (connected in ``BillingConfig.ready``)."""
 
 import logging
 
-from billing.metering import record_transition
+from billing.budgets import ensure_launch_allowed
+from billing.metering import end_at_last_heartbeat, record_transition
 
 log = logging.getLogger(__name__)
+
+
+def on_launch_requested(sender, tenant, **kwargs) -> None:
+    """Refuse (BudgetExceeded) a tenant that chose to stop at its budget and spent it."""
+    ensure_launch_allowed(tenant)
+
+
+def on_host_lost(sender, instance, at, **kwargs) -> None:
+    """Its host went silent at ``at``: the GPU's usage ends there. Raises, so that the
+    failover's transaction does not commit without it."""
+    end_at_last_heartbeat(instance, at)
 
 
 def on_instance_state_changed(sender, instance, from_state, to_state, at, **kwargs) -> None:

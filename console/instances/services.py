@@ -19,6 +19,7 @@ from django.utils import timezone
 from accounts.models import Quota, Tenant
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.celery import enqueue_on_commit
+from console.errors import DomainError
 from console.fleet import agent_client
 from console.fleet.models import Host
 from console.fleet.services import hosts_to_fail_over
@@ -26,6 +27,7 @@ from console.instances import access, availability, lifecycle, placement
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
+from console.instances.signals import host_lost, launch_requested
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +35,8 @@ S = State
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
-class InstanceError(Exception):
+class InstanceError(DomainError):
     code = "conflict"
-
-    def __init__(self, detail: str):
-        super().__init__(detail)
-        self.detail = detail
 
 
 class QuotaExceeded(InstanceError):
@@ -51,10 +49,6 @@ class InvalidState(InstanceError):
 
 class Busy(InstanceError):
     code = "busy"
-
-
-class BudgetExceeded(InstanceError):
-    code = "budget_exceeded"
 
 
 def _enqueue(task: str, *args) -> None:
@@ -97,16 +91,9 @@ def _check_quota(quota: Quota, spec: Spec, exclude_instance_id: int | None = Non
 
 
 def _check_budget(tenant: Tenant) -> None:
-    """A tenant that chose to stop at its monthly budget and spent it launches nothing new
-    (billing decides; imported here lazily, as billing imports this app)."""
-    from rest_framework.exceptions import APIException
-
-    from billing.budgets import ensure_launch_allowed
-
-    try:
-        ensure_launch_allowed(tenant)
-    except APIException as exc:
-        raise BudgetExceeded(str(exc.detail)) from exc
+    """Whoever listens may refuse (billing: a tenant that chose to stop at its monthly
+    budget and spent it launches nothing new)."""
+    launch_requested.send(sender=Tenant, tenant=tenant)
 
 
 def _num(value) -> str:
@@ -729,9 +716,7 @@ def _fail_over(instance_pk: int, allocation_id: str, host: Host, at: datetime) -
         if current is None or current.pk != allocation_id:
             # a released allocation that reconcile will tear down; nothing to do here
             return False
-        from billing.metering import end_at_last_heartbeat  # billing imports this app
-
-        end_at_last_heartbeat(instance, at)
+        host_lost.send(sender=Instance, instance=instance, at=at)
         detail = f"{HOST_UNREACHABLE}: host stopped answering at {at:%Y-%m-%d %H:%M:%S} UTC"
         if instance.state == S.STOPPING:
             _stop_here(instance, message=f"Stopped; {detail}")
@@ -795,7 +780,6 @@ def redrive_launch(allocation: Allocation, listed_at: datetime) -> bool:
 
 
 __all__ = [
-    "BudgetExceeded",
     "Busy",
     "InstanceError",
     "InvalidState",
