@@ -343,7 +343,7 @@ def _new_segment(
         instance_id=instance.pk,
         kind=kind,
         spec_id=spec.pk,
-        disk_gib=spec.disk_gib if disk else 0,
+        disk_gib=(instance.disk_gib or spec.disk_gib) if disk else 0,  # its disk, not the spec's
         disk_price_per_gib_month=disk_price if disk else None,
         started_at=started_at,
         **fields,

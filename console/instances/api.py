@@ -135,10 +135,23 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def resize(self, request, pk=None):
         body = ResizeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        return self._act(services.resize_instance, body.validated_data["spec"])
+        return self._act(
+            lambda instance, actor: services.resize_instance(
+                instance,
+                body.validated_data["spec"],
+                disk_gib=body.validated_data.get("disk_gib"),
+                allow_stop=body.validated_data["allow_stop"],
+                actor=actor,
+            )
+        )
 
     @extend_schema(request=None, responses=InstanceEventSerializer(many=True))
     @action(detail=True, methods=["get"])
+        """Another spec, one that a host of the instance's region (or the host that holds
+        its disk) can hold; 400 on `spec` otherwise. The disk stays as it is unless
+        `disk_gib` asks for more (400 on a smaller one). A running instance whose GPU has
+        no room for the new spec is stopped and started again as it, unless `allow_stop` is
+        false: then 409 needs_stop."""
     def events(self, request, pk=None):
         instance = self.get_object()
         events = instance.events.order_by("at", "pk")

@@ -4,6 +4,7 @@ from django import forms
 
 from accounts.models import SshKey
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
+from console.instances import availability, services
 
 
 class SpecChoiceField(forms.ModelChoiceField):
@@ -56,9 +57,27 @@ class LaunchForm(forms.Form):
 
     def __init__(self, *args, membership=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.membership = membership
         keys = SshKey.objects.filter(membership=membership) if membership else SshKey.objects.none()
         self.fields["ssh_keys"].queryset = keys
         self.fields["ssh_keys"].initial = [key.name for key in keys]
+        # no maxlength in the page: a browser would cut a longer name silently, and launch it
+        self.fields["name"].widget.attrs.pop("maxlength", None)
+
+    def clean(self):
+        data = super().clean()
+        spec, region = data.get("spec"), data.get("region")
+        if spec is not None and region is not None and self.membership is not None:
+            found = availability.Checker(self.membership.tenant.quota, region).of(spec)
+            if not found.launchable:
+                self.add_error("spec", f"{spec.name} cannot be launched: {found.detail}")
+        return data
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if not services.NAME_PATTERN.match(name):
+            raise forms.ValidationError(services.NAME_RULE)
+        return name
 
     def clean_command(self) -> list[str] | None:
         line = self.cleaned_data["command"].strip()
@@ -88,6 +107,35 @@ class LaunchForm(forms.Form):
         return env
 
 
+class ResizeOption:
+    """A spec an instance can be resized to, and whether that stops it."""
+
+    def __init__(self, spec: Spec, needs_stop: bool):
+        self.spec = spec
+        self.needs_stop = needs_stop
+
+
+def resize_options(instance) -> list[ResizeOption]:
+    """The specs `instance` can be resized to: active, not its own, that some host of its
+    region (or the host that holds its disk) could hold and that fit the tenant's quota on
+    their own; each with whether the resize stops it."""
+    checker = availability.Checker(instance.tenant.quota, instance.region)
+    host = instance.disk_host
+    options = []
+    for spec in (
+        Spec.objects.filter(active=True)
+        .exclude(pk=instance.spec_id)
+        .select_related("gpu_model", "mig_profile")
+        .prefetch_related("prices")
+    ):
+        if not checker.of(spec).launchable:
+            continue
+        if host is not None and not availability.can_ever_place(spec, instance.region, host):
+            continue
+        options.append(ResizeOption(spec, services.resize_needs_stop(instance, spec)))
+    return options
+
+
 class ResizeForm(forms.Form):
     spec = SpecChoiceField(
         queryset=Spec.objects.filter(active=True)
@@ -97,8 +145,16 @@ class ResizeForm(forms.Form):
         empty_label=None,
         label="New spec",
     )
+    disk_gib = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Disk (GiB)",
+        help_text="Kept as it is unless you give a bigger size; a disk never shrinks.",
+    )
+    confirm = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args, instance=None, **kwargs):
         super().__init__(*args, **kwargs)
         if instance is not None:
             self.fields["spec"].queryset = self.fields["spec"].queryset.exclude(pk=instance.spec_id)
+            self.fields["disk_gib"].initial = instance.disk_gib

@@ -94,7 +94,16 @@ class InstanceEvent(models.Model):
         ordering = ["at", "pk"]
 
     def __str__(self) -> str:
+        if self.kind == "note":
+            return f"{self.instance_id}: note ({self.to_state}) {self.message}"
         return f"{self.instance_id}: {self.from_state or '∅'} → {self.to_state}"
+
+    @property
+    def kind(self) -> str:
+        """created, transition, or note (an event that changes no state: from = to)."""
+        if not self.from_state:
+            return "created"
+        return "note" if self.from_state == self.to_state else "transition"
 
 
 class Allocation(models.Model):

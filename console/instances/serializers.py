@@ -180,4 +180,22 @@ class InstanceEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = InstanceEvent
-        fields = ["at", "actor", "from_state", "to_state", "message"]
+        fields = ["at", "actor", "kind", "from_state", "to_state", "message"]
+
+    # a plain string in the schema: an enum named "kind" would collide with the invoices' one
+    @extend_schema_field(serializers.CharField(help_text="created, transition or note"))
+    def get_kind(self, event) -> str:
+        """created (its first event), transition (a change of state), or note (no change
+        of state: a resize while stopped, an ssh session; from_state is its state then)."""
+        return event.kind
+    disk_gib = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="A bigger disk; default: the disk stays as it is (it never shrinks).",
+    )
+    allow_stop = serializers.BooleanField(
+        default=True,
+        help_text="Whether a running instance may be stopped (and started again) when its GPU "
+        "has no room for the new spec; false: 409 needs_stop instead.",
+    )
+    kind = serializers.SerializerMethodField()

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 S = State
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME_RULE = (
+    "Use 1 to 63 lowercase letters, digits and hyphens, starting and ending with a letter or digit."
+)
 
 
 class InstanceError(DomainError):
@@ -193,10 +196,7 @@ def validate_launch(
     if env is not None and (problems := env_errors(env)):
         errors["env"] = problems
     if not NAME_PATTERN.match(name or ""):
-        errors["name"] = (
-            "Use 1 to 63 lowercase letters, digits and hyphens, starting and ending with a "
-            "letter or digit."
-        )
+        errors["name"] = NAME_RULE
     elif Instance.objects.filter(tenant=tenant, name=name).exclude(state=S.TERMINATED).exists():
         errors["name"] = f"An instance named {name} already exists."
     if not spec.active:
@@ -312,47 +312,115 @@ def terminate_instance(instance: Instance, *, actor=None) -> Instance:
     return instance
 
 
-def resize_instance(instance: Instance, spec: Spec, *, actor=None) -> Instance:
-    """Change the spec. Quota first; a running instance is resized in place when its GPU
-    (for whole GPUs: its host) has room, else stopped, placed again and started."""
+class NeedsStop(InstanceError):
+    code = "needs_stop"
+
+
+def _in_place_target(instance: Instance, spec: Spec) -> tuple[Allocation, list[int] | None] | None:
+    """Where a resize of the running `instance` to `spec` could happen without a stop: its
+    current allocation and (but for whole GPUs) the GPUs it holds; None when the GPU model
+    or mode changes (a new placement, so a stop)."""
+    old = instance.spec
+    current = instance.current_allocation()
+    if current is None or spec.mode != old.mode or spec.gpu_model_id != old.gpu_model_id:
+        return None
+    same_gpus = None
+    if spec.mode != "whole":
+        same_gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
+    return current, same_gpus
+
+
+def resize_needs_stop(instance: Instance, spec: Spec) -> bool:
+    """Whether resizing `instance` to `spec` now means stopping it (its GPU, or for whole
+    GPUs its host, has no room for `spec`, or the GPU model or mode changes). Only a running
+    instance is stopped by a resize."""
+    if instance.state != S.RUNNING:
+        return False
+    target = _in_place_target(instance, spec)
+    if target is None:
+        return True
+    current, same_gpus = target
+    snap = placement.snapshot(
+        instance.region_id, host_pks=[current.host_id], ignore_allocation_id=current.pk
+    )
+    return placement.choose(spec, snap, same_gpus) is None
+
+
+def validate_resize(instance: Instance, spec: Spec, disk_gib: int | None) -> None:
+    """The field errors of a resize: a spec that is retired, the same, or that no host of
+    the instance's region could hold; a disk smaller than the instance's."""
+    errors = {}
     if not spec.active:
-        raise ValidationError({"spec": f"{spec.code} is retired."})
+        errors["spec"] = f"{spec.code} is retired."
+    elif spec.pk == instance.spec_id:
+        errors["spec"] = f"The instance already is a {spec.code}."
+    elif not availability.can_ever_place(spec, instance.region, instance.disk_host):
+        errors["spec"] = availability.hardware_detail(spec, instance.region, instance.disk_host)
+    if disk_gib is not None and disk_gib < instance.disk_gib:
+        errors["disk_gib"] = (
+            f"A disk never shrinks: it is {instance.disk_gib} GiB; give {instance.disk_gib} "
+            "or more."
+        )
+    if errors:
+        raise ValidationError(errors)
+
+
+def resize_instance(
+    instance: Instance,
+    spec: Spec,
+    *,
+    disk_gib: int | None = None,
+    allow_stop: bool = True,
+    actor=None,
+) -> Instance:
+    """Change the spec. Quota first; a running instance is resized in place when its GPU
+    (for whole GPUs: its host) has room, else (when `allow_stop`; NeedsStop otherwise)
+    stopped, placed again and started. The disk stays as it is, or grows to `disk_gib`;
+    never shrinks, and the spec's own disk size does not matter after the launch."""
     with transaction.atomic():
         quota = _lock_quota(instance.tenant)
         instance = _lock_for(instance, "resize")
+        validate_resize(instance, spec, disk_gib)
         old = instance.spec
-        if spec.pk == old.pk:
-            raise ValidationError({"spec": f"The instance already is a {spec.code}."})
         if instance.state != S.STOPPED:  # a stopped instance is checked when it starts
             _check_quota(quota, spec, exclude_instance_id=instance.pk)
             if spec.current_price() > old.current_price():
                 _check_budget(instance.tenant)
         message = f"Resize from {old.code} to {spec.code}"
+        changes = {"spec": spec}
+        if disk_gib is not None and disk_gib > instance.disk_gib:
+            message += f", disk {instance.disk_gib} → {disk_gib} GiB"
+            changes["disk_gib"] = disk_gib
         if instance.state == S.STOPPED:
-            Instance.objects.filter(pk=instance.pk).update(spec=spec, updated_at=timezone.now())
-            instance.spec = spec
+            Instance.objects.filter(pk=instance.pk).update(**changes, updated_at=timezone.now())
+            for name, value in changes.items():
+                setattr(instance, name, value)
             lifecycle.note(instance, message, actor=actor)
             return instance
-        current = instance.current_allocation()
+        target = _in_place_target(instance, spec)
         allocation = None
-        if current is not None and spec.mode == old.mode and spec.gpu_model_id == old.gpu_model_id:
-            same_gpus = None
-            if spec.mode != "whole":
-                same_gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
+        if target is not None:
+            current, same_gpus = target
             try:
                 allocation = placement.allocate(
                     instance, spec, host_pk=current.host_id, gpu_pks=same_gpus, replacing=current
                 )
             except placement.Busy as exc:
                 raise Busy("Its GPU is busy with other placements; try again.") from exc
-        instance.spec = spec
+        if allocation is None and not allow_stop:
+            raise NeedsStop(
+                f"{spec.name} does not fit on the GPU {instance.name} runs on now: the resize "
+                f"stops it, then starts it again as {spec.name} (queued if nothing is free)."
+            )
+        for name, value in changes.items():
+            setattr(instance, name, value)
         if allocation is not None:
-            Instance.objects.filter(pk=instance.pk).update(spec=spec)
+            Instance.objects.filter(pk=instance.pk).update(**changes)
             lifecycle.transition(instance, S.REBOOTING, actor=actor, message=f"{message}, in place")
             _enqueue("resize", instance.pk, current.pk)
         else:
             instance.resume_after_stop = True
-            Instance.objects.filter(pk=instance.pk).update(spec=spec, resume_after_stop=True)
+            Instance.objects.filter(pk=instance.pk).update(**changes, resume_after_stop=True)
             lifecycle.transition(
                 instance,
                 S.STOPPING,
@@ -784,6 +852,7 @@ __all__ = [
     "InstanceError",
     "InvalidState",
     "InvalidTransition",
+    "NeedsStop",
     "QuotaExceeded",
     "launch_instance",
     "stop_instance",

@@ -1,5 +1,6 @@
 """Console pages of instances: the list (live), the launch form, the detail page."""
 
+import json
 from collections import OrderedDict
 from decimal import Decimal
 
@@ -13,8 +14,8 @@ from django.views.decorators.http import require_POST
 from accounts.roles import OPERATE, READ
 from console.catalog.models import Region, Spec
 from console.errors import DomainError
-from console.instances import access, lifecycle, placement, services
-from console.instances.forms import LaunchForm, ResizeForm
+from console.instances import access, availability, lifecycle, placement, services
+from console.instances.forms import LaunchForm, ResizeForm, resize_options
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
 from console.web.access import tenant_view
@@ -63,25 +64,46 @@ def instance_list(request):
     )
 
 
-def _spec_groups(regions, specs):
-    """Specs grouped by GPU model and mode, each with whether it fits now in each region."""
-    fits = {}
-    for region in regions:
-        hosts = placement.snapshot(region.pk)
-        fits[region.code] = {spec.pk: placement.fits_now(spec, hosts) for spec in specs}
+def _spec_groups(quota, regions, specs, selected_region):
+    """Specs grouped by GPU model and mode, each with its availability in each region (and
+    in the selected one, for the page as served)."""
+    checkers = [availability.Checker(quota, region) for region in regions]
     groups: OrderedDict = OrderedDict()
     for spec in specs:
         key = (spec.gpu_model.name, spec.get_mode_display())
+        found = {checker.region.code: checker.of(spec) for checker in checkers}
         groups.setdefault(key, []).append(
             {
                 "spec": spec,
                 "per_month": (spec.current_price() * HOURS_PER_MONTH).quantize(Decimal("0.01")),
                 "gpu_memory_gib": round(spec.gpu_memory_mib / 1024, 1),
                 "ram_gib": round(spec.ram_mib / 1024, 1),
-                "fits": " ".join(code for code, by_spec in fits.items() if by_spec[spec.pk]),
+                "now": found.get(selected_region),
+                "availability": json.dumps(
+                    {code: [a.status, a.label, a.detail] for code, a in found.items()}
+                ),
             }
         )
     return [{"model": k[0], "mode": k[1], "specs": v} for k, v in groups.items()]
+
+
+# Where the error summary of the launch form links to, by field.
+FIELD_ANCHORS = {"spec": "spec-card", "ssh_keys": "launch-ssh-keys"}
+
+
+def _error_links(form) -> list[dict]:
+    """The form's errors in the order of the page, each with the id of what to fix."""
+    links = [{"anchor": None, "label": None, "errors": form.non_field_errors()}]
+    for name, field in form.fields.items():
+        if name in form.errors:
+            links.append(
+                {
+                    "anchor": FIELD_ANCHORS.get(name, f"id_{name}"),
+                    "label": field.label or name.replace("_", " ").capitalize(),
+                    "errors": form.errors[name],
+                }
+            )
+    return [link for link in links if link["errors"]]
 
 
 @tenant_view(OPERATE)
@@ -114,8 +136,8 @@ def launch(request):
         else:
             if instance.state == State.PENDING:
                 messages.info(request, f"{instance.name} is queued: {instance.state_reason}")
-            else:
-                messages.success(request, f"{instance.name} is being provisioned.")
+            else:  # its state, live on the page, says how far it got
+                messages.success(request, f"{instance.name} launched: a GPU slice is reserved.")
             return redirect("instances:detail", pk=instance.pk)
     regions = list(Region.objects.all())
     specs = list(
@@ -131,7 +153,8 @@ def launch(request):
         "instances/launch.html",
         {
             "form": form,
-            "groups": _spec_groups(regions, specs),
+            "groups": _spec_groups(quota, regions, specs, form["region"].value()),
+            "error_links": _error_links(form) if form.is_bound else [],
             "regions": regions,
             "quota": quota,
             "used": used,
@@ -143,15 +166,17 @@ def launch(request):
 def _detail_context(request, instance):
     from billing.services import stopped_disk_cost_per_month  # billing imports this app
 
+    can_operate = request.membership.can(OPERATE)
+    actions = lifecycle.allowed_actions(instance.state)
     allocation = None
     if request.user.is_staff:
         allocation = instance.allocations.select_related("host").first()
     return {
         "instance": instance,
         "events": instance.events.order_by("-at", "-pk")[:100],
-        "actions": lifecycle.allowed_actions(instance.state),
-        "can_operate": request.membership.can(OPERATE),
-        "resize_form": ResizeForm(instance=instance),
+        "actions": actions,
+        "can_operate": can_operate,
+        "resize_options": resize_options(instance) if can_operate and "resize" in actions else [],
         "allocation": allocation,
         "placement": placement.describe(allocation) if allocation else None,
         "per_month": (instance.spec.current_price() * HOURS_PER_MONTH).quantize(Decimal("0.01")),
@@ -187,22 +212,42 @@ ACTIONS = {
 @tenant_view(OPERATE)
 def act(request, pk, action):
     instance = get_object_or_404(_instances(request), pk=pk)
+    if action == "resize":
+        return _resize(request, instance)
     try:
-        if action == "resize":
-            form = ResizeForm(request.POST, instance=instance)
-            if not form.is_valid():
-                messages.error(request, "Choose a spec to resize to.")
-                return redirect("instances:detail", pk=pk)
-            services.resize_instance(instance, form.cleaned_data["spec"], actor=request.user)
-            messages.success(request, f"Resizing {instance.name} to {form.cleaned_data['spec']}.")
-        else:
-            ACTIONS[action](instance, actor=request.user)
-            messages.success(request, f"{action.capitalize()} of {instance.name} requested.")
+        ACTIONS[action](instance, actor=request.user)
+        messages.success(request, f"{action.capitalize()} of {instance.name} requested.")
+    except DomainError as error:
+        messages.error(request, error.detail)
+    return redirect("instances:detail", pk=pk)
+
+
+def _resize(request, instance):
+    """Resize; one that has to stop a running instance asks first (a page, then a POST with
+    confirm)."""
+    form = ResizeForm(request.POST, instance=instance)
+    if not form.is_valid():
+        messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
+        return redirect("instances:detail", pk=instance.pk)
+    spec, disk_gib = form.cleaned_data["spec"], form.cleaned_data["disk_gib"]
+    try:
+        services.resize_instance(
+            instance,
+            spec,
+            disk_gib=disk_gib,
+            allow_stop=form.cleaned_data["confirm"],
+            actor=request.user,
+        )
+    except services.NeedsStop as error:
+        context = {"instance": instance, "spec": spec, "disk_gib": disk_gib, "why": error.detail}
+        return render(request, "instances/resize_confirm.html", context)
     except DomainError as error:
         messages.error(request, error.detail)
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
-    return redirect("instances:detail", pk=pk)
+    else:
+        messages.success(request, f"Resizing {instance.name} to {spec.name}.")
+    return redirect("instances:detail", pk=instance.pk)
 
 
 @tenant_view(OPERATE)

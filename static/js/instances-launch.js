@@ -1,5 +1,6 @@
-// The launch form: whether each spec fits now in the chosen region, and what the launch does
-// to the tenant's quota, before submitting.
+// The launch form: what each spec does in the chosen region (fits now, queues, or cannot be
+// launched: no such hardware there, over the tenant's quota), what the launch does to the
+// tenant's quota, and, after a refused launch, the error summary at the top in focus.
 (() => {
   "use strict";
   const form = document.querySelector("[data-launch-form]");
@@ -15,13 +16,28 @@
     return checked ? checked.closest("tr") : null;
   }
 
+  const summary = form.querySelector("[data-testid=error-summary]");
+  const BADGES = {
+    fits_now: "It starts provisioning at once.",
+    queues: "It waits in the queue until a slice frees.",
+  };
+
+  function badge(status, label, detail) {
+    const span = document.createElement("span");
+    span.className = `badge badge-${status}`;
+    span.textContent = label;
+    if (detail) span.title = detail;
+    return span;
+  }
+
   function updateFits() {
     rows.forEach((row) => {
-      const fits = row.dataset.fits.split(" ").includes(region.value);
-      row.querySelector("[data-role=fit]").innerHTML = fits
-        ? '<span class="badge badge-running">fits now</span>'
-        : '<span class="badge badge-pending">will queue</span>';
-      row.dataset.fitsNow = fits ? "1" : "0";
+      const byRegion = JSON.parse(row.dataset.availability || "{}");
+      const [status, label, detail] = byRegion[region.value] || ["no_hardware", "no hardware here", ""];
+      row.querySelector("[data-role=fit]").replaceChildren(badge(status, label, detail));
+      row.dataset.status = status;
+      row.dataset.detail = detail;
+      row.dataset.launchable = status in BADGES ? "1" : "0";
     });
   }
 
@@ -42,14 +58,21 @@
     meter(quota.querySelector("[data-role=gpu-meter]"), gpuAfter, gpuLimit);
     meter(quota.querySelector("[data-role=inst-meter]"), instAfter, instLimit);
     const note = quota.querySelector("[data-role=fit-note]");
-    if (!row) {
+    if (summary) {
+      // the errors at the top still stand: nothing here may say this launch goes ahead
+      note.replaceChildren(
+        badge("over_quota", "not launched", ""),
+        ` Fix the ${summary.dataset.errors === "1" ? "problem" : "problems"} at the top of the form first.`,
+      );
+    } else if (!row) {
       note.textContent = "Choose a spec.";
+    } else if (row.dataset.launchable !== "1") {
+      note.replaceChildren(badge(row.dataset.status, "cannot launch", ""), ` ${row.dataset.detail}`);
     } else if (gpuAfter > gpuLimit || instAfter > instLimit) {
-      note.innerHTML = '<span class="badge badge-failed">over quota</span> This launch would be refused.';
-    } else if (row.dataset.fitsNow === "1") {
-      note.innerHTML = '<span class="badge badge-running">fits now</span> It starts provisioning at once.';
+      note.replaceChildren(badge("over_quota", "over quota", ""), " This launch would be refused.");
     } else {
-      note.innerHTML = '<span class="badge badge-pending">will queue</span> It waits until a slice frees.';
+      const label = row.dataset.status === "fits_now" ? "fits now" : "queues";
+      note.replaceChildren(badge(row.dataset.status, label, ""), ` ${BADGES[row.dataset.status]}`);
     }
   }
 
@@ -62,4 +85,9 @@
   });
   updateFits();
   updateQuota();
+  if (summary) {
+    summary.scrollIntoView({ block: "start" });
+    const first = summary.querySelector("[data-error-link]");
+    if (first) first.focus();
+  }
 })();

@@ -201,6 +201,63 @@ class TestActions:
         assert response.status_code == 409 and response.json()["code"] == "quota_exceeded"
 
 
+class TestResizeRules:
+    def running(self, catalog, tenant):
+        instance = services.launch_instance(
+            tenant, name="box", spec=catalog.quarter, image=catalog.image
+        )
+        services.mark_running(instance.pk, instance.current_allocation().pk)
+        return instance
+
+    def test_field_errors(self, client, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = make_instance(catalog, tenant, state=State.STOPPED, disk_gib=100)
+        url = f"{URL}{instance.pk}/resize/"
+        response = client.post(url, {"spec": "a100-1g10gb"}, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"] == {
+            "spec": [
+                "No host in Local 1 has NVIDIA A100 80GB GPUs in mig slice mode that could "
+                "hold A100 MIG 1g.10gb."
+            ]
+        }
+        response = client.post(url, {"spec": "a100-half", "disk_gib": 50}, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"] == {
+            "disk_gib": ["A disk never shrinks: it is 100 GiB; give 100 or more."]
+        }
+        response = client.post(url, {"spec": "a100-half", "disk_gib": 0}, format="json")
+        assert response.status_code == 400 and "disk_gib" in response.json()["errors"]
+        instance.refresh_from_db()
+        assert (instance.spec, instance.disk_gib) == (catalog.quarter, 100)
+        response = client.post(url, {"spec": "a100-half", "disk_gib": 150}, format="json")
+        assert response.status_code == 202
+        assert response.json()["disk"]["size_gib"] == 150
+
+    def test_allow_stop_false_answers_409_needs_stop(self, client, catalog, tenant):
+        Quota.objects.filter(tenant=tenant).update(gpu_quota=Decimal("8"), max_instances=50)
+        catalog.host(gpus=2, mode=Mode.SHARED)
+        instance = self.running(catalog, tenant)
+        for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full
+            services.launch_instance(tenant, name=name, spec=spec, image=catalog.image)
+        url = f"{URL}{instance.pk}/resize/"
+        response = client.post(url, {"spec": "a100-half", "allow_stop": False}, format="json")
+        assert response.status_code == 409 and response.json()["code"] == "needs_stop"
+        assert client.get(f"{URL}{instance.pk}/").json()["state"] == "running"
+        response = client.post(url, {"spec": "a100-half"}, format="json")
+        assert response.status_code == 202 and response.json()["state"] == "stopping"
+
+    def test_a_stopped_resize_is_a_note_in_the_events(self, client, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = make_instance(catalog, tenant, state=State.STOPPED)
+        client.post(f"{URL}{instance.pk}/resize/", {"spec": "a100-half"}, format="json")
+        events = client.get(f"{URL}{instance.pk}/events/").json()["results"]
+        assert [(e["kind"], e["from_state"], e["to_state"]) for e in events] == [
+            ("created", "", "stopped"),
+            ("note", "stopped", "stopped"),
+        ]
+
+
 ACTIONS = ["stop", "start", "reboot", "terminate", "resize"]
 STATE_FOR = {"stop": "running", "start": "stopped", "reboot": "running", "terminate": "running",
              "resize": "stopped"}  # fmt: skip
@@ -209,6 +266,7 @@ STATE_FOR = {"stop": "running", "start": "stopped", "reboot": "running", "termin
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER])
 @pytest.mark.parametrize("action", ["create", *ACTIONS])
 def test_roles(catalog, tenant, make_member, token_client, role, action):
+    catalog.host(gpus=1, mode=Mode.SHARED, status=Host.Status.CORDONED)  # a half can run
     client = token_client(make_member(tenant, role))
     if action == "create":
         response = client.post(URL, body(), format="json")

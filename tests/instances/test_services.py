@@ -249,6 +249,7 @@ class TestActions:
         from console.instances.lifecycle import ACTIONS
 
         set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.SHARED, status=Host.Status.CORDONED)  # a half can run
         calls = {
             "stop": services.stop_instance,
             "start": services.start_instance,
@@ -344,11 +345,130 @@ class TestResize:
         assert (instance.state, instance.spec) == (State.RUNNING, catalog.quarter)
 
     def test_a_stopped_instance_just_changes_spec(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.MIG)
         instance = make_instance(catalog, tenant, state=State.STOPPED)
         services.resize_instance(instance, catalog.mig1g)
         instance.refresh_from_db()
         assert (instance.state, instance.spec) == (State.STOPPED, catalog.mig1g)
         assert "Resize from a100-quarter to a100-1g10gb" in instance.events.last().message
+
+
+class TestResizeRules:
+    """Only specs that can run where the instance is; a stop only when asked for; the disk
+    as it is unless it grows; no transition that changes nothing."""
+
+    def running(self, catalog, tenant, spec=None):
+        instance = launch(catalog, tenant, spec=spec)
+        services.mark_running(instance.pk, instance.current_allocation().pk)
+        instance.refresh_from_db()
+        return instance
+
+    def test_offers_only_specs_its_disk_host_can_hold_and_says_which_stop_it(self, catalog, tenant):
+        from console.instances.forms import resize_options
+
+        set_quota(tenant, gpu="1")
+        catalog.host("home", gpus=2, mode=Mode.SHARED)
+        catalog.host("whole", gpus=2, mode=Mode.WHOLE)  # its disk cannot move there
+        instance = self.running(catalog, tenant)
+        offered = {o.spec.code: o.needs_stop for o in resize_options(instance)}
+        # no MIG host; whole GPUs only on another host; a 2x A100 exceeds the quota anyway
+        assert offered == {"a100-half": False}
+        launch(catalog, tenant, spec=catalog.half)
+        launch(catalog, tenant)  # its GPU is full now; the other GPU of its host is free
+        offered = {o.spec.code: o.needs_stop for o in resize_options(instance)}
+        assert offered == {"a100-half": True}
+
+    def test_a_spec_the_region_cannot_hold_is_a_field_error(self, catalog, tenant):
+        instance = make_instance(catalog, tenant, state=State.STOPPED)
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        with pytest.raises(ValidationError) as caught:
+            services.resize_instance(instance, catalog.mig1g)
+        assert caught.value.message_dict["spec"] == [
+            "No host in Local 1 has NVIDIA A100 80GB GPUs in mig slice mode that could hold "
+            "A100 MIG 1g.10gb."
+        ]
+        instance.refresh_from_db()
+        assert (instance.state, instance.spec) == (State.STOPPED, catalog.quarter)
+
+    def test_a_stopped_instance_is_offered_only_what_its_disk_host_holds(self, catalog, tenant):
+        from console.instances.forms import resize_options
+
+        home = catalog.host("home", gpus=1, mode=Mode.SHARED)
+        catalog.host("other", gpus=1, mode=Mode.WHOLE)
+        instance = make_instance(catalog, tenant, state=State.STOPPED, disk_host=home)
+        assert [o.spec.code for o in resize_options(instance)] == ["a100-half"]
+        with pytest.raises(ValidationError) as caught:
+            services.resize_instance(instance, catalog.whole1)
+        assert caught.value.message_dict["spec"][0].startswith("home, which holds its disk, has no")
+
+    def test_a_stop_needs_consent(self, catalog, tenant, no_tasks):
+        set_quota(tenant)
+        catalog.host(gpus=2, mode=Mode.SHARED)
+        instance = self.running(catalog, tenant)
+        launch(catalog, tenant, spec=catalog.half)
+        launch(catalog, tenant)  # its GPU is full; the host's other GPU is free
+        sent = list(no_tasks)
+        assert services.resize_needs_stop(instance, catalog.half)
+        with pytest.raises(services.NeedsStop) as caught:
+            services.resize_instance(instance, catalog.half, allow_stop=False)
+        assert "the resize stops it" in caught.value.detail
+        instance.refresh_from_db()
+        assert (instance.state, instance.spec) == (State.RUNNING, catalog.quarter)
+        assert no_tasks == sent
+        services.resize_instance(instance, catalog.half, allow_stop=True)
+        instance.refresh_from_db()
+        assert (instance.state, instance.spec) == (State.STOPPING, catalog.half)
+
+    def test_in_place_needs_no_consent(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = self.running(catalog, tenant)
+        assert not services.resize_needs_stop(instance, catalog.half)
+        services.resize_instance(instance, catalog.half, allow_stop=False)
+        assert Instance.objects.get(pk=instance.pk).state == State.REBOOTING
+
+    def test_the_disk_stays_whatever_the_specs_disk(self, catalog, tenant):
+        from billing.models import UsageKind
+        from billing.services import stopped_disk_cost_per_month
+        from console.catalog.models import Spec
+
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        Spec.objects.filter(pk=catalog.half.pk).update(disk_gib=1000)
+        instance = self.running(catalog, tenant)
+        assert instance.disk_gib == 50
+        services.resize_instance(instance, catalog.half)
+        instance.refresh_from_db()
+        assert (instance.spec, instance.disk_gib) == (catalog.half, 50)
+        cost = stopped_disk_cost_per_month(instance)
+        assert cost == stopped_disk_cost_per_month(Instance(spec=catalog.quarter, disk_gib=50))
+        from billing.metering import open_segment
+
+        segment = open_segment(instance, UsageKind.DISK, timezone.now())
+        assert segment.disk_gib == 50  # billed for its own disk, not the spec's 1000 GiB
+
+    def test_the_disk_grows_when_asked_and_never_shrinks(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = make_instance(catalog, tenant, state=State.STOPPED, disk_gib=100)
+        with pytest.raises(ValidationError) as caught:
+            services.resize_instance(instance, catalog.half, disk_gib=60)
+        assert caught.value.message_dict == {
+            "disk_gib": ["A disk never shrinks: it is 100 GiB; give 100 or more."]
+        }
+        services.resize_instance(instance, catalog.half, disk_gib=200)
+        instance.refresh_from_db()
+        assert (instance.spec, instance.disk_gib) == (catalog.half, 200)
+        assert instance.events.last().message == (
+            "Resize from a100-quarter to a100-half, disk 100 → 200 GiB"
+        )
+
+    def test_a_stopped_resize_is_a_note_not_a_transition(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = make_instance(catalog, tenant, state=State.STOPPED)
+        services.resize_instance(instance, catalog.half)
+        last = instance.events.last()
+        assert last.kind == "note" and str(last).startswith(f"{instance.pk}: note (stopped)")
+        kinds = [e.kind for e in instance.events.order_by("at", "pk")]
+        assert kinds == ["created", "note"]
 
 
 class TestScheduler:

@@ -59,8 +59,11 @@ def test_launch_form_shows_specs_fits_and_quota(web, catalog, tenant):
     page = web.get("/instances/launch/").content.decode()
     assert "NVIDIA A100 80GB · MIG slice" in page
     assert "NVIDIA A100 80GB · Shared fraction" in page
-    assert 'data-spec="a100-1g10gb" data-gpu="0.125" data-fits="local-1"' in page
-    assert 'data-spec="a100-quarter" data-gpu="0.25" data-fits=""' in page  # will queue
+    mig = page[page.index('data-spec="a100-1g10gb"') :]
+    assert "&quot;local-1&quot;: [&quot;fits_now&quot;" in mig[: mig.index("</tr>")]
+    assert "&quot;local-2&quot;: [&quot;no_hardware&quot;" in mig[: mig.index("</tr>")]
+    quarter = page[page.index('data-spec="a100-quarter"') :]
+    assert "no hardware here" in quarter[: quarter.index("</tr>")]  # no shared GPU
     assert "365.00" in page  # $0.50/h × 730 h
     assert 'data-gpu-quota="2.000"' in page
 
@@ -77,6 +80,7 @@ def test_launch_from_the_form(web, catalog, tenant):
 
 
 def test_launch_form_errors(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.SHARED)
     response = web.post(
         "/instances/launch/",
         {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "No!"},
@@ -137,9 +141,87 @@ def test_detail_actions_and_terminate_confirmation(web, catalog, tenant):
 
 
 def test_resize_from_the_page(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.SHARED)
     instance = make_instance(catalog, tenant, state=State.STOPPED)
     web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half"})
     assert Instance.objects.get(pk=instance.pk).spec == catalog.half
+
+
+def test_a_resize_that_stops_it_asks_first(web, catalog, tenant, no_tasks):
+    Quota.objects.filter(tenant=tenant).update(gpu_quota=Decimal("8"), max_instances=50)
+    catalog.host(gpus=2, mode=Mode.SHARED)
+    instance = services.launch_instance(
+        tenant, name="nb", spec=catalog.quarter, image=catalog.image
+    )
+    services.mark_running(instance.pk, instance.current_allocation().pk)
+    for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full
+        services.launch_instance(tenant, name=name, spec=spec, image=catalog.image)
+    page = web.get(f"/instances/{instance.pk}/").content.decode()
+    assert 'data-needs-stop="1">A100 1/2 — $1.80/h · stops it</option>' in page
+
+    response = web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half"})
+    assert response.status_code == 200
+    assert "Stop nb to resize it?" in response.content.decode()
+    instance.refresh_from_db()
+    assert (instance.state, instance.spec) == (State.RUNNING, catalog.quarter)  # asked only
+
+    response = web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half", "confirm": "on"})
+    assert response.status_code == 302
+    instance.refresh_from_db()
+    assert (instance.state, instance.spec) == (State.STOPPING, catalog.half)
+
+
+def test_resize_refusals_are_messages(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.SHARED)
+    instance = make_instance(catalog, tenant, state=State.STOPPED, disk_gib=100)
+    response = web.post(
+        f"/instances/{instance.pk}/resize/", {"spec": "a100-half", "disk_gib": "10"}, follow=True
+    )
+    assert "A disk never shrinks: it is 100 GiB" in response.content.decode()
+    response = web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-1x"}, follow=True)
+    assert "No host in Local 1 has NVIDIA A100 80GB GPUs in whole" in response.content.decode()
+    instance.refresh_from_db()
+    assert (instance.spec, instance.disk_gib) == (catalog.quarter, 100)
+
+
+def test_a_name_too_long_is_refused_not_cut(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.SHARED)
+    page = web.get("/instances/launch/").content.decode()
+    assert 'name="name"' in page and "maxlength" not in page.split('name="name"')[1][:200]
+    response = web.post(
+        "/instances/launch/",
+        {
+            "region": "local-1",
+            "spec": "a100-quarter",
+            "image": catalog.image.name,
+            "name": "a" * 10000,
+        },
+    )
+    assert "at most 63 characters (it has 10000)" in response.content.decode()
+    assert not Instance.objects.exists()
+
+
+def test_a_spec_that_cannot_be_launched_is_a_field_error(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.MIG)
+    response = web.post(
+        "/instances/launch/",
+        {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "nb"},
+    )
+    page = response.content.decode()
+    assert 'href="#spec-card" data-error-link>Spec: A100 1/4 cannot be launched: No host' in page
+    assert not Instance.objects.exists()
+
+
+def test_launched_banner_does_not_guess_the_state(web, catalog, tenant):
+    catalog.host(gpus=1, mode=Mode.SHARED)
+    response = web.post(
+        "/instances/launch/",
+        {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "nb"},
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "nb launched: a GPU slice is reserved." in page
+    assert "being provisioned" not in page
 
 
 def test_operators_see_host_gpu_and_slice(catalog, tenant, make_member, browser_of):
