@@ -21,7 +21,9 @@ def config_path() -> Path:
 
 
 class CliError(Exception):
-    pass
+    def __init__(self, message: str, fields: dict | None = None):
+        super().__init__(message)
+        self.fields = fields or {}
 
 
 def load_config() -> dict:
@@ -57,11 +59,11 @@ class Client:
                 body = response.json()
             except ValueError:
                 raise CliError(f"HTTP {response.status_code}") from None
+            errors = body.get("errors", {})
             fields = "".join(
-                f"\n  {field}: {' '.join(map(str, msgs))}"
-                for field, msgs in body.get("errors", {}).items()
+                f"\n  {field}: {' '.join(map(str, msgs))}" for field, msgs in errors.items()
             )
-            raise CliError(f"{body.get('detail', 'error')} ({body.get('code')}){fields}")
+            raise CliError(f"{body.get('detail', 'error')} ({body.get('code')}){fields}", errors)
         return response.json() if response.content else None
 
     def all(self, path: str, **params) -> list[dict]:
@@ -91,15 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     login = sub.add_parser("login", help="save the console URL and an API token")
     login.add_argument("--url", default="http://127.0.0.1:8000")
     login.add_argument("--token", required=True)
-    sub.add_parser("specs", help="what you can launch")
+    specs = sub.add_parser("specs", help="what you can launch, and whether it fits in a region")
+    specs.add_argument("--region", help="a region's code (default: the first region)")
     sub.add_parser("images", help="images to boot")
     sub.add_parser("quota", help="your limits and what you use")
-    instances = sub.add_parser("instances", help="list instances")
-    instances.add_argument("--state")
+    instances = sub.add_parser("instances", help="list instances (but terminated ones)")
+    instances.add_argument("--state", help="only these states, comma-separated")
+    instances.add_argument("--all", action="store_true", help="terminated ones too")
     launch = sub.add_parser("launch", help="launch an instance")
     launch.add_argument("name")
-    launch.add_argument("--spec", required=True)
-    launch.add_argument("--image", required=True)
+    launch.add_argument("--spec", required=True, help="a spec's code (see `gpucloud specs`)")
+    launch.add_argument("--image", help="an image's name (default: the first, as in the console)")
     launch.add_argument("--region")
     launch.add_argument(
         "--command", dest="run", metavar="COMMAND",
@@ -125,23 +129,26 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("file", help="the public key file, e.g. ~/.ssh/id_ed25519.pub")
     keys_sub.add_parser("delete", help="delete a key").add_argument("name")
     ssh = sub.add_parser("ssh", help="ssh into a running instance (runs the system ssh)")
-    ssh.add_argument("id", type=int)
+    ssh.add_argument("id", metavar="ID|NAME")
     ssh.add_argument(
         "remote", nargs=argparse.REMAINDER, help="-- COMMAND to run instead of a shell"
     )
     logs = sub.add_parser("logs", help="what an instance's workload printed")
-    logs.add_argument("id", type=int)
+    logs.add_argument("id", metavar="ID|NAME")
     logs.add_argument("--tail", type=int, default=100, help="how many last lines (default 100)")
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing new lines while it runs"
     )
-    show = sub.add_parser("show", help="one instance and its events")
-    show.add_argument("id", type=int)
+    show = sub.add_parser("show", help="one instance: how to reach it, and its events")
+    show.add_argument("id", metavar="ID|NAME")
     for action in ("stop", "start", "reboot", "terminate"):
-        sub.add_parser(action, help=f"{action} an instance").add_argument("id", type=int)
+        sub.add_parser(action, help=f"{action} an instance").add_argument("id", metavar="ID|NAME")
     resize = sub.add_parser("resize", help="move an instance to another spec")
-    resize.add_argument("id", type=int)
+    resize.add_argument("id", metavar="ID|NAME")
     resize.add_argument("--spec", required=True)
+    resize.add_argument(
+        "--disk-gib", type=int, help="a bigger disk (default: it stays as it is; never shrinks)"
+    )
     usage = sub.add_parser("usage", help="usage and cost of a month")
     usage.add_argument("--month", help="YYYY-MM (default: this month)")
     sub.add_parser("invoices", help="your invoices")
@@ -149,6 +156,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INSTANCE_COLUMNS = ["id", "name", "state", "spec", "image", "region", "state_reason"]
+SPEC_COLUMNS = ["code", "mode", "gpu_model", "gpu_count", "mig_profile", "gpu_equivalents",
+                "gpu_memory_mib", "vcpus", "ram_mib", "price_per_hour"]  # fmt: skip
+
+
+def instance_id(client: "Client", ref: str) -> int:
+    """An instance's id from an id or a name (unique in the tenant among live instances;
+    all digits reads as an id)."""
+    if ref.isdigit():
+        return int(ref)
+    live = [i for i in client.all("instances/", name=ref) if i["state"] != "terminated"]
+    if not live:
+        raise CliError(f"no live instance named {ref!r}: see `gpucloud instances`")
+    return live[0]["id"]
+
+
+def describe(instance: dict) -> str:
+    """How to reach the instance: its ssh command and its web ports' URLs."""
+    lines = []
+    if instance.get("ssh"):
+        lines.append(f"ssh: {instance['ssh']['command']}")
+    for port in instance.get("ports") or []:
+        lines.append(f"{port['name']} (port {port['port']}): {port['url']}")
+    if instance.get("disk"):
+        lines.append(f"disk: {instance['disk']['size_gib']} GiB")
+    return "\n".join(lines)
+
+
+def event_rows(events: list[dict]) -> list[dict]:
+    """Events as a table shows them: a note (no change of state) says so."""
+    return [
+        {**e, "change": "note" if e.get("kind") == "note" else
+         f"{e['from_state'] or '∅'} → {e['to_state']}"}
+        for e in events
+    ]  # fmt: skip
+
+
+def unknown_spec(client: "Client", error: CliError, code: str) -> CliError:
+    """A launch or resize refused for a spec that does not exist: say which specs do."""
+    if "spec" not in error.fields:
+        return error
+    codes = [spec["code"] for spec in client.all("specs/")]
+    if code in codes:
+        return error
+    known = ", ".join(codes) or "(none)"
+    return CliError(f"{error}\n  specs: {known} (see `gpucloud specs`)", error.fields)
 
 
 def run(args, config: dict) -> tuple[object, str]:
@@ -162,10 +214,19 @@ def run(args, config: dict) -> tuple[object, str]:
         return {"url": args.url}, f"Logged in to {args.url}."
     client = Client(config["url"], config["token"])
     if args.command == "specs":
-        rows = client.all("specs/")
-        cols = ["code", "mode", "gpu_model", "gpu_count", "mig_profile", "gpu_equivalents",
-                "gpu_memory_mib", "vcpus", "ram_mib", "price_per_hour"]  # fmt: skip
-        return rows, table(rows, cols)
+        region = args.region
+        if region is None:
+            regions = client.all("regions/")
+            region = regions[0]["code"] if regions else None
+        rows = client.all("specs/", **({"region": region} if region else {}))
+        shown = [
+            {**row, "availability": (row.get("availability") or {}).get("status", "")}
+            for row in rows
+        ]
+        text = table(shown, [*SPEC_COLUMNS, "availability"])
+        if region:
+            text = f"In {region}: fits_now, queues (busy), no_hardware or over_quota\n\n{text}"
+        return rows, text
     if args.command == "images":
         rows = client.all("images/")
         return rows, table(rows, ["name", "cuda_version", "description"])
@@ -174,9 +235,17 @@ def run(args, config: dict) -> tuple[object, str]:
         return quota, "\n".join(f"{k}: {v}" for k, v in quota.items())
     if args.command == "instances":
         rows = client.all("instances/", **({"state": args.state} if args.state else {}))
+        if not args.all and not args.state:
+            rows = [row for row in rows if row["state"] != "terminated"]
         return rows, table(rows, INSTANCE_COLUMNS)
     if args.command == "launch":
-        body = {"name": args.name, "spec": args.spec, "image": args.image}
+        image = args.image
+        if image is None:
+            images = client.all("images/")
+            if not images:
+                raise CliError("no image to launch: the catalog has none")
+            image = images[0]["name"]
+        body = {"name": args.name, "spec": args.spec, "image": image}
         if args.region:
             body["region"] = args.region
         if args.run:
@@ -190,12 +259,15 @@ def run(args, config: dict) -> tuple[object, str]:
             body["ssh_keys"] = args.ssh_keys
         if args.ports:
             body["ports"] = [parse_port(item) for item in args.ports]
-        instance = client.call("POST", "instances/", json=body)
+        try:
+            instance = client.call("POST", "instances/", json=body)
+        except CliError as error:
+            raise unknown_spec(client, error, args.spec) from None
         return instance, table([instance], INSTANCE_COLUMNS)
     if args.command == "ssh-keys":
         return ssh_keys(client, args)
     if args.command == "ssh":
-        instance = client.call("GET", f"instances/{args.id}/")
+        instance = client.call("GET", f"instances/{instance_id(client, args.id)}/")
         target = instance.get("ssh")
         if target is None:
             raise CliError(
@@ -209,25 +281,33 @@ def run(args, config: dict) -> tuple[object, str]:
         except OSError as error:
             raise CliError(f"cannot run ssh ({error}): install an OpenSSH client") from None
     if args.command == "logs":
+        pk = instance_id(client, args.id)
         if args.follow:
-            follow_logs(client, args.id, args.tail)
+            follow_logs(client, pk, args.tail)
             return None, ""
-        logs = client.call("GET", f"instances/{args.id}/logs/", params={"tail": args.tail})
+        logs = client.call("GET", f"instances/{pk}/logs/", params={"tail": args.tail})
         return logs, "\n".join(logs["lines"])
     if args.command == "show":
-        instance = client.call("GET", f"instances/{args.id}/")
-        events = client.all(f"instances/{args.id}/events/")
-        text = (
-            table([instance], INSTANCE_COLUMNS)
-            + "\n\n"
-            + table(events, ["at", "from_state", "to_state", "actor", "message"])
-        )
-        return {**instance, "events": events}, text
+        pk = instance_id(client, args.id)
+        instance = client.call("GET", f"instances/{pk}/")
+        events = client.all(f"instances/{pk}/events/")
+        parts = [table([instance], INSTANCE_COLUMNS), describe(instance)]
+        parts.append(table(event_rows(events), ["at", "change", "actor", "message"]))
+        return {**instance, "events": events}, "\n\n".join(part for part in parts if part)
     if args.command in ("stop", "start", "reboot", "terminate"):
-        instance = client.call("POST", f"instances/{args.id}/{args.command}/")
+        pk = instance_id(client, args.id)
+        instance = client.call("POST", f"instances/{pk}/{args.command}/")
         return instance, table([instance], INSTANCE_COLUMNS)
     if args.command == "resize":
-        instance = client.call("POST", f"instances/{args.id}/resize/", json={"spec": args.spec})
+        body = {"spec": args.spec}
+        if args.disk_gib is not None:
+            body["disk_gib"] = args.disk_gib
+        try:
+            instance = client.call(
+                "POST", f"instances/{instance_id(client, args.id)}/resize/", json=body
+            )
+        except CliError as error:
+            raise unknown_spec(client, error, args.spec) from None
         return instance, table([instance], INSTANCE_COLUMNS)
     if args.command == "usage":
         usage = client.call("GET", "usage/", params={"month": args.month} if args.month else {})

@@ -32,7 +32,7 @@ def test_lists_specs_and_quota(cli):
     code, out, _ = cli("specs")
     assert code == 0
     assert "a100-quarter" in out
-    assert "PRICE_PER_HOUR" in out.splitlines()[0]
+    assert "PRICE_PER_HOUR" in out.splitlines()[2]  # under the line that names the region
     code, out, _ = cli("--json", "quota")
     assert json.loads(out)["gpu_quota"] == "2"
 
@@ -49,7 +49,7 @@ def test_launch_show_and_list(cli):
     assert "trainer" in out
     code, out, _ = cli("show", str(instance["id"]))
     assert "pending" in out
-    assert "TO_STATE" in out
+    assert "CHANGE" in out
 
 
 def test_errors_are_clear_and_exit_non_zero(cli, monkeypatch):
@@ -158,3 +158,81 @@ def test_follow_prints_only_what_is_new(seen, lines, new):
     from cli.main import new_lines
 
     assert new_lines(seen, lines) == new
+
+
+def test_specs_say_what_fits_in_a_region(cli, tenant):
+    from console.catalog.models import Region
+    from console.fleet.models import Host
+    from tests.factories import SpecFactory
+
+    region = Region.objects.get()
+    SpecFactory(code="big-8x", mode="whole", milli=None, gpu_count=8)  # over the quota of 2
+    code, out, _ = cli("specs")
+    assert code == 0
+    assert out.splitlines()[0] == (
+        f"In {region.code}: fits_now, queues (busy), no_hardware or over_quota"
+    )
+    rows = {line.split()[0]: line.split()[-1] for line in out.splitlines()[3:]}
+    assert rows == {"a100-quarter": "no_hardware", "big-8x": "no_hardware"}
+    host = Host.objects.create(name="h1", region=region, address="http://127.0.0.1:9")
+    spec = SpecFactory._meta.model.objects.get(code="a100-quarter")
+    host.gpus.create(index=0, uuid="GPU-h1-0", model=spec.gpu_model, name="A100",
+                     memory_mib=81920, mode="shared")  # fmt: skip
+    code, out, _ = cli("--json", "specs", "--region", region.code)
+    found = {s["code"]: s["availability"]["status"] for s in json.loads(out)}
+    assert found == {"a100-quarter": "fits_now", "big-8x": "no_hardware"}
+    code, _, err = cli("specs", "--region", "mars-1")
+    assert code == 1 and "region: No region mars-1" in err
+
+
+def test_show_by_name_with_how_to_reach_it(cli):
+    code, out, _ = cli("--json", "launch", "trainer", "--spec", "a100-quarter")
+    assert code == 0
+    launched = json.loads(out)
+    assert launched["image"] == "pytorch-2.5-cuda12.4"  # the first image, as in the form
+    code, out, _ = cli("show", "trainer")
+    assert code == 0
+    assert "trainer" in out and "disk: " in out
+    assert "∅ → pending" in out  # events by what changed; a note says "note"
+    code, out, _ = cli("--json", "show", str(launched["id"]))
+    assert json.loads(out)["id"] == launched["id"]
+    code, _, err = cli("show", "nobody")
+    assert code == 1 and "no live instance named 'nobody'" in err
+
+
+def test_show_prints_the_ssh_command_and_port_urls(cli, monkeypatch):
+    from cli import main as cli_main
+
+    instance = {
+        "id": 7, "name": "nb", "state": "running", "spec": "a100-quarter", "image": "x",
+        "region": "local-1", "state_reason": "", "disk": {"size_gib": 50, "host": None},
+        "ssh": {"command": "ssh -p 2222 7@gpu-1.example"},
+        "ports": [{"port": 8888, "name": "jupyter", "url": "http://c/instances/7/ports/8888/"}],
+    }  # fmt: skip
+    text = cli_main.describe(instance)
+    assert text.splitlines() == [
+        "ssh: ssh -p 2222 7@gpu-1.example",
+        "jupyter (port 8888): http://c/instances/7/ports/8888/",
+        "disk: 50 GiB",
+    ]
+
+
+def test_instances_hide_terminated_ones_unless_all(cli, tenant):
+    from console.instances.models import Instance
+
+    for name in ("keep", "gone"):
+        assert cli("launch", name, "--spec", "a100-quarter")[0] == 0
+    Instance.objects.filter(name="gone").update(state="terminated")
+    code, out, _ = cli("instances")
+    assert "keep" in out and "gone" not in out
+    code, out, _ = cli("instances", "--all")
+    assert "keep" in out and "gone" in out
+    code, out, _ = cli("instances", "--state", "terminated")
+    assert "gone" in out and "keep" not in out
+
+
+def test_an_unknown_spec_says_which_exist(cli):
+    code, _, err = cli("launch", "x", "--spec", "nope")
+    assert code == 1
+    assert "spec: Object with code=nope does not exist." in err
+    assert "specs: a100-quarter (see `gpucloud specs`)" in err
