@@ -16,6 +16,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from console.catalog.models import GpuModel, Mode, Region
+from console.errors import DomainError
 from console.fleet import agent_client
 from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret
@@ -43,14 +44,11 @@ def heartbeat_interval() -> float:
     return max(0.5, min(5.0, settings.HOST_HEARTBEAT_GRACE_SECONDS / 3))
 
 
-class RegistrationRefused(Exception):
+class RegistrationRefused(DomainError):
     """Why an agent may not join; `status` and `code` are what the agent API answers."""
 
     def __init__(self, code: str, detail: str, status: int = 400):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-        self.status = status
+        super().__init__(detail, code=code, status=status)
 
 
 def _event(host: Host, from_status: str, to_status: str, message: str, actor=None) -> HostEvent:
