@@ -87,7 +87,9 @@ def hash_token(raw: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A bearer token acting as its user inside one tenant. Only a hash is stored."""
+    """A bearer token acting as its user inside one tenant. Only a hash is stored. A
+    read-only token acts with the viewer role whatever its user's role (a viewer's tokens
+    are always read-only)."""
 
     PREFIX = "gpc"
 
@@ -102,6 +104,9 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    read_only = models.BooleanField(
+        default=False, help_text="Reads only: acts with the viewer role, every write is a 403."
+    )
 
     class Meta:
         ordering = ["-created_at"]

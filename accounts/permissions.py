@@ -28,8 +28,11 @@ class TenantRole(BasePermission):
         else:
             needed = getattr(view, "write_role", OPERATE)
         if not membership.can(needed):
-            raise exceptions.PermissionDenied(
-                f"Your role ({membership.role}) cannot do this; it needs {needed} or above.",
-                code="permission_denied",
-            )
+            if getattr(request.auth, "read_only", False):
+                detail = "This API token is read-only; it acts as a viewer, who cannot do this."
+            else:
+                detail = (
+                    f"Your role ({membership.role}) cannot do this; it needs {needed} or above."
+                )
+            raise exceptions.PermissionDenied(detail, code="permission_denied")
         return True

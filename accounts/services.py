@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import ApiToken, Membership, Quota, Tenant, hash_token
-from accounts.roles import Role
+from accounts.roles import OPERATE, Role
 from accounts.signals import tenant_suspended
 from console.errors import DomainError
 
@@ -132,8 +132,12 @@ class IssuedToken:
     raw: str  # shown to the user once, never stored
 
 
-def issue_token(user, tenant: Tenant, name: str, expires_at: datetime | None = None) -> IssuedToken:
-    if not Membership.objects.filter(user=user, tenant=tenant).exists():
+def issue_token(
+    user, tenant: Tenant, name: str, expires_at: datetime | None = None, *, read_only=False
+) -> IssuedToken:
+    """A token for ``user`` in ``tenant``; a viewer's is read-only whatever was asked."""
+    membership = Membership.objects.filter(user=user, tenant=tenant).first()
+    if membership is None:
         raise ValidationError(f"{user.username} is not a member of {tenant}.")
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
@@ -146,6 +150,7 @@ def issue_token(user, tenant: Tenant, name: str, expires_at: datetime | None = N
         prefix=prefix,
         token_hash=hash_token(raw),
         expires_at=expires_at,
+        read_only=read_only or not membership.can(OPERATE),
     )
     token.full_clean()
     token.save()
@@ -190,6 +195,8 @@ def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    if token.read_only:  # the request acts with the token's role: every check sees a viewer
+        membership.role = Role.VIEWER
     return token, membership
 
 

@@ -69,6 +69,10 @@ def test_create_user_and_token():
     token, membership = authenticate_token(raw)
     assert membership.user.username == "zoe"
     assert ApiToken.objects.count() == 1
+    assert not token.read_only and membership.role == "admin"
+    raw = run("create_api_token", "zoe", "--tenant", "deep", "--read-only").strip().split()[-1]
+    token, membership = authenticate_token(raw)
+    assert token.read_only and membership.role == "viewer"  # acts as a viewer
 
 
 @pytest.mark.parametrize(

@@ -39,3 +39,6 @@ class TokenForm(forms.Form):
         required=False,
         label="Expires",
     )
+    read_only = forms.BooleanField(
+        required=False, label="Read only", help_text="It can list and read, never change."
+    )

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from accounts import invitations, services
 from accounts.models import ApiToken, Invitation, Membership
-from accounts.roles import MANAGE, Role
+from accounts.roles import MANAGE, OPERATE, Role
 from accounts.tenancy import switch_tenant
 from console.instances.models import Instance, State
 from console.instances.quota import usage
@@ -200,10 +200,12 @@ def member_remove(request, pk):
     return redirect("members")
 
 
-@tenant_view(write_needed=MANAGE)
+@tenant_view()
 def tokens(request):
-    """Lists tokens; a POST issues one and redirects, the secret riding along in the session
-    for exactly one display (a reload neither shows it again nor issues another)."""
+    """Lists tokens (an admin's: everyone's; anyone else's: their own); a POST issues one
+    for the signed-in user (a viewer's is read-only) and redirects, the secret riding along
+    in the session for exactly one display (a reload neither shows it again nor issues
+    another)."""
     tenant = request.membership.tenant
     form = TokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -211,7 +213,11 @@ def tokens(request):
         expires_at = timezone.now() + timedelta(days=days) if days else None
         try:
             issued = services.issue_token(
-                request.user, tenant, form.cleaned_data["name"], expires_at
+                request.user,
+                tenant,
+                form.cleaned_data["name"],
+                expires_at,
+                read_only=form.cleaned_data["read_only"],
             )
         except ValidationError as error:
             messages.error(request, _error_text(error))
@@ -229,14 +235,19 @@ def tokens(request):
             "issued": request.session.pop(NEW_TOKEN_KEY, None),
             "tokens": visible,
             "can_manage": request.membership.can(MANAGE),
+            "can_write": request.membership.can(OPERATE),
         },
     )
 
 
 @require_POST
-@tenant_view(MANAGE)
+@tenant_view()
 def token_revoke(request, pk):
-    token = get_object_or_404(ApiToken, pk=pk, tenant=request.membership.tenant)
+    """Anyone revokes their own tokens; an admin anyone's in the tenant."""
+    tokens = ApiToken.objects.filter(tenant=request.membership.tenant)
+    if not request.membership.can(MANAGE):
+        tokens = tokens.filter(user=request.user)
+    token = get_object_or_404(tokens, pk=pk)
     services.revoke_token(token)
     messages.success(request, f"Token {token.name} revoked.")
     return redirect("tokens")

@@ -42,7 +42,11 @@ def test_viewer_sees_refusal_message(page, live_server, tenant, make_member):
     page.goto(f"{live_server.url}/members/")
     expect(page.locator("text=Invite a member")).to_have_count(0)
     page.goto(f"{live_server.url}/tokens/")
-    expect(page.locator("text=New token")).to_have_count(0)
+    expect(page.get_by_test_id("read-only-explained")).to_contain_text("read-only")
+    page.fill("input[name=name]", "dashboards")
+    page.click("text=Create read-only token")
+    expect(page.get_by_test_id("token-list")).to_contain_text("read only")
+    screenshot(page, "tokens-viewer")
 
 
 def test_a_long_tenant_name_is_shown_whole_in_the_switcher(

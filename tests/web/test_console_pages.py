@@ -1,5 +1,7 @@
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.messages import get_messages
+from rest_framework.test import APIClient
 
 from accounts import invitations, services
 from accounts.models import ApiToken, Invitation, Membership, Tenant
@@ -70,8 +72,9 @@ ACTIONS = {
     "revoke_invitation": Role.ADMIN,
     "change_role": Role.ADMIN,
     "remove_member": Role.ADMIN,
-    "create_token": Role.ADMIN,
-    "revoke_token": Role.ADMIN,
+    "create_token": Role.VIEWER,  # for themselves; a viewer's is read-only
+    "revoke_token": Role.ADMIN,  # someone else's
+    "revoke_own_token": Role.VIEWER,
 }
 RANK = {r: i for i, r in enumerate(ROLES)}
 
@@ -100,6 +103,12 @@ def perform(client, action, tenant, make_member):
     if action == "revoke_token":
         owner = make_member(tenant, Role.OWNER, username="token-owner")
         issued = services.issue_token(owner.user, tenant, "victim")
+        client.post(f"/tokens/{issued.token.pk}/revoke/")
+        issued.token.refresh_from_db()
+        return issued.token.is_revoked
+    if action == "revoke_own_token":
+        signed_in = get_user_model().objects.get(pk=client.session["_auth_user_id"])
+        issued = services.issue_token(signed_in, tenant, "mine")
         client.post(f"/tokens/{issued.token.pk}/revoke/")
         issued.token.refresh_from_db()
         return issued.token.is_revoked
@@ -162,3 +171,46 @@ def test_members_see_only_their_own_tokens(client, tenant, make_member):
     page = login(client, member).get("/tokens/")
     assert b"my-token" in page.content
     assert b"admins-token" not in page.content
+
+
+def test_a_viewers_tokens_read_only_and_the_page_says_so(client, tenant, make_member):
+    api_client = APIClient()
+    viewer = make_member(tenant, Role.VIEWER)
+    login(client, viewer)
+    page = client.get("/tokens/").content.decode()
+    assert 'data-testid="read-only-explained"' in page and "read-only" in page
+    assert "Create read-only token" in page and 'name="read_only"' not in page
+    created = client.post("/tokens/", {"name": "dash", "read_only": ""}, follow=True)
+    raw = created.content.decode().split('id="new-token-value">')[1].split("<")[0]
+    token = ApiToken.objects.get(name="dash")
+    assert token.read_only  # whatever the form said
+    assert "read only" in client.get("/tokens/").content.decode()
+
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert api_client.get("/api/v1/instances/").status_code == 200
+    assert api_client.get("/api/v1/usage/").status_code == 200
+    refused = api_client.post("/api/v1/ssh-keys/", {"name": "k", "public_key": "x"})
+    assert refused.status_code == 403
+    assert refused.json()["detail"].startswith("This API token is read-only")
+
+    viewer.role = Role.MEMBER  # promoted later: the token stays what it was made
+    viewer.save(update_fields=["role"])
+    assert api_client.post("/api/v1/ssh-keys/", {"name": "k", "public_key": "x"}).status_code == 403
+
+
+def test_a_member_may_make_a_read_only_token_that_cannot_write(client, tenant, make_member):
+    api_client = APIClient()
+    owner = make_member(tenant, Role.OWNER)
+    login(client, owner)
+    page = client.get("/tokens/").content.decode()
+    assert 'name="read_only"' in page and "read-only-explained" not in page
+    created = client.post("/tokens/", {"name": "reports", "read_only": "on"}, follow=True)
+    raw = created.content.decode().split('id="new-token-value">')[1].split("<")[0]
+    assert ApiToken.objects.get(name="reports").read_only
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert api_client.get("/api/v1/quota/").status_code == 200
+    refused = api_client.post("/api/v1/ssh-keys/", {"name": "k", "public_key": "x"})
+    assert refused.status_code == 403 and "read-only" in refused.json()["detail"]
+    writer = services.issue_token(owner.user, tenant, "writer").raw
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {writer}")
+    assert api_client.post("/api/v1/ssh-keys/", {"name": "k", "public_key": "x"}).status_code == 400

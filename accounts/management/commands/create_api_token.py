@@ -13,8 +13,11 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--tenant", required=True, help="tenant slug")
         parser.add_argument("--name", default="cli")
+        parser.add_argument(
+            "--read-only", action="store_true", help="a token that reads only (acts as a viewer)"
+        )
 
-    def handle(self, username, tenant, name, **options):
+    def handle(self, username, tenant, name, read_only, **options):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"No user named {username!r}.")
@@ -22,8 +25,9 @@ class Command(BaseCommand):
         if tenant_obj is None:
             raise CommandError(f"No tenant with slug {tenant!r}.")
         try:
-            issued = services.issue_token(user, tenant_obj, name)
+            issued = services.issue_token(user, tenant_obj, name, read_only=read_only)
         except ValidationError as error:
             raise CommandError(" ".join(error.messages)) from None
-        self.stderr.write(f"Token {name!r} for {username} in {tenant_obj.slug}; shown once:")
+        kind = "Read-only token" if issued.token.read_only else "Token"
+        self.stderr.write(f"{kind} {name!r} for {username} in {tenant_obj.slug}; shown once:")
         self.stdout.write(issued.raw)
