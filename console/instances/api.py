@@ -133,6 +133,11 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @extend_schema(request=ResizeSerializer, responses={202: InstanceSerializer})
     @action(detail=True, methods=["post"])
     def resize(self, request, pk=None):
+        """Another spec, one that a host of the instance's region (or the host that holds
+        its disk) can hold; 400 on `spec` otherwise. The disk stays as it is unless
+        `disk_gib` asks for more (400 on a smaller one). A running instance whose GPU has
+        no room for the new spec is stopped and started again as it, unless `allow_stop` is
+        false: then 409 needs_stop."""
         body = ResizeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._act(
@@ -147,11 +152,6 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     @extend_schema(request=None, responses=InstanceEventSerializer(many=True))
     @action(detail=True, methods=["get"])
-        """Another spec, one that a host of the instance's region (or the host that holds
-        its disk) can hold; 400 on `spec` otherwise. The disk stays as it is unless
-        `disk_gib` asks for more (400 on a smaller one). A running instance whose GPU has
-        no room for the new spec is stopped and started again as it, unless `allow_stop` is
-        false: then 409 needs_stop."""
     def events(self, request, pk=None):
         instance = self.get_object()
         events = instance.events.order_by("at", "pk")
