@@ -9,6 +9,7 @@
 
   function setStatus(live) {
     statusMarks.forEach((mark) => {
+      if ("ended" in mark.dataset) return;
       mark.textContent = live ? "● live" : "○ reconnecting…";
       mark.title = live ? "live updates" : "live updates paused; reconnecting";
     });
@@ -56,6 +57,17 @@
     if (list) applyToList(instance);
     const detail = document.querySelector("[data-live-detail]");
     if (detail && detail.dataset.instanceId === String(instance.id)) {
+      const terminal = document.querySelector("[data-terminal]");
+      if (terminal) terminal.hidden = instance.state !== "running"; // a shell only while it runs
+      if (instance.state === "terminated") {
+        statusMarks.forEach((mark) => {
+          mark.dataset.ended = "";
+          mark.textContent = "○ ended · not live";
+          mark.title = "a terminated instance changes no more";
+        });
+        const charts = document.querySelector("[data-metrics-instance]");
+        if (charts && charts.metricsCharts) charts.metricsCharts.end();
+      }
       const badge = detail.querySelector("[data-role=state]");
       if (badge) {
         badge.className = `badge badge-${instance.state}`;
@@ -97,5 +109,6 @@
   }
 
   window.gpucloudLive = { apply }; // for tests and other scripts
-  connect();
+  // A terminated instance's page has nothing more to hear.
+  if (list || [...statusMarks].some((mark) => !("ended" in mark.dataset))) connect();
 })();

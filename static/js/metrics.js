@@ -135,8 +135,9 @@
   function connect(path, { onMessage, onStatus }) {
     let delay = 1000;
     let stopped = false;
+    let socket = null;
     function open() {
-      const socket = new WebSocket(wsUrl(path));
+      socket = new WebSocket(wsUrl(path));
       let opened = false;
       socket.onopen = () => { opened = true; delay = 1000; onStatus("live"); };
       socket.onmessage = (event) => onMessage(JSON.parse(event.data));
@@ -150,7 +151,7 @@
       };
     }
     open();
-    return { stop: () => { stopped = true; } };
+    return { stop: () => { stopped = true; socket.close(); } };
   }
 
   function dates(values) {
@@ -193,6 +194,14 @@
         onMessage: (message) => this.onMessage(message),
         onStatus: (text) => { this.status.textContent = text; },
       });
+    }
+
+    // The instance was terminated while the page was open: no more samples will come.
+    end() {
+      if (this.socket) this.socket.stop();
+      this.socket = null;
+      this.root.dataset.ended = "true";
+      this.status.textContent = "ended · not live";
     }
 
     traces(key, data) {
