@@ -1,7 +1,9 @@
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from io import StringIO
 
 import pytest
+import time_machine
 from django.contrib.auth import get_user_model
 from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
@@ -98,6 +100,43 @@ def test_seed_demo_is_idempotent():
     assert "alice" in first
     modes = set(Spec.objects.values_list("mode", flat=True))
     assert modes == {"whole", "mig", "shared"}
+
+
+def test_seed_demo_leaves_last_months_usage_invoiced_and_the_one_before_paid(client):
+    from billing.models import Invoice
+    from tests.billing.conftest import snapshot
+    from tests.web.test_console_pages import login
+
+    with time_machine.travel(datetime(2026, 11, 20, 10, tzinfo=UTC), tick=False):
+        output = run("seed_demo", "--yes-demo")
+        september, october = Invoice.objects.filter(tenant__slug="acme").order_by("month")
+        assert (september.month, september.number, september.status) == (
+            date(2026, 9, 1),
+            "GC-2026-000001",
+            "paid",
+        )
+        assert (october.month, october.number, october.status) == (
+            date(2026, 10, 1),
+            "GC-2026-000002",
+            "finalized",
+        )
+        assert september.issued_at == datetime(2026, 10, 1, 0, 15, tzinfo=UTC)
+        assert september.total == Decimal("11.91")  # 6 h at 0.49 and 3 h at 2.99
+        lines = {line.instance_name: line for line in october.lines.all() if line.kind == "gpu"}
+        assert lines["sdxl-train"].seconds == 15 * 3600 and lines["vllm-bench"].seconds == 16200
+        assert october.lines.filter(description__startswith="Disk while stopped").exists()
+        assert october.total == round(sum(line.amount for line in october.lines.all()), 2)
+        assert "GC-2026-000002, finalized" in output
+
+        before = snapshot()
+        run("seed_demo", "--yes-demo")
+        assert snapshot() == before  # nothing changes the second time
+
+        login(client, Membership.objects.get(user__username="alice", tenant__slug="acme"))
+        listed = client.get("/billing/invoices/").content.decode()
+        assert "GC-2026-000001" in listed and "GC-2026-000002" in listed
+        export = client.get(f"/billing/invoices/{october.pk}/download/csv/")
+        assert export.status_code == 200 and b"sdxl-train" in export.content
 
 
 def test_seed_demo_is_refused_with_debug_off_unless_asked(settings):

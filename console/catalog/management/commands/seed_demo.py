@@ -1,13 +1,15 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from billing.demo import load_history
 from console.catalog import demo
 
 
 class Command(BaseCommand):
     help = (
         "Load the demo catalog, tenants and users (with published passwords, one of them "
-        "staff). Refused with DEBUG off unless --yes-demo. Running it again changes nothing."
+        "staff), and acme's last two months of usage with their invoices (the older one "
+        "paid). Refused with DEBUG off unless --yes-demo. Running it again changes nothing."
     )
 
     def add_arguments(self, parser):
@@ -25,9 +27,15 @@ class Command(BaseCommand):
                 "FILE and createsuperuser; for a demo, add --yes-demo."
             )
         demo.load()
+        history = load_history()
         self.stdout.write(
             "Demo loaded: region local-1, GPU models, specs, images, tenants acme and globex."
         )
+        for invoice in history:
+            self.stdout.write(
+                f"  acme's invoice of {invoice.month:%B %Y}: {invoice.number or 'draft'}, "
+                f"{invoice.status}, {invoice.total} {invoice.currency}"
+            )
         for username, password, _staff, memberships in demo.USERS:
             where = (
                 ", ".join(f"{role} of {slug}" for slug, role in memberships) or "operator (staff)"
