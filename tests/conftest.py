@@ -26,6 +26,25 @@ def _fresh_cache():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_agent_call_inside_a_transaction(monkeypatch):
+    """Nothing that talks to a host runs inside a transaction: it would hold the database's
+    locks (SQLite's write lock, for everyone) for as long as an agent takes to answer. Every
+    agent call in every test checks it (the test case's own wrapping transaction aside)."""
+    from django.db import connection
+
+    from console.fleet import agent_client
+
+    real = agent_client._request
+
+    def checked(host, method, path, json=None):
+        ours = [b for b in connection.atomic_blocks if not getattr(b, "_from_testcase", False)]
+        assert not ours, f"agent call {method} {path} inside a transaction"
+        return real(host, method, path, json)
+
+    monkeypatch.setattr(agent_client, "_request", checked)
+
+
 @pytest.fixture
 def tenant(db):
     return TenantFactory(slug="acme", name="Acme AI")

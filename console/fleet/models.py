@@ -129,6 +129,12 @@ class Gpu(models.Model):
     healthy = models.BooleanField(default=True)
     health_reason = models.CharField(max_length=200, blank=True)
     health_changed_at = models.DateTimeField(null=True, blank=True)
+    mode_changing_to = models.CharField(
+        max_length=8,
+        choices=Mode.choices,
+        blank=True,
+        help_text="while its agent repartitions it: placement takes nothing on it",
+    )
 
     MISSING = "missing from inventory"
 

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from console.catalog.models import GpuModel, Mode, Region
@@ -20,7 +20,6 @@ from console.errors import DomainError
 from console.fleet import agent_client
 from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret
-from console.instances.models import GpuClaim
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +339,7 @@ def _sync_gpus(host: Host, inventory: dict) -> bool:
             continue
         holder = missing.get(item["index"])
         if holder is not None:
-            if GpuClaim.objects.filter(gpu=holder).exists():
+            if holder.claims.exists():
                 log.warning(
                     "host %s: GPU %s cannot take index %d, still claimed by missing GPU %s",
                     host.name, uuid, item["index"], holder.uuid,
@@ -518,7 +517,7 @@ def set_host_status(host: Host, status: str, actor=None, message: str = "") -> H
                 f"{locked.name} is {locked.admin_status}; it cannot become {status}."
             )
         if status == Host.Status.RETIRED:
-            held = GpuClaim.objects.filter(gpu__host=locked).count()
+            held = locked.gpus.aggregate(held=Count("claims"))["held"]
             if held:
                 raise ValidationError(
                     f"{locked.name} still holds {held} GPU slice(s); drain it and wait for its "
@@ -548,8 +547,9 @@ def set_host_status(host: Host, status: str, actor=None, message: str = "") -> H
 
 
 def set_gpu_mode(gpu: Gpu, mode: str, actor=None) -> Gpu:
-    """Change how a GPU is partitioned: only while nothing is allocated on it. The agent
-    switches the GPU first; the control plane follows."""
+    """Change how a GPU is partitioned: only while nothing is allocated on it. The GPU is
+    fenced off first (placement takes nothing on it), then its agent switches it, outside any
+    transaction, then the control plane follows; a refusal lifts the fence."""
     if mode not in Mode.values:
         raise ValidationError(
             {"mode": f"Unknown mode {mode!r}; use one of {', '.join(Mode.values)}."}
@@ -562,30 +562,43 @@ def set_gpu_mode(gpu: Gpu, mode: str, actor=None) -> Gpu:
             raise ValidationError(f"{locked.model.name} does not support MIG.")
         if locked.host.status == Host.Status.RETIRED:
             raise ValidationError(f"{locked.host.name} is retired.")
-        held = GpuClaim.objects.filter(gpu=locked).count()
+        held = locked.claims.count()
         if held:
             raise ValidationError(
                 f"{locked} has {held} slice(s) allocated; its mode can change only when nothing "
                 "is allocated on it."
             )
-        try:
-            reported = agent_client.set_gpu_mode(locked.host, locked.index, mode)
-        except agent_client.AgentRejected as exc:
-            if exc.status in (404, 405):
-                raise ValidationError(
-                    f"The agent of {locked.host.name} (version {locked.host.agent_version or '?'}) "
-                    "cannot change GPU modes; restart it with the new --mode."
-                ) from exc
-            raise ValidationError(f"The agent refused: {exc}") from exc
-        except agent_client.AgentUnavailable as exc:
-            raise ValidationError(
-                f"The agent of {locked.host.name} did not answer; try again later. ({exc})"
-            ) from exc
-        locked.mode = mode
-        locked.mig_enabled = bool(reported.get("mig_enabled", mode == Mode.MIG))
-        locked.save(update_fields=["mode", "mig_enabled"])
+        Gpu.objects.filter(pk=locked.pk).update(mode_changing_to=mode)
+    try:
+        reported = _switch_on_agent(locked, mode)
+    except ValidationError:
+        Gpu.objects.filter(pk=locked.pk).update(mode_changing_to="")
+        raise
+    locked.mode = mode
+    locked.mig_enabled = bool(reported.get("mig_enabled", mode == Mode.MIG))
+    locked.mode_changing_to = ""
+    with transaction.atomic():
+        locked.save(update_fields=["mode", "mig_enabled", "mode_changing_to"])
         # The inventory changed on the agent: take the next heartbeat's as it comes.
         Host.objects.filter(pk=locked.host_id).update(inventory_digest="")
-        who = actor.get_username() if actor is not None else SYSTEM
-        log.info("%s: mode set to %s by %s", locked, mode, who)
+    who = actor.get_username() if actor is not None else SYSTEM
+    log.info("%s: mode set to %s by %s", locked, mode, who)
     return locked
+
+
+def _switch_on_agent(gpu: Gpu, mode: str) -> dict:
+    """The agent's answer to repartitioning the GPU, or a ValidationError saying why not."""
+    host = gpu.host
+    try:
+        return agent_client.set_gpu_mode(host, gpu.index, mode)
+    except agent_client.AgentRejected as exc:
+        if exc.status in (404, 405):
+            raise ValidationError(
+                f"The agent of {host.name} (version {host.agent_version or '?'}) "
+                "cannot change GPU modes; restart it with the new --mode."
+            ) from exc
+        raise ValidationError(f"The agent refused: {exc}") from exc
+    except agent_client.AgentUnavailable as exc:
+        raise ValidationError(
+            f"The agent of {host.name} did not answer; try again later. ({exc})"
+        ) from exc

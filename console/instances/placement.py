@@ -126,7 +126,7 @@ def snapshot(
             model=g.model.code,
             mode=g.mode,
             memory_mib=g.memory_mib,
-            healthy=empty or g.healthy,
+            healthy=empty or (g.healthy and not g.mode_changing_to),
         )
         gpus[g.pk] = gpu
         gpu_pks[(g.host_id, g.index)] = g.pk
