@@ -57,8 +57,10 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
 if env_int("TRUSTED_PROXY_COUNT", 0):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# The healthcheck answers over plain HTTP too (load balancers probe it so).
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# The healthcheck answers over plain HTTP too (load balancers probe it so), and so do the
+# agents' endpoints: without a balancer, agents call the web processes themselves, which serve
+# plain HTTP inside the network as the agents' own APIs do (each call carries its host's secret).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^agent/"]
 
 # Content-Security-Policy (django-csp): scripts, styles, images and sockets from this site
 # only; no inline script (templates use data-* attributes and static/js instead).

@@ -25,13 +25,20 @@ def database_env() -> dict[str, str]:
 class Proc:
     """A child process in its own process group, its output in a log file."""
 
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], log_dir: Path):
+    def __init__(
+        self, name: str, cmd: list[str], env: dict[str, str], log_dir: Path, cwd: str | None = None
+    ):
         self.name = name
         self.cmd = cmd
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("ab")
         self.popen = subprocess.Popen(
-            cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     @property

@@ -14,18 +14,17 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
 
 from console import processes
+from tests.backing import own_postgres_and_redis
 from tests.harness import Proc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,38 +34,10 @@ GRACE, FAILOVER = 2, 4  # seconds: short, so that the test outlasts them
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-def _answers(url: str, default_port: int) -> bool:
-    parts = urlsplit(url)
-    try:
-        socket.create_connection((parts.hostname, parts.port or default_port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def backing_services():
-    """(database URL, Redis URL): a fresh PostgreSQL database and a Redis database number of
-    this module's own."""
-    import psycopg
-    import redis
-
-    server = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/test"
-    broker = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-    if not server.startswith("postgres") or not _answers(server, 5432):
-        pytest.skip("no PostgreSQL: set DATABASE_URL (or run one on 127.0.0.1:5432)")
-    if not _answers(broker, 6379):
-        pytest.skip("no Redis: set REDIS_URL (or run one on 127.0.0.1:6379)")
-    name = f"gpucloud_distributed_{secrets.token_hex(4)}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    database = urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
-    broker = urlunsplit(urlsplit(broker)._replace(path=f"/{REDIS_DB}"))
-    redis.Redis.from_url(broker).flushdb()
-    yield database, broker
-    redis.Redis.from_url(broker).flushdb()
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_postgres_and_redis(REDIS_DB) as urls:
+        yield urls
 
 
 class Install:
