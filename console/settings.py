@@ -142,7 +142,14 @@ TEMPLATES = [
 # failing, which is also what makes quota checks atomic there.
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Under ASGI each request runs in a thread of its own: a connection kept per thread
+    # (CONN_MAX_AGE) would never be reused and would pile up until PostgreSQL refuses clients.
+    # A pool per process instead, which a request's connection goes back to when it ends.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": env_int("DATABASE_POOL_SIZE", 10),
+    }
 else:
     DATABASES = {
         "default": {
@@ -175,7 +182,7 @@ if REDIS_URL:
     }
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "console.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "gpucloud",
         }
