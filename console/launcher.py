@@ -84,7 +84,9 @@ def main() -> int:
             (name, subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         )
 
-    start("web", processes.web_cmd(port))
+    # one uvicorn process per core (WEB_CONCURRENCY): they share the embedded Redis-protocol
+    # server, the broker and channel layer, so websockets reach their groups from any of them
+    start("web", processes.web_cmd(port, workers=processes.web_workers()))
     start("worker", processes.worker_cmd())
     start("beat", processes.beat_cmd(var_dir))
     processes.wait_http(f"{url}/healthz", timeout=60, proc=children[0][1])
@@ -114,7 +116,8 @@ def main() -> int:
         f"\ngpucloud is running at {url}\n"
         f"  database: {'PostgreSQL' if os.environ.get('DATABASE_URL') else 'SQLite (embedded)'}; "
         f"broker and channel layer: {'embedded Redis-protocol server' if embedded else redis_url}\n"
-        f"  processes: web, worker, beat, agent-host-a, agent-host-b (logs in {var_dir})\n"
+        f"  processes: web ({processes.web_workers()} uvicorn workers), worker, beat, "
+        f"agent-host-a, agent-host-b (logs in {var_dir})\n"
         f"  workloads: {runs_as}\n"
         f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
         + "".join(f"  {line.strip()}\n" for line in demo.splitlines() if "login" in line)

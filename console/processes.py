@@ -40,10 +40,17 @@ def start_embedded_redis(port: int = 0) -> str:
     return f"redis://{host}:{bound}/0"
 
 
-def web_cmd(port: int, host: str = "127.0.0.1") -> list[str]:
+def web_workers() -> int:
+    """How many uvicorn worker processes `make run` starts: WEB_CONCURRENCY, else one per core
+    (the Python of one process runs on one core at a time)."""
+    return int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
+
+
+def web_cmd(port: int, host: str = "127.0.0.1", workers: int = 1) -> list[str]:
     return [
         PYTHON, "-m", "uvicorn", "console.asgi:application",
         "--host", host, "--port", str(port), "--no-access-log", "--ws", "websockets",
+        "--workers", str(workers),
     ]  # fmt: skip
 
 
