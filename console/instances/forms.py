@@ -4,7 +4,7 @@ from django import forms
 
 from accounts.models import SshKey
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
-from console.instances import availability, services
+from console.instances import availability, placement, services
 
 
 class SpecChoiceField(forms.ModelChoiceField):
@@ -121,6 +121,10 @@ def resize_options(instance) -> list[ResizeOption]:
     their own; each with whether the resize stops it."""
     checker = availability.Checker(instance.tenant.quota, instance.region)
     host = instance.disk_host
+    host_hardware = None
+    if host is not None:
+        host_hardware = placement.snapshot(instance.region_id, host_pks=[host.pk], empty=True)
+    stops = services.resize_stops(instance)
     options = []
     for spec in (
         Spec.objects.filter(active=True)
@@ -130,9 +134,9 @@ def resize_options(instance) -> list[ResizeOption]:
     ):
         if not checker.of(spec).launchable:
             continue
-        if host is not None and not availability.can_ever_place(spec, instance.region, host):
+        if host_hardware is not None and not placement.fits_now(spec, host_hardware):
             continue
-        options.append(ResizeOption(spec, services.resize_needs_stop(instance, spec)))
+        options.append(ResizeOption(spec, stops(spec)))
     return options
 
 
@@ -148,6 +152,7 @@ class ResizeForm(forms.Form):
     disk_gib = forms.IntegerField(
         required=False,
         min_value=1,
+        max_value=services.MAX_DISK_GIB,
         label="Disk (GiB)",
         help_text="Kept as it is unless you give a bigger size; a disk never shrinks.",
     )

@@ -7,6 +7,7 @@ from rest_framework import serializers
 from console.catalog.models import MAX_ARGS, MAX_VALUE, Image, Region, Spec, env_errors
 from console.instances import access, lifecycle, placement
 from console.instances.models import Instance, InstanceEvent
+from console.instances.services import MAX_DISK_GIB
 
 
 class DiskSerializer(serializers.Serializer):
@@ -224,10 +225,22 @@ class LogsSerializer(serializers.Serializer):
 
 class ResizeSerializer(serializers.Serializer):
     spec = serializers.SlugRelatedField(slug_field="code", queryset=Spec.objects.all())
+    disk_gib = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_DISK_GIB,
+        help_text="A bigger disk; default: the disk stays as it is (it never shrinks).",
+    )
+    allow_stop = serializers.BooleanField(
+        default=True,
+        help_text="Whether a running instance may be stopped (and started again) when its GPU "
+        "has no room for the new spec; false: 409 needs_stop instead.",
+    )
 
 
 class InstanceEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_label")
+    kind = serializers.SerializerMethodField()
 
     class Meta:
         model = InstanceEvent
@@ -239,14 +252,3 @@ class InstanceEventSerializer(serializers.ModelSerializer):
         """created (its first event), transition (a change of state), or note (no change
         of state: a resize while stopped, an ssh session; from_state is its state then)."""
         return event.kind
-    disk_gib = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        help_text="A bigger disk; default: the disk stays as it is (it never shrinks).",
-    )
-    allow_stop = serializers.BooleanField(
-        default=True,
-        help_text="Whether a running instance may be stopped (and started again) when its GPU "
-        "has no room for the new spec; false: 409 needs_stop instead.",
-    )
-    kind = serializers.SerializerMethodField()

@@ -8,6 +8,7 @@ what to do under a lock, call the agent, and come back here to record the outcom
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 S = State
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+MAX_DISK_GIB = 65536  # 64 TiB: more is a typo, and would not fit the column
 NAME_RULE = (
     "Use 1 to 63 lowercase letters, digits and hyphens, starting and ending with a letter or digit."
 )
@@ -330,20 +332,28 @@ def _in_place_target(instance: Instance, spec: Spec) -> tuple[Allocation, list[i
     return current, same_gpus
 
 
-def resize_needs_stop(instance: Instance, spec: Spec) -> bool:
-    """Whether resizing `instance` to `spec` now means stopping it (its GPU, or for whole
-    GPUs its host, has no room for `spec`, or the GPU model or mode changes). Only a running
-    instance is stopped by a resize."""
+def resize_stops(instance: Instance) -> Callable[[Spec], bool]:
+    """Whether resizing `instance` to a spec now means stopping it (its GPU, or for whole
+    GPUs its host, has no room for the spec, or the GPU model or mode changes), as a function
+    of the spec that reads the instance's allocation and host once. Only a running instance
+    is stopped by a resize."""
     if instance.state != S.RUNNING:
-        return False
-    target = _in_place_target(instance, spec)
-    if target is None:
-        return True
-    current, same_gpus = target
+        return lambda spec: False
+    current = instance.current_allocation()
+    if current is None:
+        return lambda spec: True
+    old = instance.spec
+    gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
     snap = placement.snapshot(
         instance.region_id, host_pks=[current.host_id], ignore_allocation_id=current.pk
     )
-    return placement.choose(spec, snap, same_gpus) is None
+
+    def stops(spec: Spec) -> bool:
+        if spec.mode != old.mode or spec.gpu_model_id != old.gpu_model_id:
+            return True
+        return placement.choose(spec, snap, None if spec.mode == "whole" else gpus) is None
+
+    return stops
 
 
 def validate_resize(instance: Instance, spec: Spec, disk_gib: int | None) -> None:
@@ -361,6 +371,8 @@ def validate_resize(instance: Instance, spec: Spec, disk_gib: int | None) -> Non
             f"A disk never shrinks: it is {instance.disk_gib} GiB; give {instance.disk_gib} "
             "or more."
         )
+    elif disk_gib is not None and disk_gib > MAX_DISK_GIB:
+        errors["disk_gib"] = f"At most {MAX_DISK_GIB} GiB."
     if errors:
         raise ValidationError(errors)
 

@@ -226,8 +226,9 @@ class TestResizeRules:
         assert response.json()["errors"] == {
             "disk_gib": ["A disk never shrinks: it is 100 GiB; give 100 or more."]
         }
-        response = client.post(url, {"spec": "a100-half", "disk_gib": 0}, format="json")
-        assert response.status_code == 400 and "disk_gib" in response.json()["errors"]
+        for wrong in (0, 10**12):
+            response = client.post(url, {"spec": "a100-half", "disk_gib": wrong}, format="json")
+            assert response.status_code == 400 and "disk_gib" in response.json()["errors"]
         instance.refresh_from_db()
         assert (instance.spec, instance.disk_gib) == (catalog.quarter, 100)
         response = client.post(url, {"spec": "a100-half", "disk_gib": 150}, format="json")

@@ -408,7 +408,7 @@ class TestResizeRules:
         launch(catalog, tenant, spec=catalog.half)
         launch(catalog, tenant)  # its GPU is full; the host's other GPU is free
         sent = list(no_tasks)
-        assert services.resize_needs_stop(instance, catalog.half)
+        assert services.resize_stops(instance)(catalog.half)
         with pytest.raises(services.NeedsStop) as caught:
             services.resize_instance(instance, catalog.half, allow_stop=False)
         assert "the resize stops it" in caught.value.detail
@@ -422,7 +422,7 @@ class TestResizeRules:
     def test_in_place_needs_no_consent(self, catalog, tenant):
         catalog.host(gpus=1, mode=Mode.SHARED)
         instance = self.running(catalog, tenant)
-        assert not services.resize_needs_stop(instance, catalog.half)
+        assert not services.resize_stops(instance)(catalog.half)
         services.resize_instance(instance, catalog.half, allow_stop=False)
         assert Instance.objects.get(pk=instance.pk).state == State.REBOOTING
 
