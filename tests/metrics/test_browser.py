@@ -173,5 +173,5 @@ def test_the_host_charts_stay_smooth_with_a_full_host(stack, page, tenant, db):
     assert points(page, "[data-testid=host-metrics]") >= before + 8 * 3  # 8 GPUs, all growing
     print(f"host charts: {smooth['fps']:.1f} fps, longest frame {smooth['longest']:.0f} ms")
     assert smooth["fps"] >= 20, smooth
-    assert smooth["longest"] < 600, smooth
+    assert smooth["longest"] < 1000, smooth  # never a second without a frame
     screenshot(page, "metrics-host-full")
