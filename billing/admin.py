@@ -94,9 +94,10 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
             return f"{invoice.total:.2f}"
         figure = getattr(invoice, "so_far", None) or invoices.with_so_far([invoice])[0].so_far
         return format_html(
-            '{} <span class="help">so far, as of {} UTC</span>',
+            '{} <span class="help" title="the month so far, as of {} UTC">so far at {}</span>',
             f"{invoices.draft_totals(figure).total:.2f}",
             f"{figure.as_of:%Y-%m-%d %H:%M:%S}",
+            f"{figure.as_of:%H:%M} UTC",
         )
 
     def changelist_view(self, request, extra_context=None):

@@ -66,7 +66,8 @@ def test_every_page_and_the_api_show_the_same_month_so_far(
     assert _testid(invoice_page, "as-of") == "2026-04-15 12:00:30"
     assert _testid(invoice_list, f"so-far-{running.pk}") == "6.43"
     assert "so far, as of 12:00 UTC" in invoice_list
-    assert "6.43 <span" in admin_list and "so far, as of 2026-04-15 12:00:30 UTC" in admin_list
+    assert "6.43 <span" in admin_list and "so far at 12:00 UTC" in admin_list
+    assert 'title="the month so far, as of 2026-04-15 12:00:30 UTC"' in admin_list
     assert api_usage["total"] == "6.426667" and api_usage["as_of"] == "2026-04-15T12:00:30Z"
     [draft] = [row for row in api_list if row["id"] == running.pk]
     assert (draft["total"], draft["subtotal"], draft["as_of"]) == (
