@@ -5,21 +5,25 @@ owners and admins and as a notice in the console; and, when the tenant chose
 and running instances are stopped (``enforce``, from a Celery task).
 
 Spend is the month so far (``usage.so_far``): rated live from the segments, the figure the
-usage page, the draft invoice, the admin and the API show at the same moment.
+usage page, the draft invoice, the admin and the API show at the same moment. The meter's
+pass (``check_budgets``, every minute, over every tenant with a budget) reads the same figure
+from the pieces it stored a moment before at the same ``now``, in one query instead of
+rating every segment of the month again.
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import Membership, Quota, Tenant
 from accounts.roles import Role
-from billing.models import BudgetAlert
+from billing.models import BudgetAlert, UsagePiece, micros_to_decimal
 from billing.rating import month_start
 from billing.usage import so_far
 from console.celery import enqueue_on_commit
@@ -33,6 +37,18 @@ THRESHOLDS = BudgetAlert.THRESHOLDS
 STOPPABLE = (State.RUNNING, State.PENDING)
 # An alert whose email has not gone out this long after it fired is sent again.
 RESEND_AFTER = timedelta(minutes=2)
+
+
+def stored_spend(month: date, tenant_ids) -> dict[int, Decimal]:
+    """Each tenant's spend in ``month`` from the stored pieces (6 places): ``so_far`` as of
+    the meter's last rating, which is now when the meter has just rated."""
+    rows = (
+        UsagePiece.objects.filter(month=month, tenant_id__in=tenant_ids)
+        .values("tenant_id")
+        .annotate(micros=Sum("amount_micros"))
+        .order_by()
+    )
+    return {row["tenant_id"]: micros_to_decimal(row["micros"]) for row in rows}
 
 
 def month_to_date(tenant: Tenant, now: datetime | None = None) -> Decimal:
@@ -72,9 +88,10 @@ def ensure_launch_allowed(tenant: Tenant) -> None:
 
 
 def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
-    """The meter's budget pass: record every threshold newly reached this month (and send
-    its email after commit), and queue enforcement for tenants that chose to stop and
-    still have something running. Answers the alerts created."""
+    """The meter's budget pass, right after it rated as of ``now``: record every threshold
+    newly reached this month (and send its email after commit), and queue enforcement for
+    tenants that chose to stop and still have something running. Answers the alerts
+    created."""
     now = now or timezone.now()
     month = month_start(now).date()
     budgets = {
@@ -85,7 +102,7 @@ def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
     }
     if not budgets:
         return []
-    spent = {tenant_id: mtd.amount for tenant_id, mtd in so_far(budgets, month, now).items()}
+    spent = stored_spend(month, list(budgets))  # rate_pending(now) ran just before
     fired = set(BudgetAlert.objects.filter(month=month).values_list("tenant_id", "threshold"))
     created: list[BudgetAlert] = []
     to_enforce: list[int] = []

@@ -12,7 +12,7 @@ from django.test import Client
 from accounts.models import Quota
 from accounts.roles import Role
 from billing import budgets, services
-from billing.models import Invoice
+from billing.models import BudgetAlert, Invoice
 from billing.usage import so_far
 from tests.billing.conftest import at
 from tests.factories import UserFactory
@@ -89,3 +89,13 @@ def test_the_admin_list_rates_every_draft_at_once(
     assert "6.43 <span" in admin_list  # acme: 2 h 30 s at 3.20
     assert "0.91 <span" in admin_list  # globex: 1 h 30 s at 0.90 = 0.9075
     assert "0.00 <span" not in admin_list
+
+
+def test_the_meter_alerts_on_the_same_figure(running, tenant, other_tenant):
+    Quota.objects.filter(tenant=tenant).update(monthly_budget=Decimal("10.00"))
+    services.run_meter(NOW)
+    figures = so_far([tenant.pk, other_tenant.pk], running.month, NOW)
+    stored = budgets.stored_spend(running.month, [tenant.pk, other_tenant.pk])
+    assert stored == {pk: figure.amount for pk, figure in figures.items()}
+    [alert] = BudgetAlert.objects.filter(tenant=tenant)
+    assert (alert.threshold, alert.spent) == (50, Decimal("6.426667"))
