@@ -52,6 +52,7 @@ def test_every_page_and_the_api_show_the_same_month_so_far(
         invoice_page = client.get(f"/billing/invoices/{running.pk}/").content.decode()
         invoice_list = client.get("/billing/invoices/").content.decode()
         admin_list = operator.get("/admin/billing/invoice/").content.decode()
+        admin_page = operator.get(f"/admin/billing/invoice/{running.pk}/change/").content.decode()
         api_usage = api.get("/api/v1/usage/").json()
         api_list = api.get("/api/v1/invoices/").json()["results"]
         api_detail = api.get(f"/api/v1/invoices/{running.pk}/").json()
@@ -68,6 +69,7 @@ def test_every_page_and_the_api_show_the_same_month_so_far(
     assert "so far, as of 12:00 UTC" in invoice_list
     assert "6.43 <span" in admin_list and "so far at 12:00 UTC" in admin_list
     assert 'title="the month so far, as of 2026-04-15 12:00:30 UTC"' in admin_list
+    assert "6.43 <span" in admin_page  # the draft's own page too, not its stored 0.00
     assert api_usage["total"] == "6.426667" and api_usage["as_of"] == "2026-04-15T12:00:30Z"
     [draft] = [row for row in api_list if row["id"] == running.pk]
     assert (draft["total"], draft["subtotal"], draft["as_of"]) == (
