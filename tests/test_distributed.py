@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -239,11 +240,14 @@ def test_a_worker_killed_mid_burst_leaves_no_launch_behind_for_30_s(install):
     worker = install.procs["worker1"]
     received = r"Task console\.instances\.tasks\.provision\[([^\]]+)\] received"
     received_before = len(re.findall(received, worker.log()))
-    with install.api(1) as api1, install.api(2) as api2:
-        launched = [_launch((api1, api2)[n % 2], f"burst-{n}") for n in range(10)]
-        _wait(lambda: len(re.findall(received, worker.log())) > received_before, 30,
-              "worker1 taking a launch", install)  # fmt: skip
+    with install.api(1) as api1, install.api(2) as api2, ThreadPoolExecutor(4) as pool:
+        burst = pool.map(lambda n: _launch((api1, api2)[n % 2], f"burst-{n}"), range(10))
+        deadline = time.monotonic() + 30
+        while len(re.findall(received, worker.log())) == received_before:  # a launch takes
+            assert time.monotonic() < deadline, install.logs()  # >100 ms: look every 5 ms
+            time.sleep(0.005)
         os.killpg(worker.pid, signal.SIGSTOP)
+        launched = list(burst)
         log = worker.log()
         taken = set(re.findall(received, log))
         finished = set(re.findall(r"provision\[([^\]]+)\] succeeded", log))
