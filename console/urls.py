@@ -6,7 +6,7 @@ from console.health import healthz
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("console.api.urls")),
-    path("agent/v1/", include("console.fleet.agent_urls")),
+    path("agent/v1/", include("console.agent_urls")),
     path("healthz", healthz, name="healthz"),
     path("", include("console.metrics.urls")),
     path("fleet/", include("console.fleet.urls")),

@@ -1,9 +1,7 @@
-"""The API host agents call: register (with a join token), heartbeat and samples (with the
-host's secret). Every answer is JSON; a refusal is `{"code", "detail"}` (+ `errors`)."""
+"""The API host agents call to join and stay: register (with a join token) and heartbeat
+(with the host's secret). Every answer is JSON; a refusal is `{"code", "detail"}` (+
+`errors`). Samples (console/metrics) and events (console/instances) come the same way."""
 
-from django.http import JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -14,7 +12,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.catalog.models import Mode
-from console.fleet import samples as fleet_samples
 from console.fleet import services
 from console.fleet.models import Host
 
@@ -262,18 +259,3 @@ class HeartbeatView(AgentView):
                 "heartbeat_interval": services.heartbeat_interval(),
             }
         )
-
-
-@csrf_exempt
-@require_POST
-def samples_view(request):
-    """`POST /agent/v1/samples` through the URLconf (console/asgi.py answers it directly). The
-    secret is checked before the body is read, and the body is read up to one byte past the
-    limit."""
-    try:
-        host = fleet_samples.authenticate(request.headers.get("Authorization", ""))
-    except fleet_samples.Refused as refused:
-        return JsonResponse(refused.answer, status=refused.status)
-    body = request.read(fleet_samples.MAX_BODY_BYTES + 1)
-    status_code, answer = fleet_samples.accept_body(host, body)
-    return JsonResponse(answer, status=status_code)

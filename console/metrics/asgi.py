@@ -1,4 +1,4 @@
-"""The agents' samples endpoint served straight from the ASGI server (see fleet/samples.py).
+"""The agents' samples endpoint served straight from the ASGI server (see samples.py).
 
 The host's secret is checked before the body is read; the body is then read into at most
 MAX_BODY_BYTES + 1 bytes (a Content-Length over the limit is refused before any)."""
@@ -8,7 +8,7 @@ import json
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from console.fleet.samples import MAX_BODY_BYTES, Refused, accept_body, authenticate, too_large
+from console.metrics.samples import MAX_BODY_BYTES, Refused, accept_body, authenticate, too_large
 
 SAMPLES_PATH = "/agent/v1/samples"
 

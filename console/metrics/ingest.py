@@ -1,7 +1,7 @@
 """Where a host's batch of metric samples becomes live metrics.
 
 `ingest_samples(host, samples)` takes a batch the agent API has authenticated and checked
-(console.fleet.samples), and:
+(console.metrics.samples), and:
 
 1. keeps only the samples of GPUs and MIG devices the console has in the host's inventory (as
    its heartbeats reported it): a host cannot invent series, and every label (the GPU's UUID,

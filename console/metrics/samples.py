@@ -3,12 +3,12 @@
 Every agent posts a batch each second, so this endpoint is the control plane's hottest path.
 The endpoint is two plain functions: `authenticate` (the Authorization header, before a byte of
 the body is read) and `accept_body` (the body, read by the caller into at most MAX_BODY_BYTES + 1
-bytes). console/fleet/asgi.py serves them straight from the ASGI server (no middleware stack,
-whose synchronous parts cost a thread hand-off each), and a small Django view serves the same
-functions to anything that goes through the URLconf. `accept_body` checks the batch
-(`check_batch`: types, ranges, finite numbers, `ts` near now) and `ingest`s it: GPU health, then
-the metrics pipeline (live window, websockets, history, Prometheus). A malformed batch gets a 400
-with {"code", "detail"}, never a 500."""
+bytes). console/metrics/asgi.py serves them straight from the ASGI server (no middleware stack,
+whose synchronous parts cost a thread hand-off each), and a small Django view (agent_api.py)
+serves the same functions to anything that goes through the URLconf. `accept_body` checks the
+batch (`check_batch`: types, ranges, finite numbers, `ts` near now) and `ingest`s it: GPU
+health, then the metrics pipeline (live window, websockets, history, Prometheus). A malformed
+batch gets a 400 with {"code", "detail"}, never a 500."""
 
 import json
 import logging

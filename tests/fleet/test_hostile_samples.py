@@ -9,9 +9,8 @@ import time
 import pytest
 from django.test import Client
 
-from console.fleet import samples as fleet_samples
-from console.fleet.asgi import with_samples_route
-from console.metrics import history, live
+from console.metrics import history, live, samples
+from console.metrics.asgi import with_samples_route
 from console.metrics.models import MetricMinute
 from tests.fleet.conftest import agent_client_for, post_json
 
@@ -195,7 +194,7 @@ def test_no_body_is_read_before_the_secret_is_checked(register):
 def test_an_oversized_body_is_refused_without_buffering_it(register):
     host, secret = register()
     auth = {b"authorization": f"Bearer {secret}".encode()}
-    limit = fleet_samples.MAX_BODY_BYTES
+    limit = samples.MAX_BODY_BYTES
     declared = {**auth, b"content-length": str(limit + 1).encode()}
     status, answer, read = call_asgi(declared, [b"x" * 1024] * 20)
     assert (status, answer["code"], read) == (413, "too_large", 0)
