@@ -53,6 +53,7 @@ def test_the_distributed_sections_commands_set_up_a_console_as_written(tmp_path)
         "create_tenant",
         "create_user",
         "changepassword",
+        "collectstatic",
         "create_join_token",
     ]
     environ = {
