@@ -9,13 +9,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.guards import tenant_view
 from accounts.roles import BILLING, READ
 from billing import budgets, invoices, services
 from billing.api import download
 from billing.forms import BudgetForm
 from billing.models import Invoice
 from billing.usage import current_month, parse_month, usage_report
-from console.web.access import tenant_view
 
 
 def _month_param(request) -> date:

@@ -251,7 +251,7 @@ AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "console.web.access.login_locked_out"
+AXES_LOCKOUT_CALLABLE = "accounts.guards.login_locked_out"
 AXES_CLIENT_IP_CALLABLE = "accounts.authentication.client_address"
 AXES_VERBOSE = False
 LOGIN_URL = "login"

@@ -3,6 +3,8 @@ from decimal import Decimal
 from django import template
 from django.conf import settings
 
+from billing.services import stopped_disk_cost_per_month
+
 register = template.Library()
 
 
@@ -29,6 +31,13 @@ def duration(seconds) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours:,}:{minutes:02d}:{secs:02d}"
+
+
+@register.filter
+def stopped_disk_cost(instance) -> Decimal:
+    """What the instance's disk costs per month while it is stopped (for its pages: instances
+    shows billing's figures without importing billing)."""
+    return stopped_disk_cost_per_month(instance)
 
 
 @register.simple_tag

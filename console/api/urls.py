@@ -3,8 +3,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import SshKeyViewSet
+from console.api.catalog import ImageViewSet, RegionViewSet, SpecViewSet
 from console.api.quota import QuotaView
-from console.catalog.api import ImageViewSet, RegionViewSet, SpecViewSet
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False

@@ -265,9 +265,8 @@ def _parse(document: dict) -> dict:
 
 
 def _live_instances(queryset) -> list:
-    from console.instances.models import State
-
-    return list(queryset.exclude(state=State.TERMINATED).order_by("pk")[:6])
+    """At most six not-terminated instances of ``queryset`` (a relation's ``instances``)."""
+    return list(queryset.live().order_by("pk")[:6])
 
 
 def _names(objects, limit: int = 5) -> str:
@@ -362,9 +361,7 @@ class _Applier:
             )
 
     def _profile_guard(self, profile, changed, where) -> bool:
-        from console.instances.models import Instance
-
-        live = _live_instances(Instance.objects.filter(spec__mig_profile=profile))
+        live = [i for spec in profile.specs.all() for i in _live_instances(spec.instances)][:6]
         if live:
             self.problems.append(
                 f"{where}: cannot change {', '.join(changed)} while instances use it "

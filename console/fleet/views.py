@@ -7,11 +7,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import Resolver404, resolve, reverse
 from django.views.decorators.http import require_POST
 
+from accounts.guards import staff_view
 from console.catalog.models import MIG_SLOTS, Mode
 from console.fleet import services
 from console.fleet.forms import GpuModeForm, HostStatusForm, JoinTokenForm
 from console.fleet.models import Gpu, Host, JoinToken
-from console.web.access import staff_view
 
 # The buttons each operator-chosen status offers: (target status, label, danger).
 ACTIONS = {

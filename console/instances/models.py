@@ -22,6 +22,13 @@ class State(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class InstanceQuerySet(models.QuerySet):
+    def live(self) -> "InstanceQuerySet":
+        """Not terminated (also through a relation: ``spec.instances.live()``, which lets the
+        apps below this one ask without importing it)."""
+        return self.exclude(state=State.TERMINATED)
+
+
 class Instance(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="instances")
     created_by = models.ForeignKey(
@@ -57,6 +64,8 @@ class Instance(models.Model):
     ssh_keys = models.ManyToManyField(SshKey, blank=True, related_name="instances")
     # Web ports the launch added to the image's ([{"port": 8080, "name": "app"}]).
     ports = models.JSONField(default=list, blank=True)
+
+    objects = InstanceQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

@@ -11,6 +11,7 @@ from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
 from console.catalog.models import Region, Spec
 from console.errors import DomainError
@@ -18,7 +19,6 @@ from console.instances import access, availability, lifecycle, placement, servic
 from console.instances.forms import LaunchForm, ResizeForm, resize_options
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
-from console.web.access import tenant_view
 
 HOURS_PER_MONTH = Decimal(730)
 LIVE_FILTERS = {
@@ -75,7 +75,7 @@ def _spec_groups(quota, regions, specs, selected_region):
         groups.setdefault(key, []).append(
             {
                 "spec": spec,
-                "per_month": (spec.current_price() * HOURS_PER_MONTH).quantize(Decimal("0.01")),
+                "per_month": spec.current_price() * HOURS_PER_MONTH,
                 "gpu_memory_gib": round(spec.gpu_memory_mib / 1024, 1),
                 "ram_gib": round(spec.ram_mib / 1024, 1),
                 "now": found.get(selected_region),
@@ -164,8 +164,6 @@ def launch(request):
 
 
 def _detail_context(request, instance):
-    from billing.services import stopped_disk_cost_per_month  # billing imports this app
-
     can_operate = request.membership.can(OPERATE)
     actions = lifecycle.allowed_actions(instance.state)
     allocation = None
@@ -179,8 +177,7 @@ def _detail_context(request, instance):
         "resize_options": resize_options(instance) if can_operate and "resize" in actions else [],
         "allocation": allocation,
         "placement": placement.describe(allocation) if allocation else None,
-        "per_month": (instance.spec.current_price() * HOURS_PER_MONTH).quantize(Decimal("0.01")),
-        "stopped_per_month": stopped_disk_cost_per_month(instance),
+        "per_month": instance.spec.current_price() * HOURS_PER_MONTH,
         "ssh": access.ssh_target(instance) if request.membership.can(OPERATE) else None,
         "ports": [
             {**entry, "path": access.port_path(instance, entry["port"])}

@@ -7,13 +7,13 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from accounts.guards import staff_view, tenant_view
 from accounts.roles import READ
 from console.fleet.models import Host
 from console.instances.models import Instance
 from console.metrics import history
 from console.metrics.ingest import gpu_series
 from console.metrics.prometheus import LiveCollector, scrape_allowed
-from console.web.access import staff_view, tenant_view
 
 
 @require_GET

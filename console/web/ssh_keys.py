@@ -7,9 +7,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts import ssh_keys
+from accounts.guards import tenant_view
 from accounts.models import SshKey
 from accounts.roles import OPERATE, READ
-from console.web.access import tenant_view
 
 
 class SshKeyForm(forms.Form):

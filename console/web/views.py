@@ -11,12 +11,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from accounts import invitations, services
+from accounts.guards import tenant_view
 from accounts.models import ApiToken, Invitation, Membership
 from accounts.roles import MANAGE, OPERATE, Role
 from accounts.tenancy import switch_tenant
 from console.instances.models import Instance, State
 from console.instances.quota import usage
-from console.web.access import tenant_view
 from console.web.forms import InviteForm, RoleForm, SignUpForm, SwitchTenantForm, TokenForm
 
 NEW_TOKEN_KEY = "new_api_token"  # noqa: S105 - a session key, not a secret

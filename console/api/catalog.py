@@ -1,3 +1,5 @@
+"""The catalog's REST API: /api/v1/specs/, /images/, /regions/ (read only)."""
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
 from rest_framework.exceptions import ValidationError

@@ -1,4 +1,5 @@
-"""Guards for console pages: signed in, a member, an active tenant, the right role."""
+"""Guards for console pages, whatever app serves them: signed in, a member, an active tenant,
+the right role; staff only; and the answer to a locked-out sign-in."""
 
 from functools import wraps
 from math import ceil
