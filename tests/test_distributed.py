@@ -284,3 +284,25 @@ def test_a_web_process_down_longer_than_the_failover_time_fails_no_instance(inst
     assert web1.poll() is None
     with install.api(1) as api:
         assert _states(api) == before
+
+
+def test_every_web_process_down_is_the_consoles_outage_and_fails_no_instance(install):
+    """Both web processes down: no agent is heard, the watchdog (beat and the workers still
+    run) marks every host unreachable, and past the failover time the console still fails no
+    instance, since every host went silent at the same moment; they are back once heard."""
+    with install.api(2) as api:
+        before = _states(api)
+    for name in ("web1", "web2"):
+        install.procs[name].stop()
+    time.sleep(GRACE + FAILOVER + 6)
+    workers = install.procs["worker1"].log() + install.procs["worker2"].log()
+    assert "2 of 2 hosts went silent together" in workers, install.logs()
+    for n, port in enumerate(install.ports, 1):
+        install.start_web(f"web{n}", port)
+    deadline = time.monotonic() + 30
+    while _health(install.urls[0])["components"]["agents"]["status"] != "ok":
+        assert time.monotonic() < deadline, install.logs()
+        time.sleep(0.5)
+    with install.api(1) as api:
+        assert _states(api) == before
+        assert set(before.values()) == {"running"}

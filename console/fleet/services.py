@@ -478,7 +478,7 @@ def hosts_to_fail_over(now: datetime | None = None) -> list[Host]:
     fleet = Host.objects.exclude(status=Host.Status.RETIRED).count()
     silent = list(Host.objects.filter(status=Host.Status.UNREACHABLE))
     window = timedelta(seconds=settings.HOST_HEARTBEAT_GRACE_SECONDS)
-    chosen = []
+    chosen, held = [], []
     for host in silent:
         if host.unreachable_since is None or host.unreachable_since > cutoff:
             continue
@@ -489,13 +489,15 @@ def hosts_to_fail_over(now: datetime | None = None) -> list[Host]:
             if abs((other.last_heartbeat_at or other.registered_at) - seen) <= window
         ]
         if fleet > 1 and len(together) >= max(2, settings.HOST_FAILOVER_SILENT_SHARE * fleet):
-            log.warning(
-                "host %s: not failed over: %d of %d hosts went silent together around "
-                "%s UTC (the console's outage, most likely)",
-                host.name, len(together), fleet, f"{seen:%Y-%m-%d %H:%M:%S}",
-            )  # fmt: skip
-            continue
-        chosen.append(host)
+            held.append(host)
+        else:
+            chosen.append(host)
+    if held:
+        names = ", ".join(host.name for host in held[:5]) + (", …" if len(held) > 5 else "")
+        log.warning(
+            "not failing over %s: %d of %d hosts went silent together (the console's outage, "
+            "most likely)", names, len(held), fleet,
+        )  # fmt: skip
     return chosen
 
 
