@@ -3,7 +3,8 @@ migrate, apply_catalog, createsuperuser, the first tenant and its owner, two web
 two named workers, one beat and two agents (each with its --hostname, each given both web
 processes). Then what issue 16 asked of it: a launch through one web process is watched live
 through the other; a worker SIGKILLed mid-burst leaves no launch behind for more than 30 s; a
-web process stopped for longer than the failover time fails no instance.
+web process stopped for longer than the failover time fails no instance, and neither do both
+(the console's own outage, not the hosts').
 
 It runs on DATABASE_URL and REDIS_URL when they are set (CI), else on a PostgreSQL and a Redis
 on 127.0.0.1 when they answer; otherwise it is skipped. Its database is its own (created and
