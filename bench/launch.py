@@ -9,11 +9,15 @@ present: a warm start), and a few oci cold starts, whose image (a 32 MB layer of
 pulled from Debian's docker-registry on loopback where it is installed. Each
 instance runs `sleep 3` and so exits by itself. Times: launch until `running` arrives on the
 tenant's /ws/events/ socket; the workload's exit (the time the agent saw it) until `stopped`
-arrives there. The baseline, measured in the same run, is one bare agent round trip:
-`PUT /v1/allocations/{id}` straight to the agent.
+arrives there. Each launch's time is split into the API's answer, the queue wait (placed →
+its provision task starts), the task's agent calls and the state change (the agent's answer →
+`running` on the socket), from its events and the worker's notes (bench/timed_worker.py).
+The web and worker processes are `make run`'s. The baseline, measured in the same run, is one
+bare agent round trip: `PUT /v1/allocations/{id}` straight to the agent.
 
     .venv/bin/python bench/launch.py                 # 24 instances a runtime, 4 in flight
     .venv/bin/python bench/launch.py -n 60 -c 8 --gpus 16 --runtimes oci
+    .venv/bin/python bench/launch.py -n 48 -c 16 --burst   # bursts of 16 launches at once
     DATABASE_URL=postgres://… .venv/bin/python bench/launch.py   # on PostgreSQL instead
 """
 
@@ -40,7 +44,7 @@ from stats import percentile  # noqa: E402 - bench/ is on the path when run as a
 def row(name: str, values: list[float]) -> str:
     ms = [v * 1000 for v in values]
     return (
-        f"| {name:<34} | {len(ms):>4} | {percentile(ms, 50):>8.1f} | {percentile(ms, 99):>8.1f} "
+        f"| {name:<40} | {len(ms):>4} | {percentile(ms, 50):>8.1f} | {percentile(ms, 99):>8.1f} "
         f"| {max(ms):>8.1f} | {statistics.fmean(ms):>8.1f} |"
     )
 
@@ -73,7 +77,14 @@ def main() -> int:
     parser.add_argument("-n", "--instances", type=int, default=24)
     parser.add_argument("-c", "--concurrency", type=int, default=4, help="launches in flight")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs of the simulated host")
-    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument(
+        "--workers", type=int, help="Celery worker processes (default: what make run starts)"
+    )
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="launch in bursts of --concurrency at once, each after the one before has stopped",
+    )
     parser.add_argument("--warmup", type=int, default=2, help="launches not counted, first")
     parser.add_argument("--baseline-rounds", type=int, default=20)
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
@@ -181,8 +192,13 @@ def run(args, tmp: Path, procs: list) -> int:
     env = processes.child_env()
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
-    procs.append(Proc("web", processes.web_cmd(port), env, tmp))
-    procs.append(Proc("worker", processes.worker_cmd(concurrency=args.workers), env, tmp))
+    procs.append(Proc("web", processes.web_cmd(port, workers=processes.web_workers()), env, tmp))
+    # make run's worker, which also notes each provision task's times (bench/timed_worker.py)
+    timings = tmp / "timings.jsonl"
+    args.workers = args.workers or processes.worker_concurrency()
+    worker = processes.worker_cmd(concurrency=args.workers)
+    timed = [processes.PYTHON, str(ROOT / "bench" / "timed_worker.py"), *worker[3:]]
+    procs.append(Proc("worker", timed, {**env, "BENCH_TIMINGS": str(timings)}, tmp))
     processes.wait_http(f"{url}/healthz", proc=procs[0].popen)
     procs[1].wait_for_log("ready.", timeout=60)
     engine_url = registry = None
@@ -211,7 +227,8 @@ def run(args, tmp: Path, procs: list) -> int:
 
     shared = (args.gpus + 1) // 2
     modes = ",".join(["shared"] * shared + ["mig"] * (args.gpus - shared))
-    wanted = [abs(i) % len(specs) for i in [*range(args.instances), *range(-args.warmup, 0)]]
+    at_once = args.concurrency if args.burst else args.instances  # a burst's slices come back
+    wanted = [abs(i) % len(specs) for i in [*range(at_once), *range(-args.warmup, 0)]]
     if wanted.count(0) > shared * 4 or wanted.count(1) > (args.gpus - shared) * 7:
         print(f"{args.gpus} GPUs ({modes}) cannot hold them all; use more --gpus")
         return 2
@@ -320,7 +337,11 @@ def run(args, tmp: Path, procs: list) -> int:
         launched.clear()
         api_times.clear()
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-            list(pool.map(launch, range(args.instances)))
+            if not args.burst:
+                list(pool.map(launch, range(args.instances)))
+            for first in range(0, args.instances if args.burst else 0, args.concurrency):
+                list(pool.map(launch, range(first, min(first + args.concurrency, args.instances))))
+                wait_all(list(launched), "stopped", 120)
         wait_all(list(launched), "stopped", 120)
         running = [
             seen_at[(i, "running")] - t for i, t in launched.items() if (i, "running") in seen_at
@@ -331,7 +352,33 @@ def run(args, tmp: Path, procs: list) -> int:
             for pk, at in exits.values_list("instance_id", "at")
             if (pk, "stopped") in seen_at
         ]
-        return {"api": api_times, "running": running, "stopped": stopped}
+        return {"api": api_times, "running": running, "stopped": stopped,
+                **breakdown(list(launched))}  # fmt: skip
+
+    def breakdown(ids) -> dict:
+        """Where each launch's time went, from its events and the worker's notes
+        (bench/timed_worker.py): placed (its `provisioning` event, committed as its task is
+        queued) → its provision task starts (queue wait); the task's agent calls; the rest of
+        its task runs, retries included; the last agent call's answer → `running` on the
+        socket (state change: the commit and the broadcast, or the agent's later event)."""
+        runs: dict[int, list[dict]] = {}
+        for line in timings.read_text().splitlines() if timings.exists() else []:
+            run = json.loads(line)
+            runs.setdefault(run["instance"], []).append(run)
+        placed = InstanceEvent.objects.filter(instance_id__in=ids, to_state="provisioning")
+        parts: dict[str, list[float]] = {"queue": [], "agent": [], "task": [], "change": []}
+        for pk, at in placed.values_list("instance_id", "at"):
+            if pk not in runs or (pk, "running") not in seen_at:
+                continue
+            calls = [call for run in runs[pk] for call in run.get("calls", [])]
+            first = min(run["started"] for run in runs[pk])
+            last_call = max((call[2] for call in calls), default=first)
+            agent = sum(end - start for _, start, end in calls)
+            parts["queue"].append(first - at.timestamp())
+            parts["agent"].append(agent)
+            parts["task"].append(last_call - first - agent)
+            parts["change"].append(seen_at[(pk, "running")] + offset - last_call)
+        return parts
 
     results = {runtime: measure(runtime) for runtime in runtimes}
 
@@ -372,20 +419,30 @@ def run(args, tmp: Path, procs: list) -> int:
 
     print()
     codes = ", ".join(s.code for s in specs)
+    flight = (
+        f"in bursts of {args.concurrency} at once"
+        if args.burst
+        else f"{args.concurrency} in flight"
+    )
     print(
         f"gpucloud launch bench: {args.instances} instances a runtime ({codes} alternating), "
-        f"{args.concurrency} in flight, a simulated host with {args.gpus} GPUs ({modes}) per "
-        f"runtime, {connection.vendor}, embedded Redis, uvicorn + 1 Celery worker "
-        f"({args.workers} processes), {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+        f"{flight}, a simulated host with {args.gpus} GPUs ({modes}) per "
+        f"runtime, {connection.vendor}, embedded Redis, uvicorn ({processes.web_workers()} "
+        f"processes) + 1 Celery worker ({args.workers} processes), {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}"
     )
     print()
-    print(f"| {'what':<34} |    n |  p50 ms  |  p99 ms  |  max ms  | mean ms  |")
-    print(f"|{'-' * 36}|------|----------|----------|----------|----------|")
+    print(f"| {'what':<40} |    n |  p50 ms  |  p99 ms  |  max ms  | mean ms  |")
+    print(f"|{'-' * 42}|------|----------|----------|----------|----------|")
     print(row(f"bare agent PUT ({runtimes[0]}), kept-alive", raw_http))
     print(row(f"bare agent PUT ({runtimes[0]}), agent_client", baseline))
     for runtime, got in results.items():
         print(row(f"{runtime}: POST /api/v1/instances/", got["api"]))
         print(row(f"{runtime}: launch → running (ws)", got["running"]))
+        print(row(f"{runtime}:   queue wait (placed → task)", got["queue"]))
+        print(row(f"{runtime}:   agent calls (keys, PUT)", got["agent"]))
+        print(row(f"{runtime}:   rest of the task (retries)", got["task"]))
+        print(row(f"{runtime}:   state change (→ ws running)", got["change"]))
         print(row(f"{runtime}: exit → stopped (ws)", got["stopped"]))
     if cold:
         print(row("oci: cold launch → running (pull)", cold))

@@ -87,7 +87,7 @@ def main() -> int:
     # one uvicorn process per core (WEB_CONCURRENCY): they share the embedded Redis-protocol
     # server, the broker and channel layer, so websockets reach their groups from any of them
     start("web", processes.web_cmd(port, workers=processes.web_workers()))
-    start("worker", processes.worker_cmd())
+    start("worker", processes.worker_cmd(concurrency=processes.worker_concurrency()))
     start("beat", processes.beat_cmd(var_dir))
     processes.wait_http(f"{url}/healthz", timeout=60, proc=children[0][1])
     runtime, engine_url, runs_as = choose_runtime(var_dir, children)

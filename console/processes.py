@@ -54,6 +54,14 @@ def web_cmd(port: int, host: str = "127.0.0.1", workers: int = 1) -> list[str]:
     ]  # fmt: skip
 
 
+def worker_concurrency() -> int:
+    """How many task processes `make run`'s worker runs: WORKER_CONCURRENCY, else two per
+    core. A launch's task mostly waits on its host's agent (a container start): with one per
+    core, a burst of launches queued behind them (bench/launch.py --burst); with four, the
+    container starts competed for the cores."""
+    return int(os.environ.get("WORKER_CONCURRENCY") or 2 * (os.cpu_count() or 1))
+
+
 def worker_cmd(concurrency: int = 2, name: str = "worker") -> list[str]:
     return [
         PYTHON, "-m", "celery", "-A", "console", "worker", "-Q", QUEUES,
