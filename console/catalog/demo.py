@@ -13,24 +13,23 @@ from console.catalog.models import GpuModel, Image, MigProfile, Mode, Region, Sp
 
 REGION = ("local-1", "Local lab 1")
 
+
+def _profiles_80gb(whole_mib: int) -> list:
+    """The MIG profiles the A100 80GB and the H100 80GB share; only the whole GPU's differs."""
+    return [
+        ("1g.10gb", 1, 1, [0, 1, 2, 3, 4, 5, 6], 9984),
+        ("1g.20gb", 1, 2, [0, 2, 4, 6], 19968),
+        ("2g.20gb", 2, 2, [0, 2, 4], 19968),
+        ("3g.40gb", 3, 4, [0, 4], 40192),
+        ("4g.40gb", 4, 4, [0], 40192),
+        ("7g.80gb", 7, 8, [0], whole_mib),
+    ]
+
+
 # code, name, memory MiB, MIG profiles (name, compute slices, memory slices, starts, MiB)
 GPU_MODELS = [
-    ("a100-80gb", "NVIDIA A100 80GB", 81920, [
-        ("1g.10gb", 1, 1, [0, 1, 2, 3, 4, 5, 6], 9984),
-        ("1g.20gb", 1, 2, [0, 2, 4, 6], 19968),
-        ("2g.20gb", 2, 2, [0, 2, 4], 19968),
-        ("3g.40gb", 3, 4, [0, 4], 40192),
-        ("4g.40gb", 4, 4, [0], 40192),
-        ("7g.80gb", 7, 8, [0], 80896),
-    ]),
-    ("h100-80gb", "NVIDIA H100 80GB", 81559, [
-        ("1g.10gb", 1, 1, [0, 1, 2, 3, 4, 5, 6], 9984),
-        ("1g.20gb", 1, 2, [0, 2, 4, 6], 19968),
-        ("2g.20gb", 2, 2, [0, 2, 4], 19968),
-        ("3g.40gb", 3, 4, [0, 4], 40192),
-        ("4g.40gb", 4, 4, [0], 40192),
-        ("7g.80gb", 7, 8, [0], 80384),
-    ]),
+    ("a100-80gb", "NVIDIA A100 80GB", 81920, _profiles_80gb(80896)),
+    ("h100-80gb", "NVIDIA H100 80GB", 81559, _profiles_80gb(80384)),
     ("h200-141gb", "NVIDIA H200 141GB", 143771, [
         ("1g.18gb", 1, 1, [0, 1, 2, 3, 4, 5, 6], 17664),
         ("1g.35gb", 1, 2, [0, 2, 4, 6], 33792),

@@ -9,14 +9,13 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.utils import timezone
 
+from console.scheduler.model import MIG_SLICES
+
 
 class Mode(models.TextChoices):
     WHOLE = "whole", "Whole GPUs"
     MIG = "mig", "MIG slice"
     SHARED = "shared", "Shared fraction"
-
-
-MIG_SLOTS = 8  # memory slices of a MIG-capable GPU
 
 
 class Region(models.Model):
@@ -67,9 +66,11 @@ class MigProfile(models.Model):
             raise ValidationError({"size": "A MIG profile takes 1, 2, 4 or 8 memory slices."})
         starts = self.starts if isinstance(self.starts, list) else None
         if not starts or any(
-            not isinstance(s, int) or s < 0 or s + self.size > MIG_SLOTS for s in starts
+            not isinstance(s, int) or s < 0 or s + self.size > MIG_SLICES for s in starts
         ):
-            raise ValidationError({"starts": "Starts must be slice numbers that fit in 8 slices."})
+            raise ValidationError(
+                {"starts": f"Starts must be slice numbers that fit in {MIG_SLICES} slices."}
+            )
 
 
 class Spec(models.Model):
@@ -157,7 +158,7 @@ class Spec(models.Model):
         if self.mode == Mode.WHOLE:
             return Decimal(self.gpu_count)
         if self.mode == Mode.MIG:
-            return Decimal(self.mig_profile.size) / MIG_SLOTS
+            return Decimal(self.mig_profile.size) / MIG_SLICES
         return Decimal(self.milli) / 1000
 
     def clean(self):

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from console.catalog.models import MIG_SLOTS, GpuModel, Mode, Region
+from console.catalog.models import MIG_SLICES, GpuModel, Mode, Region
 
 
 def hash_secret(raw: str) -> str:
@@ -151,7 +151,7 @@ class Gpu(models.Model):
         if self.mode == Mode.WHOLE:
             return "in use" if self.claim_count else "free"
         if self.mode == Mode.MIG:
-            return f"{self.slot_count}/{MIG_SLOTS} slices"
+            return f"{self.slot_count}/{MIG_SLICES} slices"
         return f"{self.milli_used or 0}/1000 milli"
 
     @classmethod

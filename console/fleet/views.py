@@ -8,23 +8,32 @@ from django.urls import Resolver404, resolve, reverse
 from django.views.decorators.http import require_POST
 
 from accounts.guards import staff_view
-from console.catalog.models import MIG_SLOTS, Mode
+from console.catalog.models import MIG_SLICES, Mode
 from console.fleet import services
 from console.fleet.forms import GpuModeForm, HostStatusForm, JoinTokenForm
 from console.fleet.models import Gpu, Host, JoinToken
 
-# The buttons each operator-chosen status offers: (target status, label, danger).
-ACTIONS = {
-    Host.Status.ACTIVE: [("cordoned", "Cordon", False), ("draining", "Drain", False),
-                         ("maintenance", "Maintenance", False), ("retired", "Retire", True)],
-    Host.Status.CORDONED: [("active", "Uncordon", False), ("draining", "Drain", False),
-                           ("maintenance", "Maintenance", False), ("retired", "Retire", True)],
-    Host.Status.DRAINING: [("active", "Activate", False), ("cordoned", "Cordon", False),
-                           ("maintenance", "Maintenance", False), ("retired", "Retire", True)],
-    Host.Status.MAINTENANCE: [("active", "Activate", False), ("cordoned", "Cordon", False),
-                              ("draining", "Drain", False), ("retired", "Retire", True)],
-    Host.Status.RETIRED: [],
-}  # fmt: skip
+# The button of each status an operator may choose, in this order.
+LABELS = {
+    Host.Status.ACTIVE: "Activate",
+    Host.Status.CORDONED: "Cordon",
+    Host.Status.DRAINING: "Drain",
+    Host.Status.MAINTENANCE: "Maintenance",
+    Host.Status.RETIRED: "Retire",
+}
+
+
+def host_actions(host: Host) -> list[tuple[str, str, bool]]:
+    """(target status, label, danger) of each move Host.TRANSITIONS allows from where it is."""
+    return [
+        (
+            status,
+            "Uncordon" if (host.admin_status, status) == ("cordoned", "active") else label,
+            status == Host.Status.RETIRED,
+        )
+        for status, label in LABELS.items()
+        if host.can_become(status)
+    ]
 
 
 def _error_text(error: ValidationError) -> str:
@@ -50,7 +59,7 @@ def _summary(hosts: list[Host]) -> dict:
         "whole_used": len([g for g in by_mode[Mode.WHOLE] if g.claim_count]),
         "whole_total": len(by_mode[Mode.WHOLE]),
         "mig_used": sum(g.slot_count for g in by_mode[Mode.MIG]),
-        "mig_total": MIG_SLOTS * len(by_mode[Mode.MIG]),
+        "mig_total": MIG_SLICES * len(by_mode[Mode.MIG]),
         "shared_used": sum(g.milli_used or 0 for g in by_mode[Mode.SHARED]) / 1000,
         "shared_total": len(by_mode[Mode.SHARED]),
     }
@@ -59,7 +68,7 @@ def _summary(hosts: list[Host]) -> dict:
 def _index(request, issued=None, form=None, status=200):
     hosts = list(_hosts())
     for host in hosts:
-        host.actions = ACTIONS.get(host.admin_status, [])
+        host.actions = host_actions(host)
     tokens = JoinToken.objects.select_related("region", "host", "created_by")[:10]
     context = {
         "hosts": hosts,
@@ -86,7 +95,7 @@ def host_detail(request, pk):
         ),
         pk=pk,
     )
-    host.actions = ACTIONS.get(host.admin_status, [])
+    host.actions = host_actions(host)
     return render(
         request,
         "fleet/host.html",

@@ -15,8 +15,8 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from console import broadcast
 from console.errors import DomainError
-from console.instances import broadcast
 from console.instances.models import Instance, InstanceEvent, State
 from console.instances.signals import instance_state_changed
 

@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from console.catalog.models import MIG_SLOTS, Mode, Spec
+from console.catalog.models import MIG_SLICES, Mode, Spec
 from console.fleet.models import Gpu, Host
 from console.instances.models import Allocation, GpuClaim, Instance
 from console.scheduler import model as core
@@ -213,7 +213,7 @@ def _choice(spec: Spec, snap: Snapshot, placement: core.Placement) -> Choice:
     indexes = tuple(sorted(placement.gpu_indexes))
     pks = [snap.gpu_pks[(host_pk, i)] for i in indexes]
     if spec.mode == Mode.WHOLE:
-        claims = tuple(ClaimSpec(pk, slot) for pk in pks for slot in range(MIG_SLOTS))
+        claims = tuple(ClaimSpec(pk, slot) for pk in pks for slot in range(MIG_SLICES))
         return Choice(host_pk, indexes, claims, placement)
     if spec.mode == Mode.MIG:
         profile, start = spec.mig_profile, placement.mig_start

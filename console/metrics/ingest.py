@@ -24,18 +24,13 @@ import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from channels_redis.pubsub import RedisPubSubChannelLayer
-from django.conf import settings
-
+from console import broadcast
 from console.fleet.models import Gpu, Host
 from console.instances.models import Allocation
 from console.metrics import live
+from console.scheduler.model import MIG_SLICES
 
 log = logging.getLogger(__name__)
-
-MIG_SLICES = 8  # memory slices of a MIG-capable GPU: a MIG slice's share of the GPU's power
 
 
 def instance_group(instance_id: int) -> str:
@@ -368,44 +363,11 @@ def ingest_samples(
             )
         )
     store = live.store()
-    wire = pubsub_wire(messages) if isinstance(store, live.RedisWindow) else None
+    wire = broadcast.pubsub_wire(messages) if isinstance(store, live.RedisWindow) else None
     if points or latest or wire:
         store.add(points, latest, now, publish=wire or ())
     if wire is None:
-        publish(messages)
+        for group, message in messages:
+            broadcast.group_send(group, message)
     result.groups = [group for group, _ in messages]
     return result
-
-
-def publish(messages: list[tuple[str, dict]]) -> None:
-    """group_send each (group, message); a lost live update is not worth failing the batch (the
-    window has the samples, and a viewer that reconnects gets them)."""
-    layer = get_channel_layer()
-    if layer is None or not messages:
-        return
-
-    async def send_all():
-        for group, message in messages:
-            await layer.group_send(group, message)
-
-    try:
-        async_to_sync(send_all)()
-    except Exception:
-        log.warning("could not publish %d metric messages", len(messages), exc_info=True)
-
-
-def pubsub_wire(messages: list[tuple[str, dict]]) -> list[tuple[str, bytes]] | None:
-    """The messages as (Redis channel, bytes) exactly as RedisPubSubChannelLayer.group_send
-    would PUBLISH them, when the layer is that one on a single Redis (REDIS_URL): then they go
-    out in the same pipeline as the window's writes, one round trip a batch, instead of one
-    group_send at a time through the event loop (under load, the event loop and the layer's
-    per-connection lock made each batch wait most of a second). None: use group_send.
-    tests/metrics/test_publish.py checks the wire format against channels_redis itself."""
-    layer = get_channel_layer()
-    if not isinstance(layer, RedisPubSubChannelLayer) or not settings.REDIS_URL:
-        return None
-    hosts = getattr(layer, "_kwargs", {}).get("hosts") or []
-    if len(hosts) != 1 or hosts[0] != settings.REDIS_URL:
-        return None
-    prefix = layer._kwargs.get("prefix", "asgi")
-    return [(f"{prefix}__group__{group}", layer.serialize(msg)) for group, msg in messages]

@@ -9,6 +9,7 @@ import redis
 from asgiref.sync import sync_to_async
 from channels.layers import channel_layers, get_channel_layer
 
+from console import broadcast
 from console.metrics import ingest, live
 from tests.metrics.communicator import run
 from tests.metrics.conftest import alloc_sample
@@ -46,7 +47,7 @@ def test_the_wire_format_is_the_layers(settings, redis_url):
         layer = get_channel_layer()
         channel = await layer.new_channel()
         await layer.group_add("metrics.instance.77", channel)
-        [(name, payload)] = ingest.pubsub_wire([("metrics.instance.77", message)])
+        [(name, payload)] = broadcast.pubsub_wire([("metrics.instance.77", message)])
 
         async def publish():
             redis.Redis.from_url(redis_url).publish(name, payload)
@@ -61,7 +62,7 @@ def test_the_wire_format_is_the_layers(settings, redis_url):
 def test_without_the_pubsub_layer_group_send_is_used(settings):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     channel_layers.backends.clear()
-    assert ingest.pubsub_wire([("metrics.instance.1", {"type": "x"})]) is None
+    assert broadcast.pubsub_wire([("metrics.instance.1", {"type": "x"})]) is None
 
 
 @pytest.mark.django_db(transaction=True)
