@@ -183,9 +183,10 @@ def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
         raise TokenRejected("token_revoked", "This API token has been revoked.")
     if token.is_expired():
         raise TokenRejected("token_expired", "This API token has expired.")
-    membership = (
+    membership = (  # one at most, unordered: the default order would join tenants and users
         Membership.objects.select_related("tenant", "user")
         .filter(user=token.user, tenant=token.tenant)
+        .order_by()
         .first()
     )
     if membership is None or not token.user.is_active:

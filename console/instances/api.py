@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from accounts.models import SshKey
 from accounts.permissions import request_membership
 from accounts.roles import OPERATE, READ
-from console.catalog.models import Spec
+from console.catalog.models import Spec, SpecPrice
 from console.instances import services
 from console.instances.models import Allocation, Instance, State
 from console.instances.serializers import (
@@ -49,14 +49,18 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 Allocation.objects.filter(released_at__isnull=True).select_related("host"),
             ),
         )
+        # Prices unordered: Spec.price_points sorts them, and their default order (by spec, so
+        # by the specs' own order) would join specs and GPU models into the query.
+        prices = SpecPrice.objects.order_by()
         if self.action != "list":
             return queryset.select_related(
                 "spec__mig_profile", "image", "region", "disk_host"
-            ).prefetch_related("spec__prices")
+            ).prefetch_related(Prefetch("spec__prices", prices))
         # A page's specs, images, regions and hosts are few, each shared by many instances:
         # fetched once each rather than joined into every row, each is built once.
+        specs = Spec.objects.order_by().select_related("mig_profile")
         queryset = queryset.prefetch_related(
-            Prefetch("spec", Spec.objects.select_related("mig_profile").prefetch_related("prices")),
+            Prefetch("spec", specs.prefetch_related(Prefetch("prices", prices))),
             "image",
             "region",
             "disk_host",
