@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from accounts import services
+from accounts import locks, services
 from accounts.models import Invitation, Membership, Tenant, hash_token
 from accounts.roles import MANAGE, Role
 
@@ -125,7 +125,7 @@ def has_account(invitation: Invitation) -> bool:
 
 
 def _lock_usable(invitation: Invitation) -> Invitation:
-    locked = Invitation.objects.select_for_update().select_related("tenant").get(pk=invitation.pk)
+    locked = locks.invitation(invitation.pk)
     if locked.state != "pending":
         raise ValidationError(f"This invitation has been {locked.state}.")
     return locked

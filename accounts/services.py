@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import locks
 from accounts.models import ApiToken, Membership, Quota, Tenant, hash_token
 from accounts.roles import OPERATE, Role
 from accounts.signals import tenant_suspended
@@ -77,16 +78,10 @@ def add_member(tenant: Tenant, user, role: str) -> Membership:
     return Membership.objects.create(tenant=tenant, user=user, role=role)
 
 
-def _lock_owners(tenant: Tenant) -> list[Membership]:
-    return list(
-        Membership.objects.select_for_update().filter(tenant=tenant, role=Role.OWNER).order_by("pk")
-    )
-
-
 @transaction.atomic
 def change_role(membership: Membership, role: str) -> Membership:
     _check_role(role)
-    owners = _lock_owners(membership.tenant)
+    owners = locks.owners(membership.tenant)
     membership.refresh_from_db()
     if membership.role == Role.OWNER and role != Role.OWNER and len(owners) <= 1:
         raise ValidationError({"role": "A tenant needs at least one owner."})
@@ -97,7 +92,7 @@ def change_role(membership: Membership, role: str) -> Membership:
 
 @transaction.atomic
 def remove_member(membership: Membership) -> None:
-    owners = _lock_owners(membership.tenant)
+    owners = locks.owners(membership.tenant)
     membership.refresh_from_db()
     if membership.role == Role.OWNER and len(owners) <= 1:
         raise ValidationError("The last owner cannot be removed.")

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from accounts.models import Membership, Quota, Tenant
 from accounts.roles import Role
+from billing import locks
 from billing.models import BudgetAlert, UsagePiece, micros_to_decimal
 from billing.rating import month_start
 from billing.usage import so_far
@@ -191,12 +192,7 @@ def send_alert(alert_pk: int, now: datetime | None = None) -> bool:
     sent). At most once: the row is locked and ``emailed_at`` set in one transaction."""
     now = now or timezone.now()
     with transaction.atomic():
-        alert = (
-            BudgetAlert.objects.select_for_update(of=("self",))
-            .select_related("tenant__quota")
-            .filter(pk=alert_pk, emailed_at__isnull=True)
-            .first()
-        )
+        alert = locks.unsent_alert(alert_pk)
         if alert is None:
             return False
         tenant = alert.tenant

@@ -27,7 +27,7 @@ from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
 from accounts.models import Tenant
-from billing import documents
+from billing import documents, locks
 from billing.bulk import insert_rows, update_rows
 from billing.metering import (
     locked_segments,
@@ -41,7 +41,6 @@ from billing.models import (
     CreditGrant,
     Invoice,
     InvoiceLine,
-    InvoiceSequence,
     UsagePiece,
     month_bounds,
 )
@@ -94,15 +93,6 @@ def current_issuer() -> documents.Issuer:
 # --- numbers -----------------------------------------------------------------------------
 
 
-def _lock_sequence(series: str, year: int) -> InvoiceSequence:
-    """The series' row for ``year``, created if need be, locked until the transaction ends
-    (always two statements, so finalization's query count does not depend on it)."""
-    InvoiceSequence.objects.bulk_create(
-        [InvoiceSequence(series=series, year=year)], ignore_conflicts=True
-    )
-    return InvoiceSequence.objects.select_for_update().get(series=series, year=year)
-
-
 def format_number(series: str, year: int, number: int) -> str:
     return f"{series}-{year}-{number:06d}"
 
@@ -124,11 +114,10 @@ def _applicable_grants(tenant_ids: QuerySet, period_start: datetime, now: dateti
     """Grants with credit left that the month may use, locked in pk order, grouped by tenant
     in the order they are used: promotional first, then the soonest to expire, then the
     oldest."""
-    grants = list(
-        CreditGrant.objects.select_for_update()
-        .filter(tenant_id__in=tenant_ids, remaining__gt=0, granted_at__lte=now)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=period_start))
-        .order_by("pk")
+    grants = locks.credit_grants(
+        CreditGrant.objects.filter(
+            tenant_id__in=tenant_ids, remaining__gt=0, granted_at__lte=now
+        ).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=period_start))
     )
     far = datetime.max.replace(tzinfo=period_start.tzinfo)
     grants.sort(
@@ -238,15 +227,13 @@ def finalize_month(month: date, *, now: datetime | None = None) -> FinalizeResul
         raise ValueError(f"{month:%Y-%m} has not ended yet")
     rate_pending(now, period=(period_start, period_end))
     with transaction.atomic():
-        sequence = _lock_sequence(INVOICE_SERIES, now.year)
+        sequence = locks.invoice_sequence(INVOICE_SERIES, now.year)
         _create_missing_drafts(month)
         drafts = Invoice.objects.filter(
             kind=Invoice.Kind.INVOICE, month=month, status=Invoice.Status.DRAFT
         )
         locked = list(
-            drafts.select_for_update(of=("self",))
-            .order_by("pk")
-            .values_list("pk", "tenant_id", "tenant__name", "tenant__slug")
+            locks.invoices(drafts).values_list("pk", "tenant_id", "tenant__name", "tenant__slug")
         )
         if not locked:
             return FinalizeResult(month, 0, 0, ZERO, None, None)
@@ -407,8 +394,8 @@ def void_invoice(
     invoice answers the same one."""
     now = now or timezone.now()
     with transaction.atomic():
-        sequence = _lock_sequence(CREDIT_NOTE_SERIES, now.year)
-        original = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        sequence = locks.invoice_sequence(CREDIT_NOTE_SERIES, now.year)
+        original = locks.invoice(invoice.pk)
         if original.kind != Invoice.Kind.INVOICE:
             raise InvalidInvoiceState("A credit note cannot be voided.")
         if original.status == Invoice.Status.VOID:
@@ -418,9 +405,9 @@ def void_invoice(
         applications = list(original.credit_applications.order_by("grant_id"))
         grants = {
             grant.pk: grant
-            for grant in CreditGrant.objects.select_for_update()
-            .filter(pk__in=[a.grant_id for a in applications])
-            .order_by("pk")
+            for grant in locks.credit_grants(
+                CreditGrant.objects.filter(pk__in=[a.grant_id for a in applications])
+            )
         }
         for application in applications:
             grant = grants[application.grant_id]

@@ -26,6 +26,7 @@ from django.db import transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from billing import locks
 from billing.bulk import upsert_rows
 from billing.models import (
     Invoice,
@@ -195,11 +196,7 @@ def _same(stored: PieceRow, row: PieceRow) -> bool:
 
 def locked_segments(segments: QuerySet) -> list:
     """Lock ``segments`` in pk order and read what rating needs."""
-    return list(
-        segments.select_for_update(of=("self",))
-        .order_by("pk")
-        .values_list(*SEGMENT_COLUMNS, named=True)
-    )
+    return list(locks.segments(segments).values_list(*SEGMENT_COLUMNS, named=True))
 
 
 def frozen_months(tenant_ids: Iterable[int]) -> set[tuple[int, date]]:
@@ -383,9 +380,11 @@ def close_segment(instance: Instance, kind: str, at: datetime) -> None:
     at = as_utc(at, "at")
     with transaction.atomic():
         open_ids = list(
-            UsageSegment.objects.select_for_update()
-            .filter(instance_id=instance.pk, kind=kind, ended_at__isnull=True, started_at__lte=at)
-            .values_list("pk", flat=True)
+            locks.segments(
+                UsageSegment.objects.filter(
+                    instance_id=instance.pk, kind=kind, ended_at__isnull=True, started_at__lte=at
+                )
+            ).values_list("pk", flat=True)
         )
         if len(open_ids) == 1:
             UsageSegment.objects.filter(pk=open_ids[0]).update(ended_at=at, rated=False)

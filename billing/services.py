@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import locks as account_locks
 from accounts.models import Quota, Tenant
 from billing import budgets, metering
 from billing.invoices import (
@@ -79,7 +80,7 @@ def set_budget(
     if budget_action not in Quota.BudgetAction.values:
         raise ValidationError({"budget_action": "Choose alert or stop."})
     with transaction.atomic():
-        quota = Quota.objects.select_for_update().get(tenant_id=tenant.pk)
+        quota = account_locks.quota(tenant.pk)
         quota.monthly_budget = monthly_budget
         quota.budget_action = budget_action
         quota.full_clean()

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from console.catalog.models import GpuModel, Mode, Region
 from console.errors import DomainError
-from console.fleet import agent_client
+from console.fleet import agent_client, locks
 from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret
 
@@ -321,7 +321,7 @@ def _sync_gpus(host: Host, inventory: dict) -> bool:
     gpus, unreadable = _readable(host.name, inventory)
     items = {item["uuid"]: item for item in gpus}
     models = _gpu_models(gpus)
-    existing = {gpu.uuid: gpu for gpu in Gpu.objects.select_for_update().filter(host=host)}
+    existing = {gpu.uuid: gpu for gpu in locks.gpus_of(host)}
     missing = {gpu.index: gpu for uuid, gpu in existing.items() if uuid not in items}
     complete = True
     for item in unreadable:  # the GPU known in that slot, if any, is unhealthy
@@ -393,7 +393,7 @@ def record_heartbeat(
     if address and address.rstrip("/") != host.address:
         address = _check_address(address)
     with transaction.atomic():
-        locked = Host.objects.select_for_update().get(pk=host.pk)
+        locked = locks.host(host.pk)
         updates: dict = {"last_heartbeat_at": now}
         if address:
             address = address.rstrip("/")
@@ -511,7 +511,7 @@ def set_host_status(host: Host, status: str, actor=None, message: str = "") -> H
         allowed = ", ".join(Host.OPERATOR_STATUSES)
         raise ValidationError({"status": f"An operator can set {allowed}; not {status!r}."})
     with transaction.atomic():
-        locked = Host.objects.select_for_update().get(pk=host.pk)
+        locked = locks.host(host.pk)
         if locked.admin_status == status:
             return locked
         if not locked.can_become(status):
@@ -557,7 +557,7 @@ def set_gpu_mode(gpu: Gpu, mode: str, actor=None) -> Gpu:
             {"mode": f"Unknown mode {mode!r}; use one of {', '.join(Mode.values)}."}
         )
     with transaction.atomic():
-        locked = Gpu.objects.select_for_update().select_related("host", "model").get(pk=gpu.pk)
+        locked = locks.gpu(gpu.pk)
         if locked.mode == mode:
             return locked
         if mode == Mode.MIG and not locked.model.mig_capable:

@@ -22,7 +22,7 @@ from console.catalog.models import port_errors
 from console.celery import enqueue_on_commit
 from console.errors import DomainError
 from console.fleet.models import Host
-from console.instances import lifecycle
+from console.instances import lifecycle, locks
 from console.instances.models import Instance, State
 
 MAX_PORTS = 16
@@ -161,12 +161,7 @@ def record_session(
     instance's current allocation on that host."""
     pk = instance.pk if isinstance(instance, Instance) else instance
     with transaction.atomic():
-        locked = (
-            Instance.objects.select_for_update(of=("self",))
-            .select_related("spec", "region")
-            .filter(pk=pk)
-            .first()
-        )
+        locked = locks.instance(pk, "spec", "region")
         if locked is None:
             return False
         if host is not None:

@@ -18,6 +18,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from console.catalog.models import MIG_SLICES, Mode, Spec
+from console.fleet import locks as fleet_locks
 from console.fleet.models import Gpu, Host
 from console.instances.models import Allocation, GpuClaim, Instance
 from console.scheduler import model as core
@@ -317,10 +318,10 @@ def allocate(
 
 
 def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
-    host = Host.objects.select_for_update().get(pk=choice.host_pk)
+    host = fleet_locks.host(choice.host_pk)
     if not host.schedulable:
         raise _Moved(f"host {host.name} is {host.status}")
-    locked = list(Gpu.objects.select_for_update().filter(pk__in=choice.gpu_pks).order_by("pk"))
+    locked = fleet_locks.gpus(choice.gpu_pks)
     if len(locked) != len(choice.gpu_pks):
         raise _Moved("a GPU went away")
     # What is committed now, under the locks: the choice must still hold. (SQLite needs no

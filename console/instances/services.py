@@ -1,8 +1,8 @@
 """Every change to an instance goes through one of these functions: one transaction, the
 event rows (lifecycle.transition), and the Celery work queued after commit.
 
-Locks are always taken in the same order: the tenant's Quota row, then Instance rows (in pk
-order when several), then the Host row, then Gpu rows in pk order (placement.allocate).
+Locks are taken through the lock modules, in the order accounts/locks.py states: the
+tenant's Quota row, then Instance rows, then the Host row, then its Gpu rows (placement).
 Nothing that talks to a host runs inside a transaction: the Celery tasks in tasks.py read
 what to do under a lock, call the agent, and come back here to record the outcome."""
 
@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import locks as account_locks
 from accounts.models import Quota, Tenant
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.celery import enqueue_on_commit
@@ -24,7 +25,7 @@ from console.errors import DomainError
 from console.fleet import agent_client
 from console.fleet.models import Host
 from console.fleet.services import hosts_to_fail_over
-from console.instances import access, availability, lifecycle, placement
+from console.instances import access, availability, lifecycle, locks, placement
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
@@ -73,7 +74,7 @@ def _lock_quota(tenant: Tenant) -> Quota:
     """Lock the tenant's quota row. The lock serialises every launch, start and resize of
     the tenant (on SQLite the IMMEDIATE transaction already does), so two of them can never
     both pass the check below. Taken first, before any instance row."""
-    quota = Quota.objects.select_for_update().get(tenant_id=tenant.pk)
+    quota = account_locks.quota(tenant.pk)
     quota.tenant = tenant
     return quota
 
@@ -109,11 +110,8 @@ def _num(value) -> str:
 
 
 def _lock(instance_pk: int, *, skip_locked: bool = False) -> Instance | None:
-    return (
-        Instance.objects.select_for_update(skip_locked=skip_locked, of=("self",))
-        .select_related("spec__mig_profile", "region", "tenant")
-        .filter(pk=instance_pk)
-        .first()
+    return locks.instance(
+        instance_pk, "spec__mig_profile", "region", "tenant", skip_locked=skip_locked
     )
 
 
