@@ -14,8 +14,8 @@ from agent.api import create_app
 from agent.backends.nvml import NvmlBackend
 from agent.backends.sim import SimBackend
 from agent.control import RegistrationError, Reporter, Servers, ensure_identity
-from agent.host import Host
-from agent.models import MODELS
+from agent.gpu_models import MODELS
+from agent.host import LocalHost
 from agent.oci import OciRuntime
 from agent.runtime import ProcessRuntime, SimRuntime
 from agent.service import lifespan, serve
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.backend == "sim":
         args.cpus = args.cpus or SIM_CPUS_PER_GPU * args.gpus
         args.memory_mib = args.memory_mib or SIM_MEMORY_MIB_PER_GPU * args.gpus
-    host = Host(args.hostname, backend, runtime, store, args.cpus, args.memory_mib)
+    host = LocalHost(args.hostname, backend, runtime, store, args.cpus, args.memory_mib)
     host.restore()
     gateway = None
     if args.ssh and args.runtime == "oci":

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agent.errors import invalid
+from agent.gpu_models import mig_profiles
 from agent.mig import placement_error
-from agent.models import mig_profiles
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MODES = ("whole", "mig", "shared")

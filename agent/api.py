@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket
 
 from agent.backends.sim import FAULTS
 from agent.errors import ApiError, invalid
-from agent.host import Host
+from agent.host import LocalHost
 from agent.ports import PortProxy
 from agent.shell import Shell, until_either_ends
 from agent.ssh import parse_keys
@@ -88,7 +88,7 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     )
 
 
-def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
+def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
@@ -180,7 +180,7 @@ def create_app(host: Host, secret: str, lifespan=None) -> Starlette:
     )
 
 
-def terminal(host: Host):
+def terminal(host: LocalHost):
     """`/v1/instances/{id}/terminal?cols=&rows=`: a login shell in the instance's container
     with a PTY. Binary frames carry the terminal's bytes both ways; a text frame
     `{"type": "resize", "cols", "rows"}` resizes. Closes 1000 when the shell ends, 4404 when

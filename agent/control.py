@@ -23,7 +23,7 @@ from collections import deque
 import httpx
 
 from agent import AGENT_VERSION
-from agent.host import Host
+from agent.host import LocalHost
 from agent.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class Reporter:
 
     def __init__(
         self,
-        host: Host,
+        host: LocalHost,
         identity: dict,
         heartbeat_interval: float,
         address: str,

@@ -10,8 +10,8 @@ import os
 from agent import AGENT_VERSION
 from agent.allocations import MODES, Allocation, check_id, cuda_env, now_iso, parse_spec
 from agent.errors import ApiError, conflict, invalid
-from agent.models import mig_profiles
-from agent.placement import check_placement
+from agent.fit import check_placement
+from agent.gpu_models import mig_profiles
 from agent.runtime import Exit, LaunchError
 from agent.state import StateStore
 
@@ -38,7 +38,10 @@ def _over_cap(sample: dict) -> bool:
     return used is not None and total is not None and used > total
 
 
-class Host:
+class LocalHost:
+    """This machine as its agent runs it: the GPUs (backend), the workloads (runtime) and
+    the allocations it holds. The console's record of it is console.fleet.models.Host."""
+
     def __init__(
         self,
         hostname: str,

@@ -15,7 +15,7 @@ import sys
 
 from agent import nvml_dcgm
 from agent.backends import nvml as nvml_backend
-from agent.models import MODELS, mig_profiles
+from agent.gpu_models import MODELS, mig_profiles
 from agent.nvml_access import GRANT_HINT
 
 NOTHING_CHANGES = "read-only: nothing on this host is created, destroyed or changed"

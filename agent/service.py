@@ -11,7 +11,7 @@ import logging
 import uvicorn
 
 from agent.control import Reporter
-from agent.host import Host
+from agent.host import LocalHost
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ async def _repeat(name: str, step, delay) -> None:
         await asyncio.sleep(delay())
 
 
-def lifespan(host: Host, sample_interval: float, reporter: Reporter | None, gateway=None):
+def lifespan(host: LocalHost, sample_interval: float, reporter: Reporter | None, gateway=None):
     async def sample() -> None:
         await host.refresh()
         samples = host.poll()

@@ -2,7 +2,7 @@
 
 Every host of the node list comes in with all its GPUs in shared mode; requests arrive one by
 one in creation_time order (file order where the list has no creation_time) and nothing
-departs; each is placed by console.scheduler.placement.place and applied, or rejected. When
+departs; each is placed by console.scheduler.policies.place and applied, or rejected. When
 the file runs out before the arrived GPU demand reaches the cluster's capacity, requests
 keep arriving, drawn from the same file at random (--seed). At the moment the arrived demand
 reaches 100% of capacity: GPUs allocated (milli allocated / 1000) and the unallocated share.
@@ -41,18 +41,18 @@ sys.path.insert(0, str(ROOT))
 
 from bench.stats import percentile  # noqa: E402
 from console.scheduler.cluster import Cluster  # noqa: E402
-from console.scheduler.model import MILLI, SHARED, Gpu, Host, Placement, Request  # noqa: E402
-from console.scheduler.placement import POLICIES, place  # noqa: E402
+from console.scheduler.model import MILLI, SHARED, Gpu, Node, Placement, Request  # noqa: E402
+from console.scheduler.policies import POLICIES, place  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 TRACE_GPU_MEMORY_MIB = 16384
 REGION = "trace"
 
 
-def read_hosts(path: Path) -> list[Host]:
+def read_hosts(path: Path) -> list[Node]:
     with path.open(newline="") as f:
         return [
-            Host(
+            Node(
                 id=row["sn"],
                 region=REGION,
                 schedulable=True,

@@ -36,8 +36,7 @@ from billing.models import (
     UsageSegment,
     decimal_to_micros,
 )
-from billing.rating import DiskPiece, PricePoint, as_utc, rate_disk, rate_segment
-from billing.rating import UsagePiece as RatedPiece
+from billing.rating import DiskPiece, PricePoint, RatedPiece, as_utc, rate_disk, rate_segment
 from console.catalog.models import Spec, SpecPrice
 from console.instances.models import Instance, InstanceEvent, State
 

@@ -190,7 +190,7 @@ def _price_runs(
 
 
 @dataclass(frozen=True)
-class UsagePiece:
+class RatedPiece:
     """Part of a running segment inside one UTC month at one price.
 
     ``is_final`` is False only for the last piece of a segment rated while still open (or
@@ -208,7 +208,7 @@ class UsagePiece:
 
 @dataclass(frozen=True)
 class DiskPiece:
-    """Part of a stopped instance's disk time inside one UTC month (see ``UsagePiece``)."""
+    """Part of a stopped instance's disk time inside one UTC month (see ``RatedPiece``)."""
 
     start: datetime
     end: datetime
@@ -258,7 +258,7 @@ def rate_segment(
     *,
     now: datetime | None = None,
     minimum_seconds: int = DEFAULT_MINIMUM_SECONDS,
-) -> tuple[UsagePiece, ...]:
+) -> tuple[RatedPiece, ...]:
     """Rate one running segment, split at UTC month starts and price changes.
 
     ``end=None`` is an open segment, rated up to ``now``; a closed one is rated up to
@@ -285,7 +285,7 @@ def rate_segment(
         run_total = _hourly_amount(run_seconds, price)
         amount, run_amount = run_total - run_amount, run_total
         pieces.append(
-            UsagePiece(
+            RatedPiece(
                 start=piece_start,
                 end=piece_end,
                 month=month_start(piece_start),

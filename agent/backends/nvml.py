@@ -30,8 +30,8 @@ import pynvml
 from agent import nvml_dcgm
 from agent.allocations import Allocation
 from agent.errors import ApiError, conflict
+from agent.gpu_models import MODELS, model_key
 from agent.mig import MigProfile, overlaps
-from agent.models import MODELS, model_key
 from agent.nvml_access import GRANT_HINT, mig_access
 from agent.nvml_names import CI_PROFILES, CREATE, GiProfile, Shape, match_profile, profile_name
 from agent.nvml_names import shape as mig_shape

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from agent.allocations import Allocation
 from agent.errors import conflict
+from agent.gpu_models import IDLE_SM_CLOCK_MHZ, IDLE_TEMPERATURE_C, GpuModel
 from agent.mig import MigProfile
-from agent.models import IDLE_SM_CLOCK_MHZ, IDLE_TEMPERATURE_C, GpuModel
 from agent.samples import make_sample, mig_view, shared_view, whole_view
 
 NAMESPACE = uuid.UUID("5b0c2a34-7d1e-4f6a-9c3b-2e8d4f1a6b70")

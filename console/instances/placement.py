@@ -23,7 +23,7 @@ from console.fleet.models import Gpu, Host
 from console.instances.models import Allocation, GpuClaim, Instance
 from console.scheduler import model as core
 from console.scheduler.cluster import Cluster
-from console.scheduler.placement import place
+from console.scheduler.policies import place
 from console.scheduler.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class Snapshot:
     """The placement state of some hosts: the core's Host objects, and the database keys of
     their GPUs by (host pk, GPU index)."""
 
-    hosts: list[core.Host]
+    hosts: list[core.Node]
     gpu_pks: dict[tuple[int, int], int]
 
     def restricted(self, gpu_pks: list[int]) -> "Snapshot":
@@ -106,9 +106,9 @@ def snapshot(
         hosts_qs = hosts_qs.filter(pk__in=host_pks)
     if empty:
         hosts_qs = hosts_qs.exclude(status=Host.Status.RETIRED)
-    hosts: dict[int, core.Host] = {}
+    hosts: dict[int, core.Node] = {}
     for h in hosts_qs.order_by("pk"):
-        hosts[h.pk] = core.Host(
+        hosts[h.pk] = core.Node(
             id=h.pk,
             region=h.region.code,
             schedulable=empty or h.schedulable,

@@ -14,7 +14,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from console.scheduler.fragmentation import State, gpu_state, stranded, unused_counts
-from console.scheduler.model import MIG, MILLI, SHARED, Gpu, Host, Placement
+from console.scheduler.model import MIG, MILLI, SHARED, Gpu, Node, Placement
 from console.scheduler.workload import Distribution, Workload
 
 # (free milli-GPU, free vCPU milli, free RAM MiB, host order, host id)
@@ -55,7 +55,7 @@ class Bucket:
 class Cluster:
     """Hosts (mutated in place by apply/release), their index and the workload seen."""
 
-    def __init__(self, hosts: Iterable[Host], workload: Workload | None = None):
+    def __init__(self, hosts: Iterable[Node], workload: Workload | None = None):
         self.hosts = {host.id: host for host in hosts}
         self.workload = workload or Workload()
         self.groups: dict[GroupKey, dict[State, Bucket]] = {}
@@ -117,7 +117,7 @@ class Cluster:
                 raise ValueError(f"GPU {gpu.index} of host {host.id} does not hold this")
         self._change(host, placement, gpus, -1)
 
-    def _chosen(self, host: Host, placement: Placement) -> list[Gpu]:
+    def _chosen(self, host: Node, placement: Placement) -> list[Gpu]:
         request = placement.request
         by_index = {gpu.index: gpu for gpu in host.gpus}
         indexes = placement.gpu_indexes
@@ -133,7 +133,7 @@ class Cluster:
             raise ValueError(f"start {placement.mig_start} does not suit {request}")
         return gpus
 
-    def _change(self, host: Host, placement: Placement, gpus: list[Gpu], sign: int) -> None:
+    def _change(self, host: Node, placement: Placement, gpus: list[Gpu], sign: int) -> None:
         self._unindex(host.id)
         request = placement.request
         host.free_cpu_milli -= sign * request.cpu_milli
@@ -157,7 +157,7 @@ class Cluster:
         for states in self.groups.values():
             yield from states.values()
 
-    def _index(self, host: Host) -> None:
+    def _index(self, host: Node) -> None:
         if not host.schedulable:
             return
         gpus = [gpu for gpu in host.gpus if gpu.healthy]

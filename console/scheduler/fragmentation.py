@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from console.scheduler.mig import max_instances
-from console.scheduler.model import MIG, MIG_SLICES, MILLI, MILLI_PER_SLICE, SHARED, Gpu, Host
+from console.scheduler.model import MIG, MIG_SLICES, MILLI, MILLI_PER_SLICE, SHARED, Gpu, Node
 from console.scheduler.workload import Distribution
 
 # A GPU state, as the index keys it: shared (free milli, free memory MiB, unused GPUs of its
@@ -116,7 +116,7 @@ def stranded(free_units: int, cpu_milli: int, ram_mib: int, dist: Distribution) 
     return max(0.0, free_units - fed(cpu_milli, ram_mib, dist))
 
 
-def host_fragmentation(host: Host, dist: Distribution) -> float:
+def host_fragmentation(host: Node, dist: Distribution) -> float:
     """The whole measure for one host, from scratch (placement works with its changes)."""
     gpus = [g for g in host.gpus if g.healthy] if host.schedulable else []
     unused = unused_counts(gpus)

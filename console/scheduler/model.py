@@ -43,9 +43,10 @@ class Gpu:
 
 
 @dataclass
-class Host:
-    """A GPU host. `schedulable` is False for cordoned, draining, maintenance, unreachable
-    and retired hosts; `free_cpu_milli`/`free_ram_mib` are what allocations left free."""
+class Node:
+    """A GPU host as the scheduler sees it (the console's record is console.fleet.models.Host).
+    `schedulable` is False for cordoned, draining, maintenance, unreachable and retired
+    hosts; `free_cpu_milli`/`free_ram_mib` are what allocations left free."""
 
     id: Hashable
     region: str

@@ -7,8 +7,8 @@ import time
 from agent import AGENT_VERSION
 from agent.backends.sim import SimBackend
 from agent.control import BUFFER_ROUNDS, ROUNDS_PER_POST, Reporter
-from agent.host import Host
-from agent.models import MODELS
+from agent.gpu_models import MODELS
+from agent.host import LocalHost
 from agent.runtime import SimRuntime
 from agent.service import lifespan
 from agent.state import StateStore
@@ -200,7 +200,9 @@ def test_refused_registration_exits_with_the_message(start_agent):
 
 
 def test_samples_wait_in_a_bounded_buffer_while_the_server_is_away(tmp_path):
-    host = Host("h", SimBackend("h", MODELS["l4"], ["whole"]), SimRuntime(), StateStore(tmp_path))
+    host = LocalHost(
+        "h", SimBackend("h", MODELS["l4"], ["whole"]), SimRuntime(), StateStore(tmp_path)
+    )
     port = free_port()
     identity = {"server": f"http://127.0.0.1:{port}", "host_id": HOST_ID, "secret": HOST_SECRET}
 
@@ -226,7 +228,9 @@ def test_samples_wait_in_a_bounded_buffer_while_the_server_is_away(tmp_path):
 
 
 def test_samples_still_buffered_at_shutdown_are_sent_before_the_agent_stops(tmp_path):
-    host = Host("h", SimBackend("h", MODELS["l4"], ["whole"]), SimRuntime(), StateStore(tmp_path))
+    host = LocalHost(
+        "h", SimBackend("h", MODELS["l4"], ["whole"]), SimRuntime(), StateStore(tmp_path)
+    )
     identity = {"host_id": HOST_ID, "secret": HOST_SECRET}
 
     async def scenario(server):

@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
+from agent.gpu_models import MODELS, mig_profiles
 from agent.mig import overlaps, placement_error, profile_by_shape
-from agent.models import MODELS, mig_profiles
 
 SLOTS = 8  # memory slots of a MIG-capable GPU
 # profile name -> (memory slots, legal starts), per ARCHITECTURE.md

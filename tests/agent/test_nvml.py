@@ -13,8 +13,8 @@ import pytest
 
 from agent.api import create_app
 from agent.errors import ApiError
-from agent.host import Host
-from agent.models import mig_profiles
+from agent.gpu_models import mig_profiles
+from agent.host import LocalHost
 from agent.runtime import SimRuntime
 from agent.state import StateStore
 from tests.agent.fake_nvml import MIB, compute_instance, gpu, gpu_instance, mig_device
@@ -257,7 +257,7 @@ def test_samples_of_gpus_mig_devices_and_allocations(nvml, tmp_path, workload):
     fake, backend = nvml(
         [mig, shared_gpu, gpu(2, util=90, used=70000 * MIB)], modes=["mig", "shared", "whole"]
     )
-    host = Host("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
+    host = LocalHost("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
     asyncio.run(
         host.put("m", {"mode": "mig", "gpus": [0], "mig": {"profile": "3g.40gb", "start": 0}})
     )
@@ -317,7 +317,7 @@ def test_read_only_without_manage_mig(nvml):
 
 def test_api_on_nvml_has_no_fault_injection(nvml, tmp_path):
     _, backend = nvml([gpu(0)])
-    host = Host("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
+    host = LocalHost("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
     transport = httpx.ASGITransport(app=create_app(host, "s3cret"))
 
     async def calls():
@@ -354,7 +354,7 @@ def test_a_hung_driver_does_not_stall_the_agent(nvml, tmp_path):
     answers at once (GPUs unhealthy, "nvml_hung") until the driver answers again."""
     gpus = [gpu(0, util=30), mig_a100(1)]
     fake, backend = nvml(gpus, timeout=0.2)
-    host = Host("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
+    host = LocalHost("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
     asyncio.run(host.put("w", {"mode": "whole", "gpus": [0]}))
     fake.stall = threading.Event()
     try:

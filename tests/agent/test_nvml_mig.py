@@ -9,8 +9,8 @@ import pynvml
 import pytest
 
 from agent.errors import ApiError
-from agent.host import Host
-from agent.models import mig_profiles
+from agent.gpu_models import mig_profiles
+from agent.host import LocalHost
 from agent.nvml_access import MigAccess
 from agent.runtime import SimRuntime
 from agent.state import StateStore
@@ -60,7 +60,7 @@ def test_without_privileges_the_model_and_profiles_are_still_known(nvml, caplog)
 
 def test_without_privileges_allocations_match_devices_by_slices_and_memory(nvml, tmp_path):
     _, backend = nvml([two_3g(privileged=False)], access=UNPRIVILEGED)
-    host = Host("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
+    host = LocalHost("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
 
     def put(alloc_id, start):
         body = {"mode": "mig", "gpus": [0], "mig": {"profile": "3g.40gb", "start": start}}
@@ -208,7 +208,7 @@ def test_manage_mig_creates_and_destroys_instances(nvml):
 
 def test_a_mig_device_in_use_is_kept_with_its_allocation(nvml, tmp_path):
     fake, backend = nvml([two_3g()], manage_mig=True)
-    host = Host("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
+    host = LocalHost("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
     body = {"mode": "mig", "gpus": [0], "mig": {"profile": "3g.40gb", "start": 4}}
     asyncio.run(host.put("m", body))
     ci = fake.gpus[0]["instances"][1]["cis"][0]
@@ -269,7 +269,7 @@ def test_orphan_gpu_instances_are_found_and_reported(nvml, tmp_path, caplog):
     device = two_3g()
     device["instances"][1]["cis"] = []  # someone destroyed its compute instance
     fake, backend = nvml([device])
-    host = Host("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
+    host = LocalHost("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
     inventory = host.inventory()
     orphan = inventory["gpus"][0]["mig_devices"][1]
     assert orphan == {

@@ -4,7 +4,7 @@ name, and the MIG capabilities of a process, without NVML."""
 import pynvml
 import pytest
 
-from agent.models import model_key
+from agent.gpu_models import model_key
 from agent.nvml_access import mig_access
 from agent.nvml_names import (
     GiProfile,

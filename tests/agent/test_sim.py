@@ -5,22 +5,22 @@ import asyncio
 import pytest
 
 from agent.backends.sim import SimBackend
-from agent.host import Host
-from agent.models import MODELS
+from agent.gpu_models import MODELS
+from agent.host import LocalHost
 from agent.runtime import SimRuntime
 from agent.state import StateStore
 
 
 @pytest.fixture
 def make_host(tmp_path):
-    def make(model: str, modes: list[str]) -> Host:
+    def make(model: str, modes: list[str]) -> LocalHost:
         backend = SimBackend("sim-host", MODELS[model], modes)
-        return Host("sim-host", backend, SimRuntime(), StateStore(tmp_path / model))
+        return LocalHost("sim-host", backend, SimRuntime(), StateStore(tmp_path / model))
 
     return make
 
 
-def _put(host: Host, alloc_id: str, body: dict):
+def _put(host: LocalHost, alloc_id: str, body: dict):
     return asyncio.run(host.put(alloc_id, body))[1]
 
 

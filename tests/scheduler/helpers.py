@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from console.scheduler.cluster import Cluster
 from console.scheduler.fragmentation import stranded
 from console.scheduler.mig import STANDARD_PROFILES
-from console.scheduler.model import MIG, MILLI, SHARED, WHOLE, Gpu, Host, Placement, Request
-from console.scheduler.placement import _fits, _gpu_rise, _left
+from console.scheduler.model import MIG, MILLI, SHARED, WHOLE, Gpu, Node, Placement, Request
+from console.scheduler.policies import _fits, _gpu_rise, _left
 
 MODELS = {"a100": 40960, "h100": 81920}  # model code -> GPU memory MiB
 REGIONS = ("eu", "us")
@@ -37,9 +37,9 @@ def gpus(draw, index: int) -> Gpu:
 
 
 @st.composite
-def hosts(draw) -> list[Host]:
+def hosts(draw) -> list[Node]:
     return [
-        Host(
+        Node(
             id=f"h{i}",
             region=draw(st.sampled_from(REGIONS)),
             schedulable=draw(st.booleans() | st.just(True)),
@@ -70,7 +70,7 @@ def requests(draw) -> Request:
     return Request(SHARED, gpu_count=count, milli=milli, gpu_memory_mib=memory, **common)
 
 
-def feasible(request: Request, all_hosts: list[Host]) -> list[Placement]:
+def feasible(request: Request, all_hosts: list[Node]) -> list[Placement]:
     """Every placement the rules allow, by exhaustive search."""
     found = []
     for host in all_hosts:
@@ -113,7 +113,7 @@ def _room(gpu: Gpu, request: Request) -> bool:
     )
 
 
-def taken(host: Host, placement: Placement) -> Host:
+def taken(host: Node, placement: Placement) -> Node:
     """A copy of `host` holding `placement` besides what it holds."""
     host = copy.deepcopy(host)
     request = placement.request

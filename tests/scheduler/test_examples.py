@@ -4,19 +4,19 @@ import pytest
 
 from console.scheduler.cluster import Cluster
 from console.scheduler.mig import STANDARD_PROFILES
-from console.scheduler.model import MIG, SHARED, WHOLE, Gpu, Host, MigProfile, Placement, Request
-from console.scheduler.placement import apply, place, release
+from console.scheduler.model import MIG, SHARED, WHOLE, Gpu, MigProfile, Node, Placement, Request
+from console.scheduler.policies import apply, place, release
 from console.scheduler.workload import REFRESH_MIN, Workload
 
 PROFILES = {p.name: p for p in STANDARD_PROFILES}
 
 
-def shared_host(name: str, used: list[int], cpu: int = 64000, ram: int = 262144) -> Host:
+def shared_host(name: str, used: list[int], cpu: int = 64000, ram: int = 262144) -> Node:
     gpus = [Gpu(i, "a100", SHARED, 40960, used_milli=u) for i, u in enumerate(used)]
-    return Host(name, "eu", True, cpu, ram, gpus)
+    return Node(name, "eu", True, cpu, ram, gpus)
 
 
-def cluster(hosts: list[Host], *expected: Request) -> Cluster:
+def cluster(hosts: list[Node], *expected: Request) -> Cluster:
     """A cluster whose workload is `expected` (fixed), or the default prior."""
     return Cluster(hosts, Workload(expected, learn=False) if expected else None)
 
@@ -39,8 +39,8 @@ def test_fgd_keeps_room_for_the_shapes_it_expects():
 
 
 def test_fgd_keeps_whole_gpu_sets_for_multi_gpu_shapes():
-    def host(name: str, count: int) -> Host:
-        return Host(
+    def host(name: str, count: int) -> Node:
+        return Node(
             name, "eu", True, 10**6, 10**7, [Gpu(i, "h100", WHOLE, 81920) for i in range(count)]
         )
 
@@ -54,7 +54,7 @@ def test_fgd_keeps_whole_gpu_sets_for_multi_gpu_shapes():
 def test_fgd_puts_a_mig_slice_on_a_started_gpu_before_an_empty_one():
     empty = Gpu(0, "a100", MIG, 81920)
     started = Gpu(1, "a100", MIG, 81920, mig_used=PROFILES["3g.40gb"].mask(0))
-    hosts = [Host("h", "eu", True, 64000, 262144, [empty, started])]
+    hosts = [Node("h", "eu", True, 64000, 262144, [empty, started])]
     slice_1g = Request(MIG, mig_profile=PROFILES["1g.10gb"])
     assert place(slice_1g, cluster(hosts)).gpu_indexes == (1,)  # the empty GPU keeps its 7g
     first = place(slice_1g, cluster(hosts), "first-fit")
@@ -62,7 +62,7 @@ def test_fgd_puts_a_mig_slice_on_a_started_gpu_before_an_empty_one():
 
 
 def test_fgd_chooses_the_mig_start_that_keeps_the_expected_profiles():
-    hosts = [Host("h", "eu", True, 64000, 262144, [Gpu(0, "a100", MIG, 81920)])]
+    hosts = [Node("h", "eu", True, 64000, 262144, [Gpu(0, "a100", MIG, 81920)])]
     expected = [Request(MIG, mig_profile=PROFILES[name]) for name in ("1g.10gb", "4g.40gb")]
     slice_1g = Request(MIG, mig_profile=PROFILES["1g.10gb"])
     assert place(slice_1g, cluster(hosts, *expected)).mig_start == 4  # 4g keeps start 0

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from console.scheduler.cluster import Cluster
 from console.scheduler.fragmentation import host_fragmentation
-from console.scheduler.model import MIG, SHARED, Host, Placement
-from console.scheduler.placement import POLICIES, apply, place, release
+from console.scheduler.model import MIG, SHARED, Node, Placement
+from console.scheduler.policies import POLICIES, apply, place, release
 from console.scheduler.workload import Workload
 from tests.scheduler.helpers import feasible, hosts, index_view, requests, taken
 
@@ -18,11 +18,11 @@ def where(placement: Placement) -> tuple:
     return placement.host_id, tuple(sorted(placement.gpu_indexes)), placement.mig_start
 
 
-def free_units(host: Host) -> int:
+def free_units(host: Node) -> int:
     return sum(g.free_units for g in host.gpus if g.healthy) if host.schedulable else 0
 
 
-def tightness(placement: Placement, by_id: dict[str, Host]) -> tuple:
+def tightness(placement: Placement, by_id: dict[str, Node]) -> tuple:
     """best-fit's key: free milli-GPU left on the chosen GPU, then free milli-GPU, vCPU and
     RAM left on the host, then the host's order."""
     request, host = placement.request, by_id[placement.host_id]

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from console.scheduler.cluster import Cluster
-from console.scheduler.model import MILLI, SHARED, Gpu, Host, Placement, Request
-from console.scheduler.placement import apply, place, release
+from console.scheduler.model import MILLI, SHARED, Gpu, Node, Placement, Request
+from console.scheduler.policies import apply, place, release
 from console.scheduler.workload import Workload
 from tests.scheduler.helpers import fgd_everywhere, hosts, requests
 
@@ -17,10 +17,10 @@ FRACTIONS = (100, 125, 200, 250, 300, 333, 460, 500, 600, 750, 810, 1000)
 
 
 @st.composite
-def shared_hosts(draw) -> list[Host]:
+def shared_hosts(draw) -> list[Node]:
     """A trace-like cluster: shared GPUs, and vCPU or RAM that may run out first."""
     return [
-        Host(
+        Node(
             id=f"h{i}",
             region="eu",
             schedulable=True,
@@ -47,7 +47,7 @@ def shared_requests(draw) -> Request:
     )
 
 
-def replay(all_hosts: list[Host], prior: list[Request], steps: list[tuple[Request, int]]):
+def replay(all_hosts: list[Node], prior: list[Request], steps: list[tuple[Request, int]]):
     """Place each request with fgd, check the straightforward search picks the same, apply;
     release an earlier one now and then."""
     cluster = Cluster(all_hosts, Workload(prior or None))

@@ -23,7 +23,7 @@ from dataclasses import replace
 from console.scheduler.cluster import Bucket, Cluster, GroupKey
 from console.scheduler.fragmentation import State, fed, gpu_waste, sets_used, state_units
 from console.scheduler.mig import free_starts
-from console.scheduler.model import MIG, SHARED, Host, Placement, Request
+from console.scheduler.model import MIG, SHARED, Node, Placement, Request
 from console.scheduler.workload import Distribution
 
 EPSILON = 1e-6  # scores are rounded to 1e-6 milli-GPU so that equal sums compare equal
@@ -31,7 +31,7 @@ INFINITY = float("inf")
 
 
 def place(
-    request: Request, cluster: Cluster | Iterable[Host], policy: str = "fgd"
+    request: Request, cluster: Cluster | Iterable[Node], policy: str = "fgd"
 ) -> Placement | None:
     """Choose where `request` goes, or None when no host can take it now. Counts the
     request in the cluster's workload (fgd learns the workload from arrivals)."""
@@ -41,11 +41,11 @@ def place(
     return POLICIES[policy](request, cluster)
 
 
-def apply(placement: Placement, cluster: Cluster | Iterable[Host]) -> None:
+def apply(placement: Placement, cluster: Cluster | Iterable[Node]) -> None:
     (cluster if isinstance(cluster, Cluster) else Cluster(cluster)).apply(placement)
 
 
-def release(placement: Placement, cluster: Cluster | Iterable[Host]) -> None:
+def release(placement: Placement, cluster: Cluster | Iterable[Node]) -> None:
     (cluster if isinstance(cluster, Cluster) else Cluster(cluster)).release(placement)
 
 
