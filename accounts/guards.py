@@ -72,7 +72,7 @@ def login_locked_out(request, response=None, credentials=None):
         locked = JsonResponse({"code": "too_many_attempts", "detail": detail}, status=429)
     else:
         context = {"form": AuthenticationForm(request), "locked": detail}
-        locked = render(request, "web/login.html", context, status=429)
+        locked = render(request, "accounts/login.html", context, status=429)
     locked["Retry-After"] = str(retry_after)
     return locked
 

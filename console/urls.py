@@ -13,6 +13,7 @@ urlpatterns = [
     path("instances/", include("console.instances.urls")),
     path("billing/", include("billing.urls")),
     path("", include("console.web.urls")),
+    path("", include("accounts.urls")),
 ]
 
 handler400 = "console.api.errors.api_bad_request"

@@ -37,7 +37,7 @@ def ssh_key_list(request):
             return redirect("ssh-keys")
     return render(
         request,
-        "web/ssh_keys.html",
+        "accounts/ssh_keys.html",
         {
             "form": form,
             "keys": SshKey.objects.filter(membership=request.membership),
