@@ -208,8 +208,8 @@ def dynamic(
 ) -> dict:
     """Requests arrive at creation_time and, once started, run for deletion_time minus
     creation_time, then leave. One that does not fit on arrival waits in the queue, as
-    pending instances do in the product (services.schedule_pending): whenever a request
-    leaves, the queue is tried oldest first, and one that does not fit does not hold back
+    pending instances do in the product (console.instances.queue.schedule_pending): whenever a
+    request leaves, the queue is tried oldest first, and one that does not fit does not hold back
     the others behind it (backfill), while an identical request is not tried again in the
     same pass. Arrivals come at the trace's times, or with `load` as `stream` spaces them;
     allocation is averaged over time from the first arrival to the last."""

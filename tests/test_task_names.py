@@ -36,18 +36,19 @@ def _decorators():
 
 
 def _queued_names():
-    """The literal task names that enqueue_on_commit and the instances' _enqueue are given."""
+    """The literal task names that enqueue_on_commit and the instances' queue.enqueue are
+    given."""
     for path, tree in _sources():
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and node.args):
                 continue
-            name = getattr(node.func, "id", None)
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
             first = node.args[0]
             if not isinstance(first, ast.Constant):
                 continue
             if name == "enqueue_on_commit":
                 yield path, first.value
-            elif name == "_enqueue":
+            elif name == "enqueue":
                 yield path, f"console.instances.tasks.{first.value}"
 
 

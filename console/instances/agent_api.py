@@ -1,13 +1,13 @@
 """`POST /agent/v1/events`: what an agent pushes about its allocations as it happens (a
 workload that exits, fails or starts running; the progress of a launch; an ssh session
 opened or ended). The host speaks only for itself; what the events change is decided in
-services.record_outcome (sessions: access.record_session)."""
+outcomes.record_outcome (sessions: access.record_session)."""
 
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from console.fleet.agent_api import AgentView, _valid
-from console.instances import access, services
+from console.instances import access, outcomes
 
 
 class EventSerializer(serializers.Serializer):
@@ -42,7 +42,7 @@ def apply(host, event: dict) -> bool:
     """One event of `host`'s agent; answers whether it changed anything."""
     message = event["message"] or ""
     if event["kind"] == "progress":
-        return services.record_progress(host, event["instance"], event["allocation"], message)
+        return outcomes.record_progress(host, event["instance"], event["allocation"], message)
     if event["kind"] == "session":
         return access.record_session(
             event["instance"],
@@ -51,7 +51,7 @@ def apply(host, event: dict) -> bool:
             host=host,
             allocation_id=event["allocation"],
         )
-    outcome = services.Outcome(
+    outcome = outcomes.Outcome(
         allocation_id=event["allocation"],
         state=event["state"],
         reason=event["reason"] or "",
@@ -59,7 +59,7 @@ def apply(host, event: dict) -> bool:
         at=event["at"],
         message=message,
     )
-    return services.record_outcome(host, event["instance"], outcome)
+    return outcomes.record_outcome(host, event["instance"], outcome)
 
 
 class EventsView(AgentView):

@@ -12,3 +12,8 @@ def instance(pk: int, *related: str, skip_locked: bool = False) -> Instance | No
         .filter(pk=pk)
         .first()
     )
+
+
+def instance_to_change(pk: int, *, skip_locked: bool = False) -> Instance | None:
+    """The instance's row, with what a change of its state reads (spec, region, tenant)."""
+    return instance(pk, "spec__mig_profile", "region", "tenant", skip_locked=skip_locked)

@@ -1,7 +1,7 @@
 """Celery tasks: every transition that touches a host, the scheduler and reconcile.
 
 Host tasks take the instance's primary key, read what to do under the instance's lock
-(services.job), return quietly when the instance has moved on (a redelivery), call the agent
+(outcomes.job), return quietly when the instance has moved on (a redelivery), call the agent
 outside any transaction with the allocation id (so a repeated call is harmless), and record
 the outcome through services. Transient agent errors are retried with exponential backoff;
 when the retries run out, or the agent refuses, the instance ends `failed` with the reason.
@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 from console.fleet import agent_client
 from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
 from console.fleet.models import Host
-from console.instances import access, lifecycle, services
+from console.instances import access, lifecycle, outcomes, queue, recovery
 from console.instances.models import Allocation, State
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class HostTask(Task):
 
     def on_retry(self, exc, task_id, args, kwargs, einfo):
         attempt = self.request.retries + 1
-        services.note_retry(
+        outcomes.note_retry(
             args[0], f"Host not answering, retry {attempt} of {self.max_retries}: {exc}"
         )
 
@@ -64,10 +64,10 @@ class HostTask(Task):
         else:
             reason = f"internal_error: {exc.__class__.__name__} in {self.name.rsplit('.', 1)[-1]}"
         log.warning("instance %s failed in %s: %s", args[0], self.name, detail)
-        services.fail_instance(args[0], reason)
+        outcomes.fail_instance(args[0], reason)
 
 
-def _outcome(allocation_id: str, item: dict) -> services.Outcome:
+def _outcome(allocation_id: str, item: dict) -> outcomes.Outcome:
     """An agent's view of an allocation (a call's answer, or an item of its listing)."""
     exit_code = item.get("exit_code")
     try:
@@ -76,7 +76,7 @@ def _outcome(allocation_id: str, item: dict) -> services.Outcome:
         at = None
     if at is not None and timezone.is_naive(at):
         at = timezone.make_aware(at, UTC)
-    return services.Outcome(
+    return outcomes.Outcome(
         allocation_id=allocation_id,
         state=str(item.get("state") or ""),
         reason=str(item.get("reason") or ""),
@@ -85,23 +85,23 @@ def _outcome(allocation_id: str, item: dict) -> services.Outcome:
     )
 
 
-def _settle(job: services.Job, result: dict, running_message: str) -> bool:
+def _settle(job: outcomes.Job, result: dict, running_message: str) -> bool:
     """Record the agent's answer to a start: the workload ended at once (exited, failed,
     lost), is still starting (its event, or reconcile, completes it), or runs. Answers
     False when the instance is no longer this allocation's (it moved on meanwhile)."""
     outcome = _outcome(job.allocation_id, result)
-    if outcome.state in services.ENDED:
-        services.record_outcome(job.host, job.instance_pk, outcome)
+    if outcome.state in outcomes.ENDED:
+        outcomes.record_outcome(job.host, job.instance_pk, outcome)
         return True
     if outcome.state == "starting":
-        services.record_progress(
+        outcomes.record_progress(
             job.host, job.instance_pk, job.allocation_id, "Starting the workload on its host"
         )
         return True
-    return services.mark_running(job.instance_pk, job.allocation_id, running_message)
+    return outcomes.mark_running(job.instance_pk, job.allocation_id, running_message)
 
 
-def _put(task: HostTask, job: services.Job) -> dict:
+def _put(task: HostTask, job: outcomes.Job) -> dict:
     try:
         return agent_client.create_allocation(job.host, job.allocation_id, job.request)
     except AgentRejected as exc:
@@ -126,7 +126,7 @@ def _discard(allocation_id: str) -> None:
 def provision(self, instance_pk: int) -> None:
     """provisioning/starting → running: give its host the keys that open its shells, then
     create the allocation there."""
-    job = services.job(instance_pk, (S.PROVISIONING, S.STARTING))
+    job = outcomes.job(instance_pk, (S.PROVISIONING, S.STARTING))
     if job is None or job.allocation_id is None:
         return
     agent_client.set_ssh_keys(job.host, instance_pk, access.granted_keys(instance_pk))
@@ -139,7 +139,7 @@ def provision(self, instance_pk: int) -> None:
 def stop(self, instance_pk: int) -> None:
     """stopping → stopped: stop the workload, then delete the allocation so that the slice
     is free on the host too."""
-    job = services.job(instance_pk, (S.STOPPING,))
+    job = outcomes.job(instance_pk, (S.STOPPING,))
     if job is None:
         return
     if job.allocation_id is not None:
@@ -149,13 +149,13 @@ def stop(self, instance_pk: int) -> None:
             if exc.status != 404:  # already gone: a redelivery after the delete below
                 raise
         agent_client.delete_allocation(job.host, job.allocation_id)
-    services.finish_stop(instance_pk)
+    outcomes.finish_stop(instance_pk)
 
 
 @shared_task(base=HostTask, bind=True, name="console.instances.tasks.reboot")
 def reboot(self, instance_pk: int) -> None:
     """rebooting → running."""
-    job = services.job(instance_pk, (S.REBOOTING,))
+    job = outcomes.job(instance_pk, (S.REBOOTING,))
     if job is None or job.allocation_id is None:
         return
     result = agent_client.allocation_action(job.host, job.allocation_id, "reboot")
@@ -166,7 +166,7 @@ def reboot(self, instance_pk: int) -> None:
 def resize(self, instance_pk: int, old_allocation_id: str) -> None:
     """A resize in place (rebooting → running): the old allocation leaves the GPU, the new
     one, already committed on the same GPU, takes its place."""
-    job = services.job(instance_pk, (S.REBOOTING,))
+    job = outcomes.job(instance_pk, (S.REBOOTING,))
     if job is None or job.allocation_id is None:
         return
     old = Allocation.objects.select_related("host").filter(pk=old_allocation_id).first()
@@ -179,13 +179,13 @@ def resize(self, instance_pk: int, old_allocation_id: str) -> None:
 @shared_task(base=HostTask, bind=True, name="console.instances.tasks.terminate")
 def terminate(self, instance_pk: int) -> None:
     """terminating → terminated: every allocation of the instance leaves its host."""
-    job = services.job(instance_pk, (S.TERMINATING,))
+    job = outcomes.job(instance_pk, (S.TERMINATING,))
     if job is None:
         return
-    for allocation in services.allocations_to_tear_down(instance_pk):
+    for allocation in outcomes.allocations_to_tear_down(instance_pk):
         agent_client.delete_allocation(allocation.host, allocation.pk)
     message = "Terminated"
-    disk_host = services.disk_to_delete(instance_pk)
+    disk_host = outcomes.disk_to_delete(instance_pk)
     if disk_host is not None and disk_host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
         message = f"Terminated; its disk on {disk_host.name} ({disk_host.status}) stays there"
     elif disk_host is not None:
@@ -195,7 +195,7 @@ def terminate(self, instance_pk: int) -> None:
             if exc.status == 409:  # an allocation of it is still being torn down there
                 raise self.retry_later(exc) from exc
             raise
-    services.finish_terminate(instance_pk, message)
+    outcomes.finish_terminate(instance_pk, message)
 
 
 @shared_task(
@@ -210,7 +210,7 @@ def push_ssh_keys(instance_pk: int) -> bool:
     """The keys the instance grants changed (a key deleted, a member lowered to viewer or
     removed): its host lets in exactly the ones left. Nothing to do when it is on no host
     (the next provision pushes them); the instance's state is not touched either way."""
-    job = services.job(instance_pk, tuple(lifecycle.ON_HOST))
+    job = outcomes.job(instance_pk, tuple(lifecycle.ON_HOST))
     if job is None or job.host is None:
         return False
     agent_client.set_ssh_keys(job.host, instance_pk, access.granted_keys(instance_pk))
@@ -220,15 +220,15 @@ def push_ssh_keys(instance_pk: int) -> bool:
 @shared_task(name="console.instances.tasks.schedule_pending")
 def schedule_pending() -> int:
     """Fail over silent hosts, then place queued instances (priority, then age)."""
-    services.fail_over_hosts()
-    return services.schedule_pending()
+    recovery.fail_over_hosts()
+    return queue.schedule_pending()
 
 
 @shared_task(name="console.instances.tasks.reconcile")
 def reconcile() -> None:
     """Compare the database with every reachable agent, one task per host."""
-    services.fail_over_hosts()
-    services.requeue_stuck()
+    recovery.fail_over_hosts()
+    recovery.requeue_stuck()
     hosts = Host.objects.exclude(
         status__in=(Host.Status.UNREACHABLE, Host.Status.RETIRED)
     ).values_list("pk", flat=True)
@@ -254,7 +254,7 @@ def reconcile_host(host_pk: int) -> dict:
     except AgentError as exc:
         log.info("reconcile: %s", exc)
         return {}
-    owned = services.owned_allocations(host)
+    owned = recovery.owned_allocations(host)
     removed, failed, redriven = [], [], []
     for item in reported:
         alloc_id = item.get("id")
@@ -268,7 +268,7 @@ def reconcile_host(host_pk: int) -> dict:
                 log.info("reconcile: could not remove %s: %s", alloc_id, exc)
             continue
         outcome = _outcome(alloc_id, item)
-        changed = outcome.state in ("running", *services.ENDED) and services.record_outcome(
+        changed = outcome.state in ("running", *outcomes.ENDED) and outcomes.record_outcome(
             host, allocation.instance_id, outcome
         )
         if changed and outcome.state in ("failed", "lost"):
@@ -276,11 +276,11 @@ def reconcile_host(host_pk: int) -> dict:
     seen = {item.get("id") for item in reported}
     for alloc_id, allocation in owned.items():
         instance = allocation.instance
-        if alloc_id not in seen and services.redrive_launch(allocation, listed_at):
+        if alloc_id not in seen and recovery.redrive_launch(allocation, listed_at):
             redriven.append(instance.pk)
         if alloc_id in seen or instance.state != S.RUNNING or instance.updated_at >= listed_at:
             continue
-        if services.fail_instance(
+        if outcomes.fail_instance(
             instance.pk,
             f"allocation_vanished: allocation {alloc_id} is no longer on its host",
             allocation_id=alloc_id,

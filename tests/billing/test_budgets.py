@@ -124,9 +124,9 @@ def test_launch_allowed_unless_stop_budget_is_spent(world, tenant):
 def test_stop_at_100_percent_stops_running_instances(
     world, tenant, eager, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from console.instances import services as instance_services
+    from console.instances import queue as instance_queue
 
-    monkeypatch.setattr(instance_services, "_enqueue", lambda *args: None)  # no host calls
+    monkeypatch.setattr(instance_queue, "enqueue", lambda *args: None)  # no host calls
     set_budget(tenant, "2.00", "stop")
     running = world.running(tenant, at(2026, 3, 2), spec=world.whole)
     waiting = world.instance(tenant)
@@ -140,9 +140,9 @@ def test_stop_at_100_percent_stops_running_instances(
 
 
 def test_enforce_checks_again(world, tenant, monkeypatch):
-    from console.instances import services as instance_services
+    from console.instances import queue as instance_queue
 
-    monkeypatch.setattr(instance_services, "_enqueue", lambda *args: None)
+    monkeypatch.setattr(instance_queue, "enqueue", lambda *args: None)
     set_budget(tenant, "2.00", "stop")
     box = world.running(tenant, at(2026, 3, 2), spec=world.whole)
     services.run_meter(at(2026, 3, 2, 1))

@@ -176,7 +176,7 @@ class Ledger:
 
     def failover(self, index, gap, silence, clicked):
         """The host went silent ``silence`` s ago; failover ends billing at its last
-        heartbeat (what console.instances.services._fail_over does)."""
+        heartbeat (what console.instances.recovery._fail_over does)."""
         box = self.in_state({S.RUNNING}, index)
         if box is None:
             return

@@ -85,14 +85,14 @@ def member(tenant, make_member):
 @pytest.fixture
 def no_tasks(monkeypatch):
     """Record the tasks services queue instead of sending them; answers the list."""
-    from console.instances import services
+    from console.instances import queue
 
     sent = []
 
     def enqueue(name, *args):
         sent.append((name, *args))
 
-    monkeypatch.setattr(services, "_enqueue", enqueue)
+    monkeypatch.setattr(queue, "enqueue", enqueue)
     return sent
 
 

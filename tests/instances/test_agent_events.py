@@ -12,7 +12,7 @@ from django.utils import timezone
 from billing.models import UsageSegment
 from console.catalog.models import Mode
 from console.fleet.models import Host
-from console.instances import services, tasks
+from console.instances import queue, services, tasks
 from console.instances.models import Instance, InstanceEvent, State
 from tests.fleet.conftest import post_json
 from tests.instances.fakes import FakeAgents
@@ -236,7 +236,7 @@ def test_start_waits_for_the_host_that_holds_its_disk(catalog, tenant, agents, n
     services.stop_instance(fresh(other))
     tasks.stop.apply(args=[other.pk])
     assert ("schedule_pending",) in no_tasks
-    assert services.schedule_pending() == 1
+    assert queue.schedule_pending() == 1
     instance = fresh(instance)
     assert instance.state == State.PROVISIONING and instance.current_allocation().host == home
 

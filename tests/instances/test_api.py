@@ -12,7 +12,7 @@ from accounts.models import Quota
 from accounts.roles import Role
 from console.catalog.models import Mode
 from console.fleet.models import Host
-from console.instances import services
+from console.instances import outcomes, services
 from console.instances.models import State
 from tests.instances.helpers import make_instance
 
@@ -157,7 +157,7 @@ class TestActions:
         instance = services.launch_instance(
             tenant, name="box", spec=catalog.quarter, image=catalog.image
         )
-        services.mark_running(instance.pk, instance.current_allocation().pk)
+        outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         return instance
 
     def test_stop_start_reboot_resize_terminate(self, client, catalog, tenant):
@@ -165,14 +165,14 @@ class TestActions:
         url = f"{URL}{instance.pk}/"
         response = client.post(url + "reboot/")
         assert response.status_code == 202 and response.json()["state"] == "rebooting"
-        services.mark_running(instance.pk, instance.current_allocation().pk)
+        outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         response = client.post(url + "resize/", {"spec": "a100-half"}, format="json")
         assert response.status_code == 202
         assert (response.json()["state"], response.json()["spec"]) == ("rebooting", "a100-half")
-        services.mark_running(instance.pk, instance.current_allocation().pk)
+        outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         response = client.post(url + "stop/")
         assert response.status_code == 202 and response.json()["state"] == "stopping"
-        services.finish_stop(instance.pk)
+        outcomes.finish_stop(instance.pk)
         response = client.post(url + "start/")
         assert response.status_code == 202 and response.json()["state"] == "starting"
         response = client.post(url + "terminate/")
@@ -206,7 +206,7 @@ class TestResizeRules:
         instance = services.launch_instance(
             tenant, name="box", spec=catalog.quarter, image=catalog.image
         )
-        services.mark_running(instance.pk, instance.current_allocation().pk)
+        outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         return instance
 
     def test_field_errors(self, client, catalog, tenant):

@@ -11,7 +11,7 @@ from accounts.models import Quota
 from accounts.roles import Role
 from console.catalog.models import Mode
 from console.fleet.models import Host
-from console.instances import services
+from console.instances import outcomes, services
 from console.instances.models import Instance, State
 from tests.pages import screenshot, sign_in
 
@@ -102,7 +102,7 @@ def test_resize_offers_what_can_run_and_asks_before_stopping(
     instance = services.launch_instance(
         tenant, name="nb", spec=catalog.quarter, image=catalog.image
     )
-    services.mark_running(instance.pk, instance.current_allocation().pk)
+    outcomes.mark_running(instance.pk, instance.current_allocation().pk)
     sign_in(page, live_server.url, "mia")
     page.goto(f"{live_server.url}/instances/{instance.pk}/")
 

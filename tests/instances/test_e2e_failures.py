@@ -9,7 +9,7 @@ import pytest
 
 from console.fleet import services as fleet
 from console.fleet.models import Host
-from console.instances import services, tasks
+from console.instances import recovery, tasks
 from console.instances.models import GpuClaim, Instance, State
 from tests.instances.e2e import (
     agent_allocations,
@@ -54,7 +54,7 @@ def test_agent_down_then_host_silent_then_back(stack, settings):
     time.sleep(0.6)
     assert [h.name for h in fleet.mark_silent_hosts_unreachable(grace_seconds=0.5)] == ["gpu-1"]
     settings.HOST_FAILOVER_SECONDS = 0
-    assert services.fail_over_hosts() == 1
+    assert recovery.fail_over_hosts() == 1
     instance = Instance.objects.get(pk=first["id"])
     assert (instance.state, instance.state_reason) == (State.FAILED, "host_unreachable")
     host.refresh_from_db()

@@ -9,7 +9,7 @@ from django.utils import timezone
 from accounts.models import Quota
 from console.catalog.models import Mode
 from console.fleet.models import Host
-from console.instances import services
+from console.instances import outcomes, recovery, services
 from console.instances.models import Instance, State
 
 
@@ -21,7 +21,7 @@ def _running_on_its_own_host(catalog, tenant):
         tenant, name=f"box-{host.name}", spec=catalog.whole1, image=catalog.image
     )
     assert instance.current_allocation().host_id == host.pk
-    services.mark_running(instance.pk, instance.current_allocation().pk)
+    outcomes.mark_running(instance.pk, instance.current_allocation().pk)
     return host, instance
 
 
@@ -46,14 +46,14 @@ def test_every_host_silent_at_once_is_the_consoles_outage_not_the_hosts(catalog,
     # its web process was down: nobody was heard for 90 s, within a few seconds of each other
     for n, silent in enumerate([host, *others]):
         _silent(silent, since_seconds=75, heard_seconds_ago=90 + 3 * n, now=now)
-    assert services.fail_over_hosts(now) == 0
+    assert recovery.fail_over_hosts(now) == 0
     assert _state(instance) == State.RUNNING
 
     # the others are heard again, this one is not: now it is the host
     Host.objects.filter(pk__in=[h.pk for h in others]).update(
         status=Host.Status.ACTIVE, unreachable_since=None, last_heartbeat_at=now
     )
-    assert services.fail_over_hosts(now) == 1
+    assert recovery.fail_over_hosts(now) == 1
     failed = Instance.objects.get(pk=instance.pk)
     assert (failed.state, failed.state_reason) == (State.FAILED, "host_unreachable")
 
@@ -70,7 +70,7 @@ def test_the_share_is_the_operators_and_a_host_silent_alone_fails_over(catalog, 
     _silent(lonely_host, since_seconds=280, heard_seconds_ago=300, now=now)  # alone, earlier
     _silent(host, since_seconds=75, heard_seconds_ago=90, now=now)  # these two together: 2
     _silent(quiet_host, since_seconds=70, heard_seconds_ago=85, now=now)  # of 4 is not 60 %
-    assert services.fail_over_hosts(now) == 3
+    assert recovery.fail_over_hosts(now) == 3
     assert {_state(i) for i in (lonely, instance, quiet)} == {State.FAILED}
 
 
@@ -85,10 +85,10 @@ def test_three_of_four_silent_together_is_held_with_a_share_of_sixty_percent(
     for n, (host, _) in enumerate(hosts):
         _silent(host, since_seconds=75, heard_seconds_ago=90 + n, now=now)
     settings.HOST_FAILOVER_SILENT_SHARE = 0.6
-    assert services.fail_over_hosts(now) == 0
+    assert recovery.fail_over_hosts(now) == 0
     assert {_state(instance) for _, instance in hosts} == {State.RUNNING}
     settings.HOST_FAILOVER_SILENT_SHARE = 1.0  # the default: only when every host went silent
-    assert services.fail_over_hosts(now) == 3
+    assert recovery.fail_over_hosts(now) == 3
 
 
 def test_a_fleet_of_one_host_cannot_tell_and_fails_over(catalog, tenant, settings):
@@ -96,5 +96,5 @@ def test_a_fleet_of_one_host_cannot_tell_and_fails_over(catalog, tenant, setting
     host, instance = _running_on_its_own_host(catalog, tenant)
     now = timezone.now()
     _silent(host, since_seconds=75, heard_seconds_ago=90, now=now)
-    assert services.fail_over_hosts(now) == 1
+    assert recovery.fail_over_hosts(now) == 1
     assert _state(instance) == State.FAILED

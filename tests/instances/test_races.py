@@ -10,7 +10,7 @@ from django.db import close_old_connections, connection
 
 from accounts.models import Quota
 from console.catalog.models import Mode
-from console.instances import services
+from console.instances import queue, services
 from console.instances.models import GpuClaim, Instance, State
 from tests.factories import TenantFactory
 from tests.instances.helpers import make_instance
@@ -119,8 +119,8 @@ def test_schedulers_racing_place_each_instance_once(transactional_db, catalog, t
     catalog.host(gpus=1, mode=Mode.MIG)
     catalog.host(gpus=1, mode=Mode.MIG)
 
-    race(lambda i: services.schedule_pending(), n=4)
-    services.schedule_pending()  # the next beat: whatever lost every race meanwhile
+    race(lambda i: queue.schedule_pending(), n=4)
+    queue.schedule_pending()  # the next beat: whatever lost every race meanwhile
     assert Instance.objects.filter(state=State.PROVISIONING).count() == 12
     pairs = list(GpuClaim.objects.values_list("gpu_id", "slot"))
     assert len(pairs) == len(set(pairs)) == 12

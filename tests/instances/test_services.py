@@ -12,7 +12,7 @@ from django.utils import timezone
 from accounts.models import Quota
 from console.catalog.models import Mode
 from console.fleet.models import Gpu, Host
-from console.instances import placement, services
+from console.instances import outcomes, placement, queue, recovery, services
 from console.instances.models import Allocation, GpuClaim, Instance, InstanceEvent, State
 from console.instances.quota import usage
 from tests.instances.helpers import make_instance, states
@@ -208,14 +208,14 @@ class TestActions:
     def test_stop_releases_and_kicks_the_queue(self, catalog, tenant, no_tasks):
         catalog.host(gpus=1, mode=Mode.SHARED)
         instance = launch(catalog, tenant)
-        services.mark_running(instance.pk, instance.current_allocation().pk)
+        outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         no_tasks.clear()
         services.stop_instance(instance)
         assert no_tasks == [("stop", instance.pk)]
         assert Instance.objects.get(pk=instance.pk).state == State.STOPPING
         assert claims_of(instance)  # held until the agent let go
-        assert services.finish_stop(instance.pk)
-        assert not services.finish_stop(instance.pk)  # a redelivery changes nothing
+        assert outcomes.finish_stop(instance.pk)
+        assert not outcomes.finish_stop(instance.pk)  # a redelivery changes nothing
         instance.refresh_from_db()
         assert instance.state == State.STOPPED
         assert claims_of(instance) == []
@@ -272,7 +272,7 @@ class TestActions:
         instance = launch(catalog, tenant)
         services.terminate_instance(instance)
         assert no_tasks[-1] == ("terminate", instance.pk)
-        assert services.finish_terminate(instance.pk)
+        assert outcomes.finish_terminate(instance.pk)
         instance.refresh_from_db()
         assert instance.state == State.TERMINATED
         assert instance.terminated_at is not None
@@ -281,17 +281,17 @@ class TestActions:
     def test_fail_releases_the_slice(self, catalog, tenant):
         catalog.host(gpus=1, mode=Mode.SHARED)
         instance = launch(catalog, tenant)
-        assert services.fail_instance(instance.pk, "agent_unavailable: down")
+        assert outcomes.fail_instance(instance.pk, "agent_unavailable: down")
         instance.refresh_from_db()
         assert (instance.state, instance.state_reason) == (State.FAILED, "agent_unavailable: down")
         assert claims_of(instance) == []
-        assert not services.fail_instance(instance.pk, "again")  # already failed
+        assert not outcomes.fail_instance(instance.pk, "again")  # already failed
 
 
 class TestResize:
     def running(self, catalog, tenant, spec=None):
         instance = launch(catalog, tenant, spec=spec)
-        services.mark_running(instance.pk, instance.current_allocation().pk)
+        outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         instance.refresh_from_db()
         return instance
 
@@ -308,7 +308,7 @@ class TestResize:
         assert new.request["shared"]["milli"] == 500
         assert claims_of(instance) == [(0, None, 500)]
         assert no_tasks[-1] == ("resize", instance.pk, old.pk)
-        assert services.mark_running(instance.pk, new.pk)
+        assert outcomes.mark_running(instance.pk, new.pk)
 
     def test_stop_then_wait_for_the_disk_host_when_the_gpu_is_full(self, catalog, tenant, no_tasks):
         set_quota(tenant)
@@ -322,15 +322,15 @@ class TestResize:
         assert instance.state == State.STOPPING and instance.resume_after_stop
         assert usage(tenant).gpu_used == Decimal("1.25")  # its new quota stays reserved
         assert no_tasks[-1] == ("stop", instance.pk)
-        services.finish_stop(instance.pk)
+        outcomes.finish_stop(instance.pk)
         instance.refresh_from_db()
         assert instance.state == State.PENDING
         assert instance.state_reason.startswith("Waiting for a, which holds its disk")
         assert not instance.resume_after_stop
         assert states(instance)[-3:] == ["stopping", "stopped", "pending"]
         services.terminate_instance(fillers[1])
-        services.finish_terminate(fillers[1].pk)
-        assert services.schedule_pending() == 1
+        outcomes.finish_terminate(fillers[1].pk)
+        assert queue.schedule_pending() == 1
         instance.refresh_from_db()
         assert instance.state == State.PROVISIONING
         assert instance.current_allocation().host == home == instance.disk_host
@@ -359,7 +359,7 @@ class TestResizeRules:
 
     def running(self, catalog, tenant, spec=None):
         instance = launch(catalog, tenant, spec=spec)
-        services.mark_running(instance.pk, instance.current_allocation().pk)
+        outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         instance.refresh_from_db()
         return instance
 
@@ -481,7 +481,7 @@ class TestScheduler:
         vip = launch(catalog, other_tenant, spec=catalog.half, name="vip")
         Instance.objects.filter(pk=vip.pk).update(priority=5)
         catalog.host(gpus=1, mode=Mode.SHARED)  # room for two halves
-        assert services.schedule_pending() == 2
+        assert queue.schedule_pending() == 2
         placed = set(
             Instance.objects.filter(state=State.PROVISIONING).values_list("name", flat=True)
         )
@@ -496,8 +496,8 @@ class TestScheduler:
         waiting = launch(catalog, tenant, spec=catalog.whole1)
         assert waiting.state == State.PENDING
         services.terminate_instance(first)
-        services.finish_terminate(first.pk)
-        assert services.schedule_pending() == 1
+        outcomes.finish_terminate(first.pk)
+        assert queue.schedule_pending() == 1
         assert Instance.objects.get(pk=waiting.pk).state == State.PROVISIONING
 
 
@@ -506,9 +506,9 @@ class TestFailover:
         settings.HOST_FAILOVER_SECONDS = 60
         host = catalog.host(gpus=1, mode=Mode.SHARED)
         running = launch(catalog, tenant)
-        services.mark_running(running.pk, running.current_allocation().pk)
+        outcomes.mark_running(running.pk, running.current_allocation().pk)
         stopping = launch(catalog, tenant)
-        services.mark_running(stopping.pk, stopping.current_allocation().pk)
+        outcomes.mark_running(stopping.pk, stopping.current_allocation().pk)
         services.stop_instance(stopping)
         InstanceEvent.objects.update(at=F("at") - timedelta(minutes=5))  # it ran for a while
         now = timezone.now()
@@ -518,28 +518,28 @@ class TestFailover:
             unreachable_since=now - timedelta(seconds=30),
             last_heartbeat_at=heartbeat,
         )
-        assert services.fail_over_hosts(now) == 0  # not long enough yet
+        assert recovery.fail_over_hosts(now) == 0  # not long enough yet
         Host.objects.filter(pk=host.pk).update(unreachable_since=now - timedelta(seconds=61))
-        assert services.fail_over_hosts(now) == 2
+        assert recovery.fail_over_hosts(now) == 2
         running.refresh_from_db()
         assert (running.state, running.state_reason) == (State.FAILED, "host_unreachable")
         event = running.events.last()
         assert event.at == heartbeat  # billing stops at the last heartbeat
         assert Instance.objects.get(pk=stopping.pk).state == State.STOPPED
         assert GpuClaim.objects.count() == 0
-        assert services.fail_over_hosts(now) == 0  # idempotent
+        assert recovery.fail_over_hosts(now) == 0  # idempotent
 
     def test_failed_never_before_the_last_event(self, catalog, tenant):
         host = catalog.host(gpus=1, mode=Mode.SHARED)
         running = launch(catalog, tenant)
-        services.mark_running(running.pk, running.current_allocation().pk)
+        outcomes.mark_running(running.pk, running.current_allocation().pk)
         last = running.events.order_by("at").last().at
         Host.objects.filter(pk=host.pk).update(
             status=Host.Status.UNREACHABLE,
             unreachable_since=timezone.now() - timedelta(hours=1),
             last_heartbeat_at=last - timedelta(seconds=5),
         )
-        services.fail_over_hosts()
+        recovery.fail_over_hosts()
         assert running.events.order_by("at", "pk").last().at == last
 
 
@@ -547,6 +547,6 @@ def test_reconcile_queues_again_what_a_lost_task_left_stuck(catalog, tenant, no_
     stuck = make_instance(catalog, tenant, state=State.PROVISIONING, name="stuck")
     fresh = make_instance(catalog, tenant, state=State.STOPPING, name="fresh")
     Instance.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(minutes=10))
-    assert services.requeue_stuck() == 1
+    assert recovery.requeue_stuck() == 1
     assert no_tasks == [("provision", stuck.pk)]
     assert Instance.objects.get(pk=fresh.pk).state == State.STOPPING

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from console.catalog.models import Mode
-from console.instances import services, tasks
+from console.instances import recovery, services, tasks
 from console.instances.models import Allocation, Instance, State
 from tests.instances.fakes import FakeAgents
 
@@ -218,7 +218,7 @@ class TestReconcile:
             unreachable_since=timezone.now() - timedelta(minutes=5),
             last_heartbeat_at=timezone.now() - timedelta(minutes=5),
         )
-        services.fail_over_hosts()
+        recovery.fail_over_hosts()
         assert state(instance) == State.FAILED
         assert Allocation.objects.get(instance=instance).released_at is not None
         Host.objects.filter(pk=host.pk).update(status=Host.Status.ACTIVE, unreachable_since=None)

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from accounts.models import Quota
 from accounts.roles import Role
 from console.catalog.models import Mode
-from console.instances import services
+from console.instances import outcomes, services
 from console.instances.models import Instance, State
 from tests.instances.helpers import make_instance
 
@@ -117,7 +117,7 @@ def test_detail_actions_and_terminate_confirmation(web, catalog, tenant):
     instance = services.launch_instance(
         tenant, name="nb", spec=catalog.quarter, image=catalog.image
     )
-    services.mark_running(instance.pk, instance.current_allocation().pk)
+    outcomes.mark_running(instance.pk, instance.current_allocation().pk)
     page = web.get(f"/instances/{instance.pk}/").content.decode()
     for action in ("stop", "reboot", "terminate", "resize"):
         assert f'data-action="{action}"' in page
@@ -153,7 +153,7 @@ def test_a_resize_that_stops_it_asks_first(web, catalog, tenant, no_tasks):
     instance = services.launch_instance(
         tenant, name="nb", spec=catalog.quarter, image=catalog.image
     )
-    services.mark_running(instance.pk, instance.current_allocation().pk)
+    outcomes.mark_running(instance.pk, instance.current_allocation().pk)
     for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full
         services.launch_instance(tenant, name=name, spec=spec, image=catalog.image)
     page = web.get(f"/instances/{instance.pk}/").content.decode()

@@ -1,0 +1,277 @@
+"""What the workers and the agents record: a task's job read before it calls a host, and
+every outcome afterwards (running, stopped, terminated, failed), whether a task's call
+answered it, an agent pushed it as an event, or reconcile found it in the agent's listing.
+Each checks the instance's state again under its lock, so a late or repeated report changes
+nothing."""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from console.fleet.models import Host
+from console.instances import lifecycle, locks, placement, queue
+from console.instances.models import Allocation, Instance, State
+
+log = logging.getLogger(__name__)
+
+S = State
+
+
+# --- what the tasks record --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a task has to do on a host, read under the instance's lock."""
+
+    instance_pk: int
+    state: str
+    allocation_id: str | None
+    host: Host | None
+    request: dict
+
+
+def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
+    """The instance's current allocation if the instance is in one of `states`, else None
+    (the task was redelivered, or the instance moved on: nothing to do).
+
+    A plain read, no lock: nothing is written here (on SQLite a transaction would take the
+    database's write lock), and whatever the task does next is recorded by a function that
+    checks the state again under the lock (mark_running, finish_stop, ...)."""
+    instance = Instance.objects.filter(pk=instance_pk).only("pk", "state").first()
+    if instance is None or instance.state not in states:
+        return None
+    allocation = (
+        Allocation.objects.filter(instance_id=instance_pk, released_at__isnull=True)
+        .select_related("host")
+        .first()
+    )
+    return Job(
+        instance_pk=instance.pk,
+        state=instance.state,
+        allocation_id=allocation.pk if allocation else None,
+        host=allocation.host if allocation else None,
+        request=allocation.request if allocation else {},
+    )
+
+
+def mark_running(instance_pk: int, allocation_id: str, message: str = "Running") -> bool:
+    """The agent runs the allocation: provisioning/starting/rebooting → running."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
+            return False
+        allocation = instance.current_allocation()
+        if allocation is None or allocation.pk != allocation_id:
+            return False
+        lifecycle.transition(instance, S.RUNNING, message=message)
+    return True
+
+
+def finish_stop(instance_pk: int) -> bool:
+    """The agent let go of the slice: release it; stopped (and, for a resize, start again)."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state != S.STOPPING:
+            return False
+        stop_here(instance, message="Stopped; GPU slice released")
+    return True
+
+
+def stop_here(instance: Instance, message: str) -> None:
+    for allocation in instance.allocations.filter(released_at__isnull=True):
+        placement.release(allocation)
+    resume = instance.resume_after_stop
+    if resume:
+        instance.resume_after_stop = False
+        Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
+    # A workload that exited by itself stays stopped with that reason.
+    reason = instance.state_reason if instance.exit_code is not None else None
+    lifecycle.transition(instance, S.STOPPED, message=message, reason=reason)
+    if (
+        resume
+        and queue.place(instance, S.STARTING, message=f"Starting again as {instance.spec.code}")
+        != "placed"
+    ):
+        lifecycle.transition(
+            instance,
+            S.PENDING,
+            message=f"Waiting for capacity to start again as {instance.spec.code}",
+            reason=queue.waiting_reason(instance),
+        )
+    queue.kick_scheduler()
+
+
+def finish_terminate(instance_pk: int, message: str = "Terminated") -> bool:
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state != S.TERMINATING:
+            return False
+        terminate_here(instance, message)
+    return True
+
+
+def terminate_here(instance: Instance, message: str) -> None:
+    for allocation in instance.allocations.filter(released_at__isnull=True):
+        placement.release(allocation)
+    if instance.resume_after_stop:
+        Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
+    lifecycle.transition(instance, S.TERMINATED, message=message)
+    queue.kick_scheduler()
+
+
+def disk_to_delete(instance_pk: int) -> Host | None:
+    """The host that holds a terminating instance's disk (and kept logs), if it has one."""
+    instance = Instance.objects.select_related("disk_host").filter(pk=instance_pk).first()
+    return instance.disk_host if instance is not None else None
+
+
+def allocations_to_tear_down(instance_pk: int) -> list[Allocation]:
+    """Every allocation of a terminating instance that may still exist on a host."""
+    return list(
+        Allocation.objects.filter(instance_id=instance_pk, released_at__isnull=True).select_related(
+            "host"
+        )
+    )
+
+
+def fail_instance(
+    instance_pk: int,
+    reason: str,
+    *,
+    allocation_id: str | None = None,
+    at: datetime | None = None,
+    only_states: tuple[str, ...] | None = None,
+    exit_code: int | None = None,
+) -> bool:
+    """Something went wrong on the host side: failed, with the reason (and the workload's
+    exit code, when it ended by itself), and its slice freed (the agent's copy, if any, is
+    torn down by reconcile). With `allocation_id`, only if that is still the instance's
+    current allocation."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or not lifecycle.can(instance.state, S.FAILED):
+            return False
+        if only_states is not None and instance.state not in only_states:
+            return False
+        current = instance.current_allocation()
+        if allocation_id is not None and (current is None or current.pk != allocation_id):
+            return False
+        for allocation in instance.allocations.filter(released_at__isnull=True):
+            placement.release(allocation)
+        if instance.resume_after_stop:
+            instance.resume_after_stop = False
+            Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
+        if exit_code is not None:
+            instance.exit_code = exit_code
+            Instance.objects.filter(pk=instance.pk).update(exit_code=exit_code)
+        at = _clamp(instance, at) if at is not None else None
+        lifecycle.transition(instance, S.FAILED, message=reason, reason=reason, at=at)
+        queue.kick_scheduler()
+    return True
+
+
+def _clamp(instance: Instance, at: datetime | None) -> datetime:
+    """The time an agent gives for an outcome, not later than now and not earlier than the
+    instance's last event (billing closes there)."""
+    now = timezone.now()
+    at = min(at or now, now)
+    last = instance.events.order_by("-at").values_list("at", flat=True).first()
+    return max(at, last) if last is not None else at
+
+
+# --- what the agents report ---------------------------------------------------------------
+
+# States in which the workload of the current allocation is (being) run by its agent.
+WORKLOAD_STATES = (S.PROVISIONING, S.STARTING, S.REBOOTING, S.RUNNING)
+ENDED = ("exited", "failed", "lost")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an agent says of one of its allocations: in an answer to a call, an event it
+    pushes, or its listing (reconcile)."""
+
+    allocation_id: str
+    state: str
+    reason: str = ""
+    exit_code: int | None = None
+    at: datetime | None = None
+    message: str = ""
+
+
+def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
+    """Apply what the agent of `host` reports of its allocation of the instance: `running`
+    completes a start; `exited` stops the instance (reason exited), `failed` and `lost` fail
+    it, billing closing at the agent's time. Answers whether it changed anything: a report
+    about an allocation that is not the instance's current one on this host, or one already
+    applied (the same event twice), changes nothing."""
+    owned = Allocation.objects.filter(
+        pk=outcome.allocation_id, instance_id=instance_pk, host=host, released_at__isnull=True
+    ).exists()
+    if not owned:
+        return False
+    if outcome.state == "running":
+        return mark_running(instance_pk, outcome.allocation_id, outcome.message or "Running")
+    if outcome.state == "exited":
+        return _workload_exited(instance_pk, outcome)
+    if outcome.state in ("failed", "lost"):
+        reason = outcome.reason or "reported by the agent"
+        if outcome.state == "lost":
+            reason = f"allocation_lost: {reason}"
+        return fail_instance(
+            instance_pk,
+            reason,
+            allocation_id=outcome.allocation_id,
+            at=outcome.at or timezone.now(),
+            only_states=WORKLOAD_STATES,
+            exit_code=outcome.exit_code,
+        )
+    return False
+
+
+def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
+    """The workload ended by itself with exit code 0: stopping (billing closes at the exit),
+    then the stop task takes the allocation off its host; the disk stays."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state not in WORKLOAD_STATES:
+            return False
+        current = instance.current_allocation()
+        if current is None or current.pk != outcome.allocation_id:
+            return False
+        at = _clamp(instance, outcome.at)
+        if instance.state != S.RUNNING:  # it ended before the console saw it run
+            lifecycle.transition(instance, S.RUNNING, message="Running", at=at)
+        instance.exit_code = outcome.exit_code or 0
+        Instance.objects.filter(pk=instance.pk).update(exit_code=instance.exit_code)
+        message = f"The workload exited with code {instance.exit_code}"
+        if outcome.message:
+            message += f": {outcome.message}"
+        lifecycle.transition(instance, S.STOPPING, message=message, reason="exited", at=at)
+        queue.enqueue("stop", instance.pk)
+    return True
+
+
+def record_progress(host: Host, instance_pk: int, allocation_id: str, message: str) -> bool:
+    """The agent is still starting the workload (pulling its image…): say so on the instance,
+    in its events and in its tenant's browsers, without a transition."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
+            return False
+        current = instance.current_allocation()
+        if current is None or current.pk != allocation_id or current.host_id != host.pk:
+            return False
+        instance.state_reason = message[:200]
+        Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
+        lifecycle.announce_note(instance, message)  # "pulling …: 1.2 GB of 3.4 GB"
+    return True
+
+
+def note_retry(instance_pk: int, detail: str) -> None:
+    """A host call is being retried: say so on the instance (no transition)."""
+    Instance.objects.filter(pk=instance_pk).update(state_reason=detail[:200])

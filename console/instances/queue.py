@@ -1,0 +1,100 @@
+"""The queue: instances waiting for a slice (pending), placed highest priority first, then
+oldest, whenever capacity is released or the beat comes; and the one way this app queues its
+Celery tasks (after commit, by their pinned names)."""
+
+import logging
+
+from django.db import transaction
+
+from console.celery import enqueue_on_commit
+from console.instances import availability, lifecycle, locks, placement
+from console.instances.models import Instance, State
+
+log = logging.getLogger(__name__)
+
+S = State
+
+
+def enqueue(task: str, *args) -> None:
+    """Queue ``console.instances.tasks.<task>`` once the current transaction commits."""
+    enqueue_on_commit(f"console.instances.tasks.{task}", *args)
+
+
+def kick_scheduler() -> None:
+    """Capacity was released: let the queue move now rather than at the next beat."""
+    enqueue("schedule_pending")
+
+
+def waiting_reason(instance: Instance) -> str:
+    host = instance.disk_host
+    if not availability.can_ever_place(instance.spec, instance.region, host):
+        detail = availability.hardware_detail(instance.spec, instance.region, host)
+        return f"Can never be placed: {detail}"[:200]
+    if host is not None:
+        return (
+            f"Waiting for {host.name}, which holds its disk: no {instance.spec.name} free "
+            "there now."
+        )
+    return f"Waiting for capacity: no {instance.spec.name} free in {instance.region.name}."
+
+
+def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str:
+    """Try to give `instance` (locked) a slice now; on success move it to `to_state` and
+    queue its provisioning. An instance that has a disk goes only to the host that holds it
+    (a disk does not move between hosts). Answers "placed", "full" (nothing fits now) or
+    "busy" (other workers kept taking the slices it chose: the scheduler tries again soon)."""
+    try:
+        allocation = placement.allocate(instance, instance.spec, host_pk=instance.disk_host_id)
+    except placement.Busy as exc:
+        log.info("%s", exc)
+        kick_scheduler()
+        return "busy"
+    if allocation is None:
+        return "full"
+    lifecycle.transition(instance, to_state, actor=actor, message=message)
+    enqueue("provision", instance.pk)
+    return "placed"
+
+
+def wait(instance: Instance) -> None:
+    """Leave a pending instance waiting, saying why."""
+    reason = waiting_reason(instance)
+    if instance.state_reason != reason:
+        instance.state_reason = reason
+        Instance.objects.filter(pk=instance.pk).update(state_reason=reason)
+
+
+def place_pending(instance_pk: int) -> str | None:
+    """Give one queued instance a slice if one is free: "placed", "full" or "busy" (see
+    _place); None when it is not pending (any more) or another worker holds it."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk, skip_locked=True)
+        if instance is None or instance.state != S.PENDING:
+            return None
+        outcome = place(instance, S.PROVISIONING, message="GPU slice reserved")
+        if outcome == "full":
+            wait(instance)
+        return outcome
+
+
+def schedule_pending() -> int:
+    """Place queued instances, highest priority first, then oldest. An instance that does not
+    fit does not hold back smaller ones behind it (backfill); one spec that does not fit in
+    a region (or on the host that holds a disk) is not tried again in the same pass. Answers
+    how many were placed."""
+    queue = (
+        Instance.objects.filter(state=S.PENDING)
+        .order_by("-priority", "created_at", "pk")
+        .values_list("pk", "spec_id", "region_id", "disk_host_id")
+    )
+    blocked: set[tuple] = set()
+    placed = 0
+    for pk, *where in queue:
+        if tuple(where) in blocked:
+            continue
+        outcome = place_pending(pk)
+        if outcome == "placed":
+            placed += 1
+        elif outcome == "full":
+            blocked.add(tuple(where))
+    return placed
