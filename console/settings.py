@@ -153,7 +153,7 @@ if DATABASE_URL:
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "console.sqlite",
             "NAME": _private_file(
                 env_str("GPUCLOUD_SQLITE_PATH", str(VAR_DIR / "gpucloud.sqlite3"))
             ),

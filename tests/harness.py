@@ -16,7 +16,7 @@ from console import processes
 def database_env() -> dict[str, str]:
     """Environment that points a child process at the test database this process uses."""
     sd = connection.settings_dict
-    if sd["ENGINE"].endswith("sqlite3"):
+    if connection.vendor == "sqlite":
         return {"DATABASE_URL": "", "GPUCLOUD_SQLITE_PATH": str(sd["NAME"])}
     auth = sd["USER"] + (f":{sd['PASSWORD']}" if sd["PASSWORD"] else "")
     return {"DATABASE_URL": f"postgres://{auth}@{sd['HOST']}:{sd['PORT'] or 5432}/{sd['NAME']}"}
