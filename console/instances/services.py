@@ -175,6 +175,9 @@ def launch_instance(
         region = region or default_region(spec)
         if region is None:
             raise ValidationError({"region": "There is no region to launch in yet."})
+        if not availability.can_ever_place(spec, region):
+            detail = availability.hardware_detail(spec, region)
+            raise ValidationError({"spec": f"{spec.name} cannot be launched: {detail}"})
         now = timezone.now()
         instance = Instance.objects.create(
             tenant=tenant,

@@ -15,6 +15,7 @@ from billing.invoices import document, grant_credit, void_invoice
 from billing.models import Invoice, InvoiceLine, UsageKind, UsagePiece, UsageSegment
 from billing.rating import invoice_totals, reversed_totals
 from console.fleet.models import Host
+from console.instances import outcomes, queue, recovery
 from console.instances import services as instances
 from console.instances.models import Instance, State
 from tests.billing.conftest import at, move, walk
@@ -139,7 +140,7 @@ def test_a_stop_during_host_silence_bills_up_to_the_last_heartbeat(
 ):
     """Finding 6: the host went silent at 10:00; the tenant clicked Stop at 10:05; the
     failover at 10:10 ends billing at 10:00, not at the click."""
-    monkeypatch.setattr(instances, "_enqueue", lambda *args: None)
+    monkeypatch.setattr(queue, "enqueue", lambda *args: None)
     settings.HOST_FAILOVER_SECONDS = 60
     catalog = Catalog()
     host = catalog.host(gpus=1)
@@ -149,7 +150,7 @@ def test_a_stop_during_host_silence_bills_up_to_the_last_heartbeat(
             box = instances.launch_instance(
                 tenant, name="box", spec=catalog.quarter, image=catalog.image
             )
-            instances.mark_running(box.pk, box.current_allocation().pk)
+            outcomes.mark_running(box.pk, box.current_allocation().pk)
         clock.move_to(at(2026, 3, 10, 10, 5))
         with django_capture_on_commit_callbacks(execute=deliver):
             instances.stop_instance(Instance.objects.get(pk=box.pk))
@@ -160,7 +161,7 @@ def test_a_stop_during_host_silence_bills_up_to_the_last_heartbeat(
             last_heartbeat_at=heartbeat,
         )
         with django_capture_on_commit_callbacks(execute=True):
-            assert instances.fail_over_hosts() == 1
+            assert recovery.fail_over_hosts() == 1
     assert Instance.objects.get(pk=box.pk).state == S.STOPPED
     services.run_meter(at(2026, 3, 10, 11))
     gpu = UsageSegment.objects.get(instance=box, kind=UsageKind.GPU)

@@ -5,6 +5,8 @@ import pytest
 
 from accounts.roles import Role
 from cli.main import main
+from console.catalog.models import Mode
+from console.fleet.models import Gpu, Host
 from tests.factories import ImageFactory, RegionFactory, SpecFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -12,9 +14,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def cli(live_server, tenant, make_member, token_client, monkeypatch, tmp_path, capsys):
-    RegionFactory()
+    region = RegionFactory()
     ImageFactory()
-    SpecFactory(code="a100-quarter")
+    spec = SpecFactory(code="a100-quarter")
+    # Hardware that could hold the spec, taking nothing now: launches are accepted and queue.
+    cordoned = Host.Status.CORDONED
+    host = Host(name="cordoned", region=region, address="http://127.0.0.1:9", status=cordoned,
+                admin_status=cordoned)  # fmt: skip
+    host.set_secret("secret-cordoned")
+    host.save()
+    Gpu.objects.create(
+        host=host, index=0, uuid="GPU-cordoned-0", model=spec.gpu_model, name="A100",
+        memory_mib=81920, mode=Mode.SHARED,
+    )  # fmt: skip
     client = token_client(make_member(tenant, Role.MEMBER))
     monkeypatch.setenv("GPUCLOUD_CONFIG", str(tmp_path / "config.json"))
     monkeypatch.setenv("GPUCLOUD_URL", live_server.url)
@@ -173,7 +185,7 @@ def test_specs_say_what_fits_in_a_region(cli, tenant):
         f"In {region.code}: fits_now, queues (busy), no_hardware or over_quota"
     )
     rows = {line.split()[0]: line.split()[-1] for line in out.splitlines()[3:]}
-    assert rows == {"a100-quarter": "no_hardware", "big-8x": "no_hardware"}
+    assert rows == {"a100-quarter": "queues", "big-8x": "no_hardware"}  # the host is cordoned
     host = Host.objects.create(name="h1", region=region, address="http://127.0.0.1:9")
     spec = SpecFactory._meta.model.objects.get(code="a100-quarter")
     host.gpus.create(index=0, uuid="GPU-h1-0", model=spec.gpu_model, name="A100",

@@ -71,6 +71,14 @@ class Catalog:
             )  # fmt: skip
         return host
 
+    def cordoned(self) -> Host:
+        """Hardware for every spec in the region, none of it schedulable: launches are
+        accepted (something could hold them) and wait in the queue."""
+        host = self.host(gpus=4, status=Host.Status.CORDONED)
+        Gpu.objects.filter(host=host, index=1).update(mode=Mode.MIG)
+        Gpu.objects.filter(host=host, index__in=[2, 3]).update(mode=Mode.WHOLE)
+        return host
+
 
 @pytest.fixture
 def catalog(db):

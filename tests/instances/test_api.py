@@ -75,6 +75,7 @@ class TestCreate:
         assert set(response.json()["errors"]) == {"name", "spec", "image"}
 
     def test_quota_exceeded(self, client, catalog, tenant):
+        catalog.cordoned()
         Quota.objects.filter(tenant=tenant).update(gpu_quota=Decimal("0.25"))
         assert client.post(URL, body(name="a"), format="json").status_code == 202
         response = client.post(URL, body(name="b"), format="json")
@@ -284,6 +285,7 @@ def test_roles(catalog, tenant, make_member, token_client, role, action):
 
 
 def test_over_budget_launch_and_start_are_refused(client, catalog, tenant, monkeypatch):
+    catalog.cordoned()
     from billing import budgets
 
     Quota.objects.filter(tenant=tenant).update(

@@ -59,6 +59,7 @@ def test_concurrent_launches_never_pass_the_gpu_quota(transactional_db, catalog,
 
 
 def test_concurrent_launches_never_pass_the_instance_count(transactional_db, catalog, tenant):
+    catalog.cordoned()
     Quota.objects.filter(tenant=tenant).update(gpu_quota=Decimal("100"), max_instances=3)
     outcomes = race(
         lambda i: services.launch_instance(

@@ -58,10 +58,22 @@ class TestLaunch:
         assert "Waiting for capacity" in Instance.objects.get(pk=instance.pk).state_reason
         assert no_tasks == []
 
-    def test_a_pending_instance_that_can_never_be_placed_says_so(self, catalog, tenant):
+    def test_a_launch_that_no_host_could_ever_hold_is_refused(self, catalog, tenant):
         catalog.host(gpus=1, mode=Mode.MIG)  # A100s, but none in shared mode
+        with pytest.raises(ValidationError) as caught:
+            launch(catalog, tenant)
+        assert caught.value.message_dict["spec"] == [
+            "A100 1/4 cannot be launched: No host in Local 1 has NVIDIA A100 80GB GPUs in "
+            "shared fraction mode that could hold A100 1/4."
+        ]
+        assert not Instance.objects.filter(tenant=tenant).exists()
+
+    def test_a_pending_instance_that_can_never_be_placed_says_so(self, catalog, tenant):
+        host = catalog.host(gpus=1, status=Host.Status.CORDONED)
         instance = launch(catalog, tenant)
         assert instance.state == State.PENDING
+        Gpu.objects.filter(host=host).update(mode=Mode.MIG)  # the hardware went away
+        queue.schedule_pending()
         assert Instance.objects.get(pk=instance.pk).state_reason == (
             "Can never be placed: No host in Local 1 has NVIDIA A100 80GB GPUs in shared "
             "fraction mode that could hold A100 1/4."
@@ -74,6 +86,7 @@ class TestLaunch:
         assert instance.state == State.PROVISIONING
 
     def test_field_errors(self, catalog, tenant):
+        catalog.cordoned()
         with pytest.raises(ValidationError) as caught:
             launch(catalog, tenant, name="Not A Name!")
         assert "name" in caught.value.message_dict
@@ -88,6 +101,7 @@ class TestLaunch:
         assert "spec" in caught.value.message_dict
 
     def test_gpu_quota(self, catalog, tenant):
+        catalog.cordoned()
         set_quota(tenant, gpu="0.5")
         launch(catalog, tenant)
         launch(catalog, tenant)
@@ -98,12 +112,14 @@ class TestLaunch:
         assert Instance.objects.filter(tenant=tenant).count() == 2
 
     def test_instance_quota(self, catalog, tenant):
+        catalog.cordoned()
         set_quota(tenant, instances=1)
         launch(catalog, tenant)
         with pytest.raises(services.QuotaExceeded):
             launch(catalog, tenant)
 
     def test_stopped_failed_and_terminated_do_not_count(self, catalog, tenant):
+        catalog.cordoned()
         set_quota(tenant, gpu="0.25", instances=1)
         for state in (State.STOPPED, State.FAILED, State.TERMINATED, State.TERMINATING):
             make_instance(catalog, tenant, state=state)
@@ -145,7 +161,8 @@ class TestPlacement:
         set_quota(tenant)
         catalog.host("a", gpus=1, mode=Mode.WHOLE)
         catalog.host("b", gpus=1, mode=Mode.WHOLE)
-        assert launch(catalog, tenant, spec=catalog.whole2).state == State.PENDING
+        with pytest.raises(ValidationError, match="could hold A100 x2"):
+            launch(catalog, tenant, spec=catalog.whole2)  # two GPUs, but on two hosts
         big = catalog.host("c", gpus=2, mode=Mode.WHOLE)
         instance = launch(catalog, tenant, spec=catalog.whole2)
         assert instance.state == State.PROVISIONING
@@ -156,11 +173,16 @@ class TestPlacement:
     @pytest.mark.parametrize(
         "status",
         [Host.Status.CORDONED, Host.Status.DRAINING, Host.Status.MAINTENANCE,
-         Host.Status.UNREACHABLE, Host.Status.RETIRED],
+         Host.Status.UNREACHABLE],
     )  # fmt: skip
     def test_never_on_an_unschedulable_host(self, catalog, tenant, status):
         catalog.host(gpus=1, mode=Mode.SHARED, status=status)
         assert launch(catalog, tenant).state == State.PENDING
+
+    def test_a_retired_host_is_no_hardware(self, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED, status=Host.Status.RETIRED)
+        with pytest.raises(ValidationError, match="No host in Local 1"):
+            launch(catalog, tenant)
 
     def test_never_on_an_unhealthy_gpu_or_the_wrong_mode(self, catalog, tenant):
         host = catalog.host(gpus=2, mode=Mode.SHARED)
@@ -222,6 +244,7 @@ class TestActions:
         assert ("schedule_pending",) in no_tasks
 
     def test_stop_a_queued_instance(self, catalog, tenant, no_tasks):
+        catalog.cordoned()
         instance = launch(catalog, tenant)
         services.stop_instance(instance)
         assert Instance.objects.get(pk=instance.pk).state == State.STOPPED
@@ -237,6 +260,7 @@ class TestActions:
         assert Instance.objects.get(pk=other.pk).state == State.STARTING
 
     def test_start_checks_quota(self, catalog, tenant):
+        catalog.cordoned()
         set_quota(tenant, gpu="0.25")
         launch(catalog, tenant)
         stopped = make_instance(catalog, tenant, state=State.STOPPED)
@@ -473,6 +497,7 @@ class TestResizeRules:
 
 class TestScheduler:
     def test_priority_then_age_with_backfill(self, catalog, tenant, other_tenant):
+        catalog.cordoned()
         set_quota(tenant)
         set_quota(other_tenant)
         launch(catalog, tenant, spec=catalog.half, name="old")
