@@ -36,6 +36,18 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
         time.sleep(interval)
 
 
+@contextlib.contextmanager
+def standalone(state_dir: Path, *args: str):
+    """A standalone agent (the test secret) with `args`, ready, killed at the end."""
+    agent = Agent(state_dir, args, SECRET)
+    try:
+        agent.wait_ready()
+        yield agent
+    finally:
+        agent.kill()
+        agent.client.close()
+
+
 class Agent:
     """A `python -m agent` subprocess; standalone with `secret`, else registering."""
 

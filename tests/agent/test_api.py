@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from tests.agent.agents import SECRET, Agent
+from tests.agent.agents import SECRET, standalone
 
 MIG_3G = {"mode": "mig", "gpus": [0], "mig": {"profile": "3g.40gb", "start": 4, "size": 4}}
 SHARED_QUARTER = {"mode": "shared", "gpus": [2], "shared": {"milli": 250, "memory_mib": 20480}}
@@ -36,17 +36,9 @@ ALLOCATION_KEYS = {
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
-    agent = Agent(
-        tmp_path_factory.mktemp("api") / "state",
-        ("--gpus", "4", "--mode", "mig,mig,shared,whole"),
-        SECRET,
-    )
-    try:
-        agent.wait_ready()
+    state = tmp_path_factory.mktemp("api") / "state"
+    with standalone(state, "--gpus", "4", "--mode", "mig,mig,shared,whole") as agent:
         yield agent
-    finally:
-        agent.kill()
-        agent.client.close()
 
 
 @pytest.fixture

@@ -8,20 +8,15 @@ from django.core.exceptions import ValidationError
 from console.fleet import agent_client, services
 from console.fleet.models import Gpu
 from console.instances import placement
-from tests.agent.agents import SECRET, Agent
+from tests.agent.agents import SECRET, standalone
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
-    agent = Agent(
-        tmp_path_factory.mktemp("mode") / "state", ("--gpus", "2", "--mode", "mig"), SECRET
-    )
-    try:
-        agent.wait_ready()
+    with standalone(
+        tmp_path_factory.mktemp("mode") / "state", "--gpus", "2", "--mode", "mig"
+    ) as agent:
         yield agent
-    finally:
-        agent.kill()
-        agent.client.close()
 
 
 @pytest.fixture
