@@ -476,8 +476,10 @@ def disk_price_at(at: datetime) -> Decimal:
 def reconcile_instances(instance_ids: Iterable[int]) -> int:
     """Make the instances' segments match their event history: create the segments of
     periods that have none (each with the spec it had then, the disk of that spec and the
-    disk price of that time), close open segments whose period ended. Answers how many
-    segments were created or closed."""
+    disk price of that time), close open segments whose period ended, and pull back to its
+    period's end a segment closed later than that (never forward: a GPU segment ended at a
+    lost host's last heartbeat stays there). Answers how many segments were created or
+    closed."""
     instance_ids = sorted(set(instance_ids))
     if not instance_ids:
         return 0
@@ -523,7 +525,11 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
                             source=UsageSegment.Source.REPAIR,
                         )
                     )
-                elif segment.ended_at is None and period.end is not None:
+                elif period.end is not None and (
+                    segment.ended_at is None or segment.ended_at > period.end
+                ):
+                    # open, or closed too late: a close signal lost, and the next close of
+                    # the same kind (a later period's) taken for it
                     to_close.append((segment.pk, period.end))
     changed = 0
     with transaction.atomic():
@@ -531,8 +537,10 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
             created = UsageSegment.objects.bulk_create(to_create, ignore_conflicts=True)
             changed += len(created)
         for pk, end in sorted(to_close):
-            changed += UsageSegment.objects.filter(pk=pk, ended_at__isnull=True).update(
-                ended_at=end, rated=False
+            changed += (
+                UsageSegment.objects.filter(pk=pk)
+                .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=end))
+                .update(ended_at=end, rated=False)
             )
     if changed:
         log.warning(
