@@ -29,7 +29,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scratch import scratch_var_dir  # noqa: E402 - bench/ is on the path as a script
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 LIST = "/api/v1/instances/"
@@ -139,15 +139,7 @@ def main() -> int:
     args = parser.parse_args()
 
     distributed = bool(os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
-    tmp = Path(tempfile.mkdtemp(prefix="gpucloud-bench-api-"))
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "console.settings",
-            "GPUCLOUD_VAR_DIR": str(tmp),
-            "GPUCLOUD_SQLITE_PATH": str(tmp / "bench.sqlite3"),
-            "LOG_LEVEL": "WARNING",
-        }
-    )
+    tmp = scratch_var_dir("gpucloud-bench-api-")
     from console import processes
 
     cleanups = []

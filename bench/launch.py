@@ -29,7 +29,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scratch import scratch_var_dir  # noqa: E402 - bench/ is on the path as a script
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 
@@ -101,15 +101,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpucloud-bench-"))
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "console.settings",
-            "GPUCLOUD_VAR_DIR": str(tmp),
-            "GPUCLOUD_SQLITE_PATH": str(tmp / "bench.sqlite3"),
-            "LOG_LEVEL": "WARNING",
-        }
-    )
+    tmp = scratch_var_dir("gpucloud-bench-")
     os.environ.setdefault("DATABASE_URL", "")
 
     from console import processes

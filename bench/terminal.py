@@ -18,13 +18,13 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scratch import scratch_var_dir  # noqa: E402 - bench/ is on the path as a script
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 KEY = b"x"
@@ -76,16 +76,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpucloud-bench-terminal-"))
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "console.settings",
-            "GPUCLOUD_VAR_DIR": str(tmp),
-            "GPUCLOUD_SQLITE_PATH": str(tmp / "bench.sqlite3"),
-            "DATABASE_URL": "",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
+    tmp = scratch_var_dir("gpucloud-bench-terminal-")
+    os.environ["DATABASE_URL"] = ""
     import django
 
     django.setup()
