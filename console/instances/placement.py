@@ -318,28 +318,16 @@ def allocate(
 
 
 def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
-    host = fleet_locks.host(choice.host_pk)
-    if not host.schedulable:
-        raise _Moved(f"host {host.name} is {host.status}")
-    locked = fleet_locks.gpus(choice.gpu_pks)
-    if len(locked) != len(choice.gpu_pks):
-        raise _Moved("a GPU went away")
-    # What is committed now, under the locks: the choice must still hold. (SQLite needs no
-    # second look: its IMMEDIATE transaction, which took the snapshot, serialises writers.)
+    # SQLite needs no second look: its IMMEDIATE transaction, which took the snapshot,
+    # serialises writers, so the host, its GPUs and their claims are as the snapshot saw them.
     if connection.vendor != "sqlite":
-        fresh = snapshot(
-            instance.region_id,
-            host_pks=[host.pk],
-            ignore_allocation_id=replacing.pk if replacing else None,
-        )
-        if not still_fits(choice, fresh):
-            raise _Moved("the slice was taken")
+        _check_still_free(instance, choice, replacing)
     if replacing is not None:
         release(replacing)
     allocation = Allocation.objects.create(
         id=new_allocation_id(instance),
         instance=instance,
-        host=host,
+        host_id=choice.host_pk,
         mode=spec.mode,
         request=agent_request(instance, spec, choice),
         vcpus=spec.vcpus,
@@ -356,9 +344,27 @@ def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
         for claim in choice.claims
     )
     if instance.disk_host_id is None:  # its first placement: the disk is made there
-        instance.disk_host_id = host.pk
-        Instance.objects.filter(pk=instance.pk).update(disk_host=host)
+        instance.disk_host_id = choice.host_pk
+        Instance.objects.filter(pk=instance.pk).update(disk_host_id=choice.host_pk)
     return allocation
+
+
+def _check_still_free(instance, choice: Choice, replacing) -> None:
+    """Lock the chosen host and GPUs; what is committed now, under the locks, must still
+    hold the choice (_Moved otherwise: choose again)."""
+    host = fleet_locks.host(choice.host_pk)
+    if not host.schedulable:
+        raise _Moved(f"host {host.name} is {host.status}")
+    locked = fleet_locks.gpus(choice.gpu_pks)
+    if len(locked) != len(choice.gpu_pks):
+        raise _Moved("a GPU went away")
+    fresh = snapshot(
+        instance.region_id,
+        host_pks=[host.pk],
+        ignore_allocation_id=replacing.pk if replacing else None,
+    )
+    if not still_fits(choice, fresh):
+        raise _Moved("the slice was taken")
 
 
 def release(allocation: Allocation, at=None) -> None:

@@ -3,9 +3,10 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from accounts.models import Tenant
+from console.catalog.models import Spec
 from console.instances.models import Instance, State
 
 # States whose instances hold (or are about to hold) GPU capacity.
@@ -33,9 +34,12 @@ def counted(queryset):
 
 
 def usage(tenant: Tenant, exclude_instance_id: int | None = None) -> QuotaUsage:
-    instances = counted(Instance.objects.filter(tenant=tenant)).select_related("spec__mig_profile")
+    """Counted per spec: a launch reads this under the tenant's quota lock (on SQLite, the
+    database's write lock), so it stays two small queries however many instances there are."""
+    instances = counted(Instance.objects.filter(tenant=tenant))
     if exclude_instance_id is not None:
         instances = instances.exclude(pk=exclude_instance_id)
-    instances = list(instances)
-    gpu_used = sum((i.spec.gpu_equivalents for i in instances), Decimal("0"))
-    return QuotaUsage(gpu_used=gpu_used, instances_used=len(instances))
+    per_spec = dict(instances.order_by().values_list("spec_id").annotate(n=Count("pk")))
+    specs = Spec.objects.filter(pk__in=per_spec).select_related("mig_profile") if per_spec else []
+    gpu_used = sum((spec.gpu_equivalents * per_spec[spec.pk] for spec in specs), Decimal("0"))
+    return QuotaUsage(gpu_used=gpu_used, instances_used=sum(per_spec.values()))

@@ -136,14 +136,28 @@ def validate_launch(
         errors["env"] = problems
     if not NAME_PATTERN.match(name or ""):
         errors["name"] = NAME_RULE
-    elif Instance.objects.filter(tenant=tenant, name=name).exclude(state=S.TERMINATED).exists():
-        errors["name"] = f"An instance named {name} already exists."
+    elif _name_taken(tenant, name):
+        errors["name"] = _name_taken_message(name)
     if not spec.active:
         errors["spec"] = f"{spec.code} is retired and cannot be launched."
     if not image.active:
         errors["image"] = f"{image.name} is retired and cannot be launched."
     if errors:
         raise ValidationError(errors)
+
+
+def _name_taken(tenant: Tenant, name: str) -> bool:
+    return Instance.objects.filter(tenant=tenant, name=name).exclude(state=S.TERMINATED).exists()
+
+
+def _name_taken_message(name: str) -> str:
+    return f"An instance named {name} already exists."
+
+
+def _check_name_free(tenant: Tenant, name: str) -> None:
+    """The name again, under the quota lock: of two launches with one name, only one passes."""
+    if _name_taken(tenant, name):
+        raise ValidationError({"name": _name_taken_message(name)})
 
 
 def launch_instance(
@@ -163,21 +177,27 @@ def launch_instance(
     to provisioning) or waits in `pending` for the scheduler. `command` replaces the image's
     default command; `env` is laid over the image's default environment. `ssh_keys` names
     the keys that open its shells (default: all of the launching user's keys in the
-    tenant; see access.launch_keys); `ports` adds web ports to the image's."""
+    tenant; see access.launch_keys); `ports` adds web ports to the image's.
+
+    What needs no lock is checked first: the request's own fields, the region, whether its
+    hardware could ever hold the spec. The transaction (on SQLite the database's one write
+    lock, which every launch, task and agent event waits for) holds only what must be
+    decided together with the other launches: the name, the quota, the budget, the slice."""
+    validate_launch(tenant, name, spec, image, command, env)
+    if ports and (problems := access.launch_ports_errors(image, ports)):
+        raise ValidationError({"ports": problems})
+    region = region or default_region(spec)
+    if region is None:
+        raise ValidationError({"region": "There is no region to launch in yet."})
+    if not availability.can_ever_place(spec, region):
+        detail = availability.hardware_detail(spec, region)
+        raise ValidationError({"spec": f"{spec.name} cannot be launched: {detail}"})
     with transaction.atomic():
         quota = _lock_quota(tenant)  # first: it also serialises the name check below
-        validate_launch(tenant, name, spec, image, command, env)
+        _check_name_free(tenant, name)
         keys = access.launch_keys(tenant, actor, ssh_keys)
-        if ports and (problems := access.launch_ports_errors(image, ports)):
-            raise ValidationError({"ports": problems})
         _check_quota(quota, spec)
         _check_budget(tenant)
-        region = region or default_region(spec)
-        if region is None:
-            raise ValidationError({"region": "There is no region to launch in yet."})
-        if not availability.can_ever_place(spec, region):
-            detail = availability.hardware_detail(spec, region)
-            raise ValidationError({"spec": f"{spec.name} cannot be launched: {detail}"})
         now = timezone.now()
         instance = Instance.objects.create(
             tenant=tenant,
@@ -194,7 +214,7 @@ def launch_instance(
             created_at=now,
             updated_at=now,
         )
-        instance.ssh_keys.set(keys)
+        instance.ssh_keys.add(*keys)  # a new instance: nothing to replace
         lifecycle.record_created(instance, actor=actor, message=f"Launch of {spec.name}")
         if (
             queue.place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved")
