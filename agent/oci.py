@@ -165,6 +165,7 @@ class OciRuntime:
         self.mps = MpsDaemons(mps_dir) if mps_dir else None
         self._exits: dict[str, Exit] = {}  # allocation id -> how its workload ended
         self._stopping: set[str] = set()
+        self._images: set[str] = set()  # references seen here: a launch of one looks no more
         self._lock = threading.Lock()
         log.info("oci runtime: %s %s at %s", self.engine, self.engine_version, self.engine_url)
 
@@ -265,7 +266,9 @@ class OciRuntime:
         reference = spec.get("image")
         if not reference:
             raise LaunchError("launch_failed: the allocation names no image")
-        self._ensure_image(reference, progress)
+        if reference not in self._images:
+            self._ensure_image(reference, progress)
+            self._images.add(reference)
         labels = spec["labels"]
         instance = alloc.instance
         volume = (spec.get("volume") or {}).get("name") or volume_name(instance)
@@ -299,8 +302,7 @@ class OciRuntime:
             options["mem_limit"] = options["memswap_limit"] = limit
         try:
             self._ensure_volume(volume, instance, (spec.get("volume") or {}).get("size_gib"))
-            self._remove_stale(options["name"], alloc.id)
-            container = self.client.containers.create(reference, **options)
+            container = self._create(reference, options, alloc.id, progress)
         except ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {reference}") from exc
         except APIError as exc:
@@ -318,14 +320,30 @@ class OciRuntime:
         alloc.container = container.name
         return container.attrs["State"].get("Pid") or None, None
 
-    def _ensure_volume(self, name: str, instance: str, size_gib: int | None) -> None:
+    def _create(self, reference: str, options: dict, alloc_id: str, progress):
+        """Create the container, asking the engine only that on the usual path (every call
+        is the engine's CPU, which a burst of launches shares): an image removed since it
+        was seen here is pulled again; a container of the same name left by an earlier
+        allocation of the instance is removed (its output kept) when the engine refuses the
+        name."""
         try:
-            self.client.volumes.get(name)
-        except NotFound:
-            labels = {LABEL_INSTANCE: instance}
-            if size_gib:
-                labels[LABEL_SIZE] = str(size_gib)
-            self.client.volumes.create(name, labels=labels)
+            return self.client.containers.create(reference, **options)
+        except ImageNotFound:
+            self._images.discard(reference)
+            self._ensure_image(reference, progress)
+            self._images.add(reference)
+        except APIError as exc:
+            if not _name_in_use(exc):
+                raise
+            self._remove_stale(options["name"], alloc_id)
+        return self.client.containers.create(reference, **options)
+
+    def _ensure_volume(self, name: str, instance: str, size_gib: int | None) -> None:
+        """Create the volume; the engine answers one that is there already as it is."""
+        labels = {LABEL_INSTANCE: instance}
+        if size_gib:
+            labels[LABEL_SIZE] = str(size_gib)
+        self.client.volumes.create(name, labels=labels)
 
     def _remove_stale(self, name: str, alloc_id: str) -> None:
         """A container of the same name left by an earlier allocation of the instance (the
@@ -569,6 +587,11 @@ def _split_reference(reference: str) -> tuple[str, str]:
         repository, _, tag = reference.rpartition(":")
         return repository, tag
     return reference, "latest"
+
+
+def _name_in_use(exc: APIError) -> bool:
+    """Whether the engine refused a container's name as taken (Docker: 409; Podman: 500)."""
+    return exc.status_code == 409 or "already in use" in str(exc.explanation or "")
 
 
 def _start_failure(exc: APIError) -> str:
