@@ -12,8 +12,11 @@ tenant's /ws/events/ socket; the workload's exit (the time the agent saw it) unt
 arrives there. Each launch's time is split into the API's answer, the queue wait (placed →
 its provision task starts), the task's agent calls and the state change (the agent's answer →
 `running` on the socket), from its events and the worker's notes (bench/timed_worker.py).
-The web and worker processes are `make run`'s. The baseline, measured in the same run, is one
-bare agent round trip: `PUT /v1/allocations/{id}` straight to the agent.
+The web and worker processes are `make run`'s. The CPU time each spent per launch (its exit
+included: robust to other load, unlike the times), the agents' and Podman's service beside
+them, and the rest of the machine's (runc, conmon, networking, and whatever else runs). The
+baseline, measured in the same run, is one bare agent round trip: `PUT /v1/allocations/{id}`
+straight to the agent.
 
     .venv/bin/python bench/launch.py                 # 24 instances a runtime, 4 in flight
     .venv/bin/python bench/launch.py -n 60 -c 8 --gpus 16 --runtimes oci
@@ -52,12 +55,42 @@ def row(name: str, values: list[float]) -> str:
 class Started:
     """A process started elsewhere (the Podman service), stopped as the bench's others are."""
 
-    def __init__(self, popen):
+    def __init__(self, name: str, popen):
+        self.name = name
         self.popen = popen
+        self.pid = popen.pid
 
     def stop(self) -> None:
         self.popen.terminate()
         self.popen.wait(10)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of the process `pid` and its living descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        tree.add(current)
+        todo.extend(child for child, parent in parents.items() if parent == current)
+    return sum(used.get(p, 0.0) for p in tree)
+
+
+def _machine_cpu_seconds() -> float:
+    """CPU time the whole machine spent busy (every process, the kernel's work included)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_port(port: int, timeout: float = 10.0) -> None:
@@ -200,18 +233,19 @@ def run(args, tmp: Path, procs: list) -> int:
             from tests.registry import start_registry
 
             registry = f"127.0.0.1:{processes.free_port()}"
-            procs.append(Started(start_registry(tmp / "registry", registry)))
+            procs.append(Started("registry", start_registry(tmp / "registry", registry)))
             registries.write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
         else:
             registries.write_text("")
         os.environ["CONTAINERS_REGISTRIES_CONF"] = str(registries)
         procs.append(
             Started(
+                "engine",
                 engine.start_podman_service(
                     tmp / "podman.sock",
                     tmp / "podman.log",
                     CONTAINERS_REGISTRIES_CONF=str(registries),
-                )
+                ),
             )
         )
         engine.build_demo_image()
@@ -295,8 +329,11 @@ def run(args, tmp: Path, procs: list) -> int:
     threading.Thread(target=listen, daemon=True).start()
     if not ready.wait(10):
         raise TimeoutError("the /ws/events/ socket did not open")
+    # Idle connections are dropped before uvicorn's keep-alive (5 s) would close them: a burst
+    # comes after the last one's workloads stopped, and a POST on a connection the server was
+    # closing meanwhile failed the bench ("Server disconnected without sending a response").
     client = httpx.Client(base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {token}"},
-                          timeout=30)  # fmt: skip
+                          timeout=30, limits=httpx.Limits(keepalive_expiry=2))  # fmt: skip
     # perf_counter and the wall clock side by side, to place the agent's exit times
     offset = time.time() - time.perf_counter()
 
@@ -328,6 +365,7 @@ def run(args, tmp: Path, procs: list) -> int:
         wait_all(list(launched), "stopped", 60)
         launched.clear()
         api_times.clear()
+        cpu_before = cpu_now()
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
             if not args.burst:
                 list(pool.map(launch, range(args.instances)))
@@ -335,6 +373,8 @@ def run(args, tmp: Path, procs: list) -> int:
                 list(pool.map(launch, range(first, min(first + args.concurrency, args.instances))))
                 wait_all(list(launched), "stopped", 120)
         wait_all(list(launched), "stopped", 120)
+        cpu = {name: (after - cpu_before[name]) / max(len(launched), 1)
+               for name, after in cpu_now().items()}  # fmt: skip
         running = [
             seen_at[(i, "running")] - t for i, t in launched.items() if (i, "running") in seen_at
         ]
@@ -344,8 +384,16 @@ def run(args, tmp: Path, procs: list) -> int:
             for pk, at in exits.values_list("instance_id", "at")
             if (pk, "stopped") in seen_at
         ]
-        return {"api": api_times, "running": running, "stopped": stopped,
+        return {"api": api_times, "running": running, "stopped": stopped, "cpu": cpu,
                 **breakdown(list(launched))}  # fmt: skip
+
+    def cpu_now() -> dict[str, float]:
+        """CPU seconds so far of the web, the worker and the agents (each with its child
+        processes), and of the whole machine."""
+        mine = {proc.name: _cpu_seconds(proc.pid) for proc in procs}
+        return {"web": mine["web"], "worker": mine["worker"],
+                "agent": sum(v for k, v in mine.items() if k.startswith("agent-")),
+                "engine": mine.get("engine", 0.0), "machine": _machine_cpu_seconds()}  # fmt: skip
 
     def breakdown(ids) -> dict:
         """Where each launch's time went, from its events and the worker's notes
@@ -436,6 +484,17 @@ def run(args, tmp: Path, procs: list) -> int:
         print(row(f"{runtime}:   rest of the task (retries)", got["task"]))
         print(row(f"{runtime}:   state change (→ ws running)", got["change"]))
         print(row(f"{runtime}: exit → stopped (ws)", got["stopped"]))
+    print()
+    for runtime, got in results.items():
+        cpu = got["cpu"]
+        rest = cpu["machine"] - sum(v for k, v in cpu.items() if k != "machine")
+        print(
+            f"{runtime}: CPU per launch (its exit included): web {cpu['web'] * 1000:.0f} ms, "
+            f"worker {cpu['worker'] * 1000:.0f} ms, agents {cpu['agent'] * 1000:.0f} ms, "
+            f"Podman's service {cpu['engine'] * 1000:.0f} ms, the rest (conmon, runc, "
+            f"networking, this bench, other load) {rest * 1000:.0f} ms; the machine "
+            f"{cpu['machine'] * 1000:.0f} ms"
+        )
     if cold:
         print(row("oci: cold launch → running (pull)", cold))
     print()
