@@ -13,10 +13,10 @@ arrives there. Each launch's time is split into the API's answer, the queue wait
 its provision task starts), the task's agent calls and the state change (the agent's answer →
 `running` on the socket), from its events and the worker's notes (bench/timed_worker.py).
 The web and worker processes are `make run`'s. The CPU time each spent per launch (its exit
-included: robust to other load, unlike the times), the agents' and Podman's service beside
-them, and the rest of the machine's (runc, conmon, networking, and whatever else runs). The
-baseline, measured in the same run, is one bare agent round trip: `PUT /v1/allocations/{id}`
-straight to the agent.
+included: robust to other load, unlike the times), the agents', the embedded Redis's and
+Podman's service's beside them, and the rest of the machine's (runc, conmon, networking, and
+whatever else runs). The baseline, measured in the same run, is one bare agent round trip:
+`PUT /v1/allocations/{id}` straight to the agent.
 
     .venv/bin/python bench/launch.py                 # 24 instances a runtime, 4 in flight
     .venv/bin/python bench/launch.py -n 60 -c 8 --gpus 16 --runtimes oci
@@ -93,6 +93,16 @@ def _machine_cpu_seconds() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_line(label: str, cpu: dict[str, float]) -> str:
+    rest = cpu["machine"] - sum(v for k, v in cpu.items() if k != "machine")
+    return (
+        f"{label}: web {cpu['web'] * 1000:.0f} ms, worker {cpu['worker'] * 1000:.0f} ms, "
+        f"agents {cpu['agent'] * 1000:.0f} ms, the embedded Redis {cpu['redis'] * 1000:.0f} ms, "
+        f"Podman's service {cpu['engine'] * 1000:.0f} ms, the rest (conmon, runc, networking, "
+        f"this bench, other load) {rest * 1000:.0f} ms; the machine {cpu['machine'] * 1000:.0f} ms"
+    )
+
+
 def _wait_port(port: int, timeout: float = 10.0) -> None:
     import socket
 
@@ -153,16 +163,13 @@ def main() -> int:
     import django
 
     django.setup()
-    from tests.harness import Proc
 
-    procs: list[Proc] = []
+    procs: list = [Started("redis", redis_proc)]
     try:
         return run(args, tmp, procs)
     finally:
         for proc in reversed(procs):
             proc.stop()
-        redis_proc.terminate()
-        redis_proc.wait(timeout=10)
         if args.keep:
             print(f"logs in {tmp}")
         else:
@@ -217,15 +224,16 @@ def run(args, tmp: Path, procs: list) -> int:
     env = processes.child_env()
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
-    procs.append(Proc("web", processes.web_cmd(port, workers=processes.web_workers()), env, tmp))
+    web = Proc("web", processes.web_cmd(port, workers=processes.web_workers()), env, tmp)
+    procs.append(web)
     # make run's worker, which also notes each provision task's times (bench/timed_worker.py)
     timings = tmp / "timings.jsonl"
     args.workers = args.workers or processes.worker_concurrency()
     worker = processes.worker_cmd(concurrency=args.workers)
     timed = [processes.PYTHON, str(ROOT / "bench" / "timed_worker.py"), *worker[3:]]
     procs.append(Proc("worker", timed, {**env, "BENCH_TIMINGS": str(timings)}, tmp))
-    processes.wait_http(f"{url}/healthz", proc=procs[0].popen)
-    procs[1].wait_for_log("ready.", timeout=60)
+    processes.wait_http(f"{url}/healthz", proc=web.popen)
+    procs[-1].wait_for_log("ready.", timeout=60)
     engine_url = registry = None
     if "oci" in runtimes:
         registries = tmp / "registries.conf"
@@ -369,12 +377,22 @@ def run(args, tmp: Path, procs: list) -> int:
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
             if not args.burst:
                 list(pool.map(launch, range(args.instances)))
+            launching = dict.fromkeys(cpu_before, 0.0)  # a burst's, until all run
             for first in range(0, args.instances if args.burst else 0, args.concurrency):
+                burst_before = cpu_now()
                 list(pool.map(launch, range(first, min(first + args.concurrency, args.instances))))
+                wait_all(list(launched), "running", 60)
+                for name, after in cpu_now().items():
+                    launching[name] += after - burst_before[name]
                 wait_all(list(launched), "stopped", 120)
         wait_all(list(launched), "stopped", 120)
         cpu = {name: (after - cpu_before[name]) / max(len(launched), 1)
                for name, after in cpu_now().items()}  # fmt: skip
+        cpu_launching = (
+            {name: used / max(len(launched), 1) for name, used in launching.items()}
+            if args.burst
+            else None
+        )
         running = [
             seen_at[(i, "running")] - t for i, t in launched.items() if (i, "running") in seen_at
         ]
@@ -385,15 +403,17 @@ def run(args, tmp: Path, procs: list) -> int:
             if (pk, "stopped") in seen_at
         ]
         return {"api": api_times, "running": running, "stopped": stopped, "cpu": cpu,
+                "cpu_launching": cpu_launching,
                 **breakdown(list(launched))}  # fmt: skip
 
     def cpu_now() -> dict[str, float]:
-        """CPU seconds so far of the web, the worker and the agents (each with its child
-        processes), and of the whole machine."""
+        """CPU seconds so far of the web, the worker, the agents, the embedded Redis and
+        Podman's service (each with its child processes), and of the whole machine."""
         mine = {proc.name: _cpu_seconds(proc.pid) for proc in procs}
         return {"web": mine["web"], "worker": mine["worker"],
                 "agent": sum(v for k, v in mine.items() if k.startswith("agent-")),
-                "engine": mine.get("engine", 0.0), "machine": _machine_cpu_seconds()}  # fmt: skip
+                "redis": mine["redis"], "engine": mine.get("engine", 0.0),
+                "machine": _machine_cpu_seconds()}  # fmt: skip
 
     def breakdown(ids) -> dict:
         """Where each launch's time went, from its events and the worker's notes
@@ -484,19 +504,16 @@ def run(args, tmp: Path, procs: list) -> int:
         print(row(f"{runtime}:   rest of the task (retries)", got["task"]))
         print(row(f"{runtime}:   state change (→ ws running)", got["change"]))
         print(row(f"{runtime}: exit → stopped (ws)", got["stopped"]))
-    print()
-    for runtime, got in results.items():
-        cpu = got["cpu"]
-        rest = cpu["machine"] - sum(v for k, v in cpu.items() if k != "machine")
-        print(
-            f"{runtime}: CPU per launch (its exit included): web {cpu['web'] * 1000:.0f} ms, "
-            f"worker {cpu['worker'] * 1000:.0f} ms, agents {cpu['agent'] * 1000:.0f} ms, "
-            f"Podman's service {cpu['engine'] * 1000:.0f} ms, the rest (conmon, runc, "
-            f"networking, this bench, other load) {rest * 1000:.0f} ms; the machine "
-            f"{cpu['machine'] * 1000:.0f} ms"
-        )
     if cold:
         print(row("oci: cold launch → running (pull)", cold))
+    print()
+    for runtime, got in results.items():
+        for what, cpu in (
+            ("its exit included", got["cpu"]),
+            ("until running", got["cpu_launching"]),
+        ):
+            if cpu is not None:
+                print(cpu_line(f"{runtime}: CPU per launch ({what})", cpu))
     print()
     complete = True
     for runtime, got in results.items():
