@@ -5,14 +5,15 @@ Everything runs in a throwaway directory: a SQLite database (migrated here, with
 GPUs, one whole-GPU instance per GPU, and tenants of 8 instances with a member token each),
 Redis (REDIS_URL, else `--redis embedded`: the fakeredis server `make run` uses, in its own
 process; or `--redis redis-server`), and `--servers` uvicorn processes. The agents are simulated
-in this process: each reads a round (a `gpu` and an `allocation` sample per GPU) once a second
-and hands it to the agent's own `Reporter` (agent/control.py), which pushes it to
+in a process of the bench's own: each reads a round (a `gpu` and an `allocation` sample per GPU)
+once a second and hands it to the agent's own `Reporter` (agent/control.py), which pushes it to
 /agent/v1/samples with its host's secret exactly as a running agent does; latency starts at
-the read. The
-viewers are `websockets` clients on /ws/instances/<id>/metrics/ with a member's bearer token.
+the read. The viewers, in another process, are `websockets` clients on
+/ws/instances/<id>/metrics/ with a member's bearer token; latency ends when one receives.
 
 Per run it prints: samples in, messages expected and delivered, lost, agent-read → client-
-received latency (p50/p99/max), the CPU the server processes (and Redis) used, as cores.
+received latency (p50/p99/max), the CPU the server processes (and Redis) used, as cores, and
+how late the bench's own two event loops ran (p99): what of a latency is the bench's.
 The baseline (`polling`) is the target load watched by plain HTTP polling of the history API
 every second instead of websockets.
 
@@ -24,6 +25,7 @@ every second instead of websockets.
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import resource
@@ -234,22 +236,44 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 # --- the load ---------------------------------------------------------------------------
+#
+# The agents and the viewers run in two processes of their own, each with its own event loop:
+# in one process, 125 agents' pushes and 500 sockets' messages queued behind each other on one
+# loop, and the bench's lateness counted as the server's. Both stamp with the same clock
+# (time.time() on this machine): the agents the read, the viewers the arrival. Each process
+# also reports how late its own loop ran (`*_lag_p99_ms`), so what is left of the bench in a
+# latency can be read off the result.
 
 
 @dataclass
-class Tally:
-    start: float = 0.0  # samples read from here on count
-    end: float = 0.0
+class Window:
+    """The measured seconds: samples read from `start` to `end` count."""
+
+    start: float
+    end: float
+
+    def __contains__(self, ts: float) -> bool:
+        return self.start <= ts < self.end
+
+
+@dataclass
+class AgentsTally:
     samples_in: int = 0
     posts_failed: int = 0
     post_seconds: list[float] = field(default_factory=list)
     expected: set = field(default_factory=set)  # (instance, ts) of watched instances
-    delivered: set = field(default_factory=set)
-    duplicates: int = 0
-    latencies: list[float] = field(default_factory=list)
-    viewers_refused: int = 0
-    poll_seconds: list[float] = field(default_factory=list)
-    arrivals: list[tuple[float, float]] = field(default_factory=list)  # (received at, latency)
+    loop_lag: list[float] = field(default_factory=list)
+    cpu: float = 0.0
+
+
+@dataclass
+class ViewersTally:
+    refused: int = 0
+    received: dict = field(default_factory=dict)  # (instance, ts) -> received at (the first)
+    duplicates: list = field(default_factory=list)  # ts of samples received more than once
+    poll_seconds: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
+    loop_lag: list[tuple[float, float]] = field(default_factory=list)  # (at, lag)
+    cpu: float = 0.0
 
 
 def reading(ts: float, index: int, uuid: str, alloc: str | None) -> list[dict]:
@@ -268,10 +292,19 @@ def reading(ts: float, index: int, uuid: str, alloc: str | None) -> list[dict]:
     return samples
 
 
-async def agent(address, host, watched, tally, stop_at, phase):
+async def loop_lag(lags: list, every: float = 0.01) -> None:
+    """How late this process's event loop wakes up: (when, seconds late)."""
+    while True:
+        began = time.monotonic()
+        await asyncio.sleep(every)
+        lags.append((time.time(), time.monotonic() - began - every))
+
+
+async def agent(address, host, watched, tally: AgentsTally, window: Window, phase):
     """A host agent's reading and pushing: a round of samples read each second and handed to
     the agent's own Reporter, which pushes it as the real agent does (at once, buffered and
-    backing off while the console is away)."""
+    backing off while the console is away). At the end it stops reading and flushes what is
+    buffered, as the agent does when it stops."""
     from agent.control import Reporter
 
     identity = {"server": f"http://{address}", "host_id": host["id"], "secret": host["secret"]}
@@ -282,7 +315,7 @@ async def agent(address, host, watched, tally, stop_at, phase):
             await reporter.round_read()
             began = time.monotonic()
             await reporter.push()
-            if time.time() >= tally.start and time.time() < tally.end:
+            if time.time() in window:
                 if reporter.backing_off:
                     tally.posts_failed += 1
                 else:
@@ -291,15 +324,15 @@ async def agent(address, host, watched, tally, stop_at, phase):
 
     pusher = asyncio.ensure_future(push())
     try:
-        await asyncio.sleep(phase)
+        await asyncio.sleep(max(0.0, window.start - 3.0 - time.time()) + phase)
         next_at = time.monotonic()
-        while time.monotonic() < stop_at:
+        while time.time() < window.end:
             ts = time.time()
             samples = [
                 s for index, uuid, alloc, _ in host["gpus"] for s in reading(ts, index, uuid, alloc)
             ]
             reporter.add(samples)
-            if tally.start <= ts < tally.end:
+            if ts in window:
                 tally.samples_in += len(samples)
                 for _, _, _, instance in host["gpus"]:
                     if instance in watched:
@@ -309,10 +342,11 @@ async def agent(address, host, watched, tally, stop_at, phase):
     finally:
         pusher.cancel()
         await asyncio.gather(pusher, return_exceptions=True)
+        await reporter.flush()
         await reporter.aclose()
 
 
-async def ws_viewer(address, instance, token, tally, ready, stop_at):
+async def ws_viewer(address, instance, token, tally: ViewersTally, ready, stop):
     import websockets
 
     try:
@@ -324,39 +358,33 @@ async def ws_viewer(address, instance, token, tally, ready, stop_at):
             max_queue=None,
         )
     except Exception:
-        tally.viewers_refused += 1
+        tally.refused += 1
         ready.release()
         return
     ready.release()
     async with socket:
-        while True:
-            left = stop_at - time.monotonic()
-            if left <= 0:
-                return
+        while not stop.is_set():
             try:
-                raw = await asyncio.wait_for(socket.recv(), timeout=left)
-            except (TimeoutError, websockets.ConnectionClosed):
+                raw = await socket.recv()
+            except websockets.ConnectionClosed:
                 return
             now = time.time()
             message = json.loads(raw)
-            if message.get("type") != "sample" or message["ts"] < tally.start:
+            if message.get("type") != "sample":
                 continue
             key = (message["instance"], message["ts"])
-            if key in tally.delivered:
-                tally.duplicates += 1
-                continue
-            tally.delivered.add(key)
-            tally.latencies.append(now - message["ts"])
-            tally.arrivals.append((now, now - message["ts"]))
+            if key in tally.received:
+                tally.duplicates.append(message["ts"])
+            else:
+                tally.received[key] = now
 
 
-async def poll_viewer(client, address, instance, token, tally, ready, stop_at, phase):
+async def poll_viewer(client, address, instance, token, tally: ViewersTally, ready, stop, phase):
     ready.release()
     await asyncio.sleep(phase)
-    seen = set()
     headers = {"Authorization": f"Bearer {token}"}
     next_at = time.monotonic()
-    while time.monotonic() < stop_at:
+    while not stop.is_set():
         began = time.monotonic()
         try:
             response = await client.get(
@@ -366,72 +394,111 @@ async def poll_viewer(client, address, instance, token, tally, ready, stop_at, p
         except Exception:
             data = {"ts": []}
         now = time.time()
-        tally.poll_seconds.append(time.monotonic() - began)
+        tally.poll_seconds.append((now, time.monotonic() - began))
         for ts in data["ts"]:
-            if ts >= tally.start and ts not in seen:
-                seen.add(ts)
-                tally.delivered.add((instance, ts))
-                tally.latencies.append(now - ts)
+            tally.received.setdefault((instance, ts), now)
         next_at += 1.0
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
-async def drive(world, servers, agents, viewers, watch, warmup, seconds, drain):
+def viewers_process(conn, addresses, watched, tokens, watch) -> None:
+    """The viewers, in a process of their own: says "ready" once every socket is open, then
+    receives until the parent says "stop", and sends back its tally."""
     import httpx
 
+    began = time.process_time()
+
+    async def main() -> ViewersTally:
+        tally = ViewersTally()
+        ready = asyncio.Semaphore(0)
+        stop = asyncio.Event()
+        limits = httpx.Limits(max_connections=len(watched) + 10)
+        clients = [httpx.AsyncClient(limits=limits, timeout=30) for _ in addresses]
+        tasks = []
+        for n, instance in enumerate(watched):
+            address = addresses[n % len(addresses)]
+            if watch == "ws":
+                coro = ws_viewer(address, instance, tokens[instance], tally, ready, stop)
+            else:
+                coro = poll_viewer(clients[n % len(clients)], address, instance, tokens[instance],
+                                   tally, ready, stop, phase=n / max(1, len(watched)))  # fmt: skip
+            tasks.append(asyncio.ensure_future(coro))
+        for _ in watched:
+            await ready.acquire()
+        lag = asyncio.ensure_future(loop_lag(tally.loop_lag))
+        loop = asyncio.get_running_loop()
+        conn.send(("ready", tally.refused))
+        await loop.run_in_executor(None, conn.recv)  # "stop"
+        stop.set()
+        for task in [*tasks, lag]:
+            task.cancel()
+        await asyncio.gather(*tasks, lag, return_exceptions=True)
+        for client in clients:
+            await client.aclose()
+        return tally
+
+    tally = asyncio.run(main())
+    tally.cpu = time.process_time() - began
+    conn.send(tally)
+
+
+def agents_process(conn, addresses, hosts, watched, window: Window) -> None:
+    """The agents, in a process of their own: they read from 3 s before the window to its
+    end, then flush, and the process sends back its tally."""
+    began = time.process_time()
+
+    async def main() -> AgentsTally:
+        tally = AgentsTally()
+        lags: list[tuple[float, float]] = []
+        lag = asyncio.ensure_future(loop_lag(lags))
+        await asyncio.gather(*[
+            agent(addresses[n % len(addresses)], host, watched, tally, window,
+                  phase=n / max(1, len(hosts)))
+            for n, host in enumerate(hosts)
+        ])  # fmt: skip
+        lag.cancel()
+        tally.loop_lag = [seconds for at, seconds in lags if at in window]
+        return tally
+
+    tally = asyncio.run(main())
+    tally.cpu = time.process_time() - began
+    conn.send(tally)
+
+
+def drive(world, servers, agents, viewers, watch, warmup, seconds, drain):
+    """The viewers connect; then the agents start, and `seconds` after `warmup` count."""
+    context = multiprocessing.get_context("fork")  # the world is built here already
     hosts = world.hosts[:agents]
-    instances = [inst for host in hosts for _, _, _, inst in host["gpus"]]
-    watched = instances[:viewers]
-    tally = Tally()
+    watched = [inst for host in hosts for _, _, _, inst in host["gpus"]][:viewers]
     addresses = [address for _, address in servers]
-    limits = httpx.Limits(
-        max_connections=max(agents, viewers) + 10,
-        max_keepalive_connections=max(agents, viewers) + 10,
+    viewers_end, viewers_conn = context.Pipe()
+    viewers_proc = context.Process(
+        target=viewers_process,
+        args=(viewers_conn, addresses, watched, {i: world.tokens[i] for i in watched}, watch),
     )
-    clients = [httpx.AsyncClient(limits=limits, timeout=30) for _ in addresses]
-    ready = asyncio.Semaphore(0)
-    now = time.monotonic()
-    tally.start = time.time() + 3600  # nothing counts until the viewers are in and warmed up
-    tally.end = tally.start
-    far = now + 3600
-    viewer_tasks = []
-    for n, instance in enumerate(watched):
-        address = addresses[n % len(addresses)]
-        if watch == "ws":
-            coro = ws_viewer(address, instance, world.tokens[instance], tally, ready, far)
-            viewer_tasks.append(asyncio.ensure_future(coro))
-        else:
-            viewer_tasks.append(asyncio.ensure_future(poll_viewer(
-                clients[n % len(clients)], address, instance, world.tokens[instance], tally, ready,
-                far, phase=n / max(1, viewers),
-            )))  # fmt: skip
-    for _ in watched:
-        await ready.acquire()
-    agent_tasks = [
-        asyncio.ensure_future(agent(
-            addresses[n % len(addresses)], host, set(watched), tally, far,
-            phase=n / max(1, agents),
-        ))
-        for n, host in enumerate(hosts)
-    ]  # fmt: skip
-    await asyncio.sleep(warmup)
-    tally.start = time.time()
-    tally.end = tally.start + seconds
+    viewers_proc.start()
+    _, refused = viewers_end.recv()
+    window = Window(time.time() + max(warmup, 3.0), 0.0)
+    window.end = window.start + seconds
+    agents_end, agents_conn = context.Pipe()
+    agents_proc = context.Process(
+        target=agents_process, args=(agents_conn, addresses, hosts, set(watched), window)
+    )
+    agents_proc.start()
+    time.sleep(max(0.0, window.start - time.time()))
     cpu_before = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
     wall_before = time.monotonic()
-    await asyncio.sleep(seconds)
+    time.sleep(max(0.0, window.end - time.time()))
     cpu_after = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
     wall = time.monotonic() - wall_before
-    for task in agent_tasks:
-        task.cancel()
-    await asyncio.sleep(drain)
-    for task in viewer_tasks:
-        task.cancel()
-    await asyncio.gather(*agent_tasks, *viewer_tasks, return_exceptions=True)
-    for client in clients:
-        await client.aclose()
+    agents_tally = agents_end.recv()
+    agents_proc.join()
+    time.sleep(drain)
+    viewers_end.send("stop")
+    viewers_tally = viewers_end.recv()
+    viewers_proc.join()
     server_cpu = sum(cpu_after[p] - cpu_before[p] for p in cpu_after) / wall
-    return tally, server_cpu, wall
+    return window, agents_tally, viewers_tally, server_cpu, wall
 
 
 def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> dict:
@@ -440,11 +507,10 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> di
     redis_client.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     servers = start_servers(args.servers, work)
     redis_before = cpu_seconds(redis_proc.pid) if redis_proc else None
-    bench_before = time.process_time()
     began = time.monotonic()
     try:
-        tally, server_cpu, wall = asyncio.run(
-            drive(world, servers, agents, viewers, watch, args.warmup, args.seconds, args.drain)
+        window, sent, seen, server_cpu, wall = drive(
+            world, servers, agents, viewers, watch, args.warmup, args.seconds, args.drain
         )
     finally:
         for proc, _ in servers:
@@ -457,13 +523,15 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> di
     except Exception:  # fakeredis answers INFO partly
         redis_memory = None
     redis_cpu = (cpu_seconds(redis_proc.pid) - redis_before) / elapsed if redis_proc else None
-    lost = len(tally.expected - tally.delivered)
+    delivered = {key: at for key, at in seen.received.items() if key in sent.expected}
+    latencies = [at - ts for (_, ts), at in delivered.items()]
     if os.environ.get("BENCH_TIMELINE"):  # the worst seconds: stalls, and when
         worst: dict[int, float] = {}
-        for at, latency in tally.arrivals:
-            second = int(at - tally.start)
-            worst[second] = max(worst.get(second, 0.0), latency)
+        for (_, ts), at in delivered.items():
+            second = int(at - window.start)
+            worst[second] = max(worst.get(second, 0.0), at - ts)
         print("worst latency per second:", {s: round(v * 1000) for s, v in sorted(worst.items())})
+    polls = [seconds for at, seconds in seen.poll_seconds if at in window]
     return {
         "run": name,
         "watch": watch,
@@ -471,22 +539,26 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> di
         "agents": agents,
         "viewers": viewers,
         "servers": args.servers,
-        "samples_in": tally.samples_in,
-        "samples_per_s": tally.samples_in / args.seconds,
-        "expected": len(tally.expected),
-        "delivered": len(tally.expected & tally.delivered),
-        "lost": lost,
-        "duplicates": tally.duplicates,
-        "refused": tally.viewers_refused,
-        "posts_failed": tally.posts_failed,
-        "p50_ms": percentile(tally.latencies, 50) * 1000,
-        "p99_ms": percentile(tally.latencies, 99) * 1000,
-        "max_ms": max(tally.latencies, default=float("nan")) * 1000,
-        "post_p99_ms": percentile(tally.post_seconds, 99) * 1000,
-        "poll_p99_ms": percentile(tally.poll_seconds, 99) * 1000 if tally.poll_seconds else None,
+        "samples_in": sent.samples_in,
+        "samples_per_s": sent.samples_in / args.seconds,
+        "expected": len(sent.expected),
+        "delivered": len(delivered),
+        "lost": len(sent.expected) - len(delivered),
+        "duplicates": sum(1 for ts in seen.duplicates if ts in window),
+        "refused": seen.refused,
+        "posts_failed": sent.posts_failed,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "max_ms": max(latencies, default=float("nan")) * 1000,
+        "post_p50_ms": percentile(sent.post_seconds, 50) * 1000,
+        "post_p99_ms": percentile(sent.post_seconds, 99) * 1000,
+        "poll_p99_ms": percentile(polls, 99) * 1000 if polls else None,
+        "agents_lag_p99_ms": percentile(sent.loop_lag, 99) * 1000,
+        "viewers_lag_p99_ms": percentile([lag for at, lag in seen.loop_lag if at in window], 99)
+        * 1000,
         "server_cpu": server_cpu,
         "redis_cpu": redis_cpu,
-        "bench_cpu": (time.process_time() - bench_before) / elapsed,
+        "bench_cpu": (sent.cpu + seen.cpu) / elapsed,
         "seconds": wall,
         "load": os.getloadavg()[0],
         "redis_memory_mib": redis_memory / 2**20 if redis_memory else None,
@@ -498,9 +570,9 @@ def table(results: list[dict], redis: str) -> str:
         "| run | watch | GPUs (agents x G) | viewers | servers | samples in (/s) "
         "| msgs expected "
         "| delivered | lost | p50 ms | p99 ms | max ms | server CPU (cores) | Redis CPU "
-        "| bench CPU | load avg |"
+        "| bench CPU | bench loops' lag p99 ms (agents, viewers) | load avg |"
     )
-    lines = [head, "|" + "---|" * 16]
+    lines = [head, "|" + "---|" * 17]
     for r in results:
         redis_cpu = f"{r['redis_cpu']:.2f}" if r["redis_cpu"] is not None else "n/a"
         lines.append(
@@ -510,7 +582,8 @@ def table(results: list[dict], redis: str) -> str:
             f"| {r['samples_in']} ({r['samples_per_s']:.0f}) "
             f"| {r['expected']} | {r['delivered']} | {r['lost']} | {r['p50_ms']:.1f} "
             f"| {r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['server_cpu']:.2f} | {redis_cpu} "
-            f"| {r['bench_cpu']:.2f} | {r['load']:.1f} |"
+            f"| {r['bench_cpu']:.2f} "
+            f"| {r['agents_lag_p99_ms']:.0f}, {r['viewers_lag_p99_ms']:.0f} | {r['load']:.1f} |"
         )
     lines.append(
         f"\nRedis: {redis}. CPU in cores (1.00 = one core busy) over the measured window; "
