@@ -81,6 +81,16 @@ class _FramesConsumer(AsyncWebsocketConsumer):
     async def allowed_still(self) -> bool:
         return True
 
+    async def dispatch(self, message):
+        # Frames go straight out. Channels' dispatch first closes stale database connections
+        # in the one thread that every socket of the process shares (a thread hop per frame
+        # per socket, queued behind all the others'); relaying touches no database, and the
+        # access check, when due, closes them itself (database_sync_to_async).
+        if message["type"] == "metrics.frames":
+            await self.metrics_frames(message)
+        else:
+            await super().dispatch(message)
+
     async def metrics_frames(self, event):
         if not await self.allowed_still():
             await self.close(code=FORBIDDEN)

@@ -1,11 +1,15 @@
 """The websockets, driven through the real ASGI application (auth middleware, origin check,
 routing) with the in-process channel layer: the right socket gets each sample, nobody else."""
 
+import asyncio
 import json
+import threading
 import time
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.test import Client
 
 from accounts import services
@@ -241,5 +245,30 @@ def test_an_open_socket_stops_when_its_access_is_withdrawn(world, monkeypatch, r
             await database_sync_to_async(services.remove_member)(world.alice)
         await ingest_(world.host, [alloc_sample(time.time() + 1, "alloc-train", util=20.0)])
         assert (await train.receive_output(timeout=1))["type"] == "websocket.close"
+
+    run(scenario)
+
+
+def test_a_sample_is_relayed_while_the_shared_database_thread_is_busy(world):
+    """Each frame goes straight to its socket: it does not queue for the one thread that every
+    socket's database calls share (held here by a slow one)."""
+    alice = token_of(world.alice)
+
+    async def scenario():
+        train = socket(f"/ws/instances/{world.train.pk}/metrics/", token=alice)
+        assert (await train.connect())[0]
+        await receive(train)  # the window
+        held = threading.Event()
+        slow = asyncio.ensure_future(sync_to_async(held.wait)())  # the shared thread, busy
+        sample = {"type": "sample", "instance": world.train.pk, "ts": time.time(), "gpu_util": 5}
+        try:
+            await get_channel_layer().group_send(
+                ingest.instance_group(world.train.pk),
+                {"type": "metrics.frames", "frames": [[sample["ts"], json.dumps(sample)]]},
+            )
+            assert await receive(train) == sample
+        finally:
+            held.set()
+            await slow
 
     run(scenario)
