@@ -115,8 +115,9 @@ def declared_ports(instance: Instance) -> list[dict]:
     return [*(instance.image.ports or []), *(instance.ports or [])]
 
 
-def port_path(instance: Instance, port: int) -> str:
-    return f"/instances/{instance.pk}/ports/{port}/"
+def port_path(instance_id: int, port: int) -> str:
+    """Where the console proxies the instance's web port."""
+    return f"/instances/{instance_id}/ports/{port}/"
 
 
 # --- ssh ----------------------------------------------------------------------------------
@@ -125,22 +126,34 @@ def port_path(instance: Instance, port: int) -> str:
 def ssh_target(instance: Instance) -> dict | None:
     """Where `ssh` reaches the running instance (its host's gateway), or None: not running,
     or its host runs no gateway. Needs the instance's current allocation with its host
-    (prefetched as `allocations` on lists)."""
+    (prefetched as `allocations` on the instance page)."""
     if instance.state != State.RUNNING:
         return None
     current = next((a for a in instance.allocations.all() if a.released_at is None), None)
     host: Host | None = current.host if current else None
-    if host is None or not host.ssh_port:
+    if host is None:
         return None
-    hostname = urlsplit(host.address).hostname or host.name
-    user = str(instance.pk)
-    port_option = f"-p {host.ssh_port} " if host.ssh_port != 22 else ""
+    return ssh_endpoint(
+        instance.pk, host.address, host.name, host.ssh_port, host.ssh_host_key_fingerprint
+    )
+
+
+def ssh_endpoint(
+    instance_id: int, address: str, host_name: str, ssh_port: int | None, fingerprint: str
+) -> dict | None:
+    """The `ssh` command line to a running instance through its host's gateway at `ssh_port`
+    (None: the host runs none), from the host's fields as they are."""
+    if not ssh_port:
+        return None
+    hostname = urlsplit(address).hostname or host_name
+    user = str(instance_id)
+    port_option = f"-p {ssh_port} " if ssh_port != 22 else ""
     return {
         "host": hostname,
-        "port": host.ssh_port,
+        "port": ssh_port,
         "user": user,
         "command": f"ssh {port_option}{user}@{hostname}",
-        "host_key_fingerprint": host.ssh_host_key_fingerprint,
+        "host_key_fingerprint": fingerprint,
     }
 
 

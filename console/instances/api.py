@@ -1,18 +1,15 @@
 """REST API of instances: /api/v1/instances/…"""
 
-from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
 
-from accounts.models import SshKey
 from accounts.permissions import request_membership
 from accounts.roles import OPERATE, READ
-from console.catalog.models import Spec, SpecPrice
-from console.instances import services
-from console.instances.models import Allocation, Instance, State
+from console.instances import access, listing, services
+from console.instances.models import Instance, State
 from console.instances.serializers import (
     InstanceEventSerializer,
     InstanceSerializer,
@@ -41,30 +38,9 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     write_role = OPERATE
 
     def get_queryset(self):
-        tenant = request_membership(self.request).tenant
-        queryset = Instance.objects.filter(tenant=tenant).prefetch_related(
-            Prefetch("ssh_keys", SshKey.objects.select_related("membership__user")),
-            Prefetch(
-                "allocations",
-                Allocation.objects.filter(released_at__isnull=True).select_related("host"),
-            ),
-        )
-        # Prices unordered: Spec.price_points sorts them, and their default order (by spec, so
-        # by the specs' own order) would join specs and GPU models into the query.
-        prices = SpecPrice.objects.order_by()
+        queryset = Instance.objects.filter(tenant=request_membership(self.request).tenant)
         if self.action != "list":
-            return queryset.select_related(
-                "spec__mig_profile", "image", "region", "disk_host"
-            ).prefetch_related(Prefetch("spec__prices", prices))
-        # A page's specs, images, regions and hosts are few, each shared by many instances:
-        # fetched once each rather than joined into every row, each is built once.
-        specs = Spec.objects.order_by().select_related("mig_profile")
-        queryset = queryset.prefetch_related(
-            Prefetch("spec", specs.prefetch_related(Prefetch("prices", prices))),
-            "image",
-            "region",
-            "disk_host",
-        )
+            return queryset
         states = [s for s in self.request.query_params.get("state", "").split(",") if s]
         unknown = sorted(set(states) - set(State.values))
         if unknown:
@@ -75,6 +51,15 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         if name:
             queryset = queryset.filter(name=name)
         return queryset
+
+    def _represent(self, rows) -> list[dict]:
+        request = self.request
+        return listing.represent(
+            rows,
+            shell=access.shell_member(request_membership(request)),
+            staff=request.user.is_staff,
+            base_url=request.build_absolute_uri("/")[:-1],
+        )
 
     @extend_schema(
         parameters=[
@@ -90,11 +75,18 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         ]
     )
     def list(self, request, *args, **kwargs):
-        return super().list(request, *args, **kwargs)
+        page = self.paginate_queryset(listing.rows(self.get_queryset()))
+        return self.get_paginated_response(self._represent(page))
+
+    def retrieve(self, request, pk=None):
+        rows = list(listing.rows(self.get_queryset().filter(pk=pk)))
+        if not rows:
+            raise NotFound()
+        return Response(self._represent(rows)[0])
 
     def _respond(self, instance, code=status.HTTP_202_ACCEPTED):
-        instance = self.get_queryset().get(pk=instance.pk)
-        return Response(self.get_serializer(instance).data, status=code)
+        rows = list(listing.rows(Instance.objects.filter(pk=instance.pk)))
+        return Response(self._represent(rows)[0], status=code)
 
     @extend_schema(request=LaunchSerializer, responses={202: InstanceSerializer})
     def create(self, request):

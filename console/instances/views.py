@@ -180,7 +180,7 @@ def _detail_context(request, instance):
         "per_month": instance.spec.current_price() * HOURS_PER_MONTH,
         "ssh": access.ssh_target(instance) if request.membership.can(OPERATE) else None,
         "ports": [
-            {**entry, "path": access.port_path(instance, entry["port"])}
+            {**entry, "path": access.port_path(instance.pk, entry["port"])}
             for entry in access.declared_ports(instance)
         ],
     }

@@ -13,11 +13,10 @@ from console.instances.models import Instance, State
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
 URL = "/api/v1/instances/"
-# token, membership, count, page, specs, their prices, images, regions, disk hosts, keys with
-# their members, current allocations with their hosts
-LIST_QUERIES = 11
-# token, membership, the instance with its spec, image, region and disk host, prices, keys,
-# allocations
+# token with its membership, count, the page's rows (with their image, region and disk host), the
+# running ones' hosts, keys with their members, specs, their prices
+LIST_QUERIES = 7
+# token with its membership, then the same for the one row
 DETAIL_QUERIES = 6
 
 

@@ -1,0 +1,136 @@
+"""Instances as the API shows them (the `Instance` schema of serializers.py), built from plain
+rows: a page of 50 costs a handful of queries and builds no model instance per row. Model
+instances and their prefetches (a related manager and a queryset per row and relation) cost
+three quarters of a list request's CPU (bench/api.py); lists, details and the answers to
+actions all come from here, so the three cannot disagree."""
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.db.models import Prefetch, QuerySet
+
+from console.catalog.models import Spec, SpecPrice
+from console.instances import access, lifecycle, placement
+from console.instances.models import Allocation, Instance, State
+
+COLUMNS = (
+    "id", "name", "state", "state_reason", "command", "env", "exit_code", "ports", "disk_gib",
+    "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id", "spec__code",
+    "image__name", "image__reference", "image__ports", "region__code", "disk_host__name",
+)  # fmt: skip
+HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
+                "host__ssh_host_key_fingerprint")  # fmt: skip
+
+
+def rows(instances: QuerySet) -> QuerySet:
+    """The columns `represent` needs, for a queryset of instances (still lazy: paginate it)."""
+    return instances.values(*COLUMNS)
+
+
+def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> list[dict]:
+    """The API's view of each row: `shell` (the caller may open shells) adds the ssh command
+    of running instances, `staff` the placement; port URLs start with `base_url`."""
+    if not rows:
+        return []
+    ids = [row["id"] for row in rows]
+    running = [row["id"] for row in rows if row["state"] == State.RUNNING]
+    hosts = {}
+    if shell and running:
+        current = Allocation.objects.filter(instance_id__in=running, released_at__isnull=True)
+        hosts = {values[0]: values[1:] for values in current.values_list(*HOST_COLUMNS)}
+    placements = {}
+    if staff:
+        current = Allocation.objects.filter(instance_id__in=ids, released_at__isnull=True)
+        placements = {a.instance_id: placement.describe(a) for a in current.select_related("host")}
+    keys = _key_names(ids)
+    figures = _spec_figures({row["spec_id"] for row in rows})
+    return [
+        _one(row, hosts.get(row["id"]), keys[row["id"]], figures[row["spec_id"]],
+             placements.get(row["id"]), base_url)
+        for row in rows
+    ]  # fmt: skip
+
+
+def _one(row, host, keys, figures, placed, base_url) -> dict:
+    instance_id = row["id"]
+    ports = [*(row["image__ports"] or []), *(row["ports"] or [])]
+    return {
+        "id": instance_id,
+        "name": row["name"],
+        "state": row["state"],
+        "state_reason": row["state_reason"],
+        "spec": row["spec__code"],
+        "image": row["image__name"],
+        "image_reference": row["image__reference"],
+        "command": row["command"],
+        "env": row["env"],
+        "exit_code": row["exit_code"],
+        "disk": {"size_gib": row["disk_gib"], "host": row["disk_host__name"]},
+        "ssh": access.ssh_endpoint(instance_id, *host) if host else None,
+        "ssh_keys": [
+            name if user_id == row["created_by_id"] else f"{username}/{name}"
+            for name, user_id, username in keys
+        ],
+        "ports": [
+            {
+                "port": entry["port"],
+                "name": entry["name"],
+                "url": base_url + access.port_path(instance_id, entry["port"]),
+            }
+            for entry in ports
+        ],
+        "region": row["region__code"],
+        "gpu_equivalents": figures[0],
+        "price_per_hour": figures[1],
+        "actions": lifecycle.allowed_actions(row["state"]),
+        "created_at": timestamp(row["created_at"]),
+        "updated_at": timestamp(row["updated_at"]),
+        "terminated_at": timestamp(row["terminated_at"]),
+        "placement": placed,
+    }
+
+
+def _key_names(ids: list[int]) -> dict[int, list[tuple]]:
+    """Per instance, the keys it grants: (name, owner's user id, owner's username), by name."""
+    grants = Instance.ssh_keys.through.objects.filter(instance_id__in=ids).order_by(
+        "sshkey__name", "sshkey_id"
+    )
+    keys = defaultdict(list)
+    for instance_id, *key in grants.values_list(
+        "instance_id", "sshkey__name", "sshkey__membership__user_id",
+        "sshkey__membership__user__username",
+    ):  # fmt: skip
+        keys[instance_id].append(key)
+    return keys
+
+
+def _spec_figures(spec_ids: set[int]) -> dict[int, tuple[str, str | None]]:
+    """Per spec: its GPU equivalents and its price per hour now, as the API writes them."""
+    specs = (
+        Spec.objects.filter(pk__in=spec_ids)
+        .order_by()
+        .select_related("mig_profile")
+        .prefetch_related(Prefetch("prices", SpecPrice.objects.order_by()))
+    )
+    figures = {}
+    for spec in specs:
+        price = spec.current_price()
+        figures[spec.pk] = (
+            decimal_text(spec.gpu_equivalents, 3),
+            None if price is None else decimal_text(price, 4),
+        )
+    return figures
+
+
+def decimal_text(value: Decimal, places: int) -> str:
+    """As DRF writes a DecimalField with `decimal_places` and normalize_output: "0.25", "2"."""
+    return f"{value.quantize(Decimal(1).scaleb(-places)).normalize():f}"
+
+
+def timestamp(value: datetime | None) -> str | None:
+    """As DRF writes a DateTimeField (TIME_ZONE is UTC): ISO 8601, "Z" for UTC."""
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
