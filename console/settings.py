@@ -119,9 +119,10 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "console.urls"
 ASGI_APPLICATION = "console.asgi.application"
-# Django requests a web process runs at once, each in a thread of its own; the others wait in
-# the event loop. More threads than a few only take turns at the process's one interpreter,
-# and each turn costs CPU: 20 clients' lists cost 24.6 ms of CPU each, 20.3 ms with 4 at once.
+# Django requests a web process runs at once, each in a thread of its own (console/asgi.py); the
+# others wait in the event loop. More threads than a few only take turns at the process's one
+# interpreter, and each turn costs CPU: 20 clients' lists cost 24.6 ms of CPU each, 20.3 ms with
+# 4 at once.
 WEB_REQUEST_CONCURRENCY = env_int("WEB_REQUEST_CONCURRENCY", 4)
 
 TEMPLATES = [

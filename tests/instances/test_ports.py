@@ -91,9 +91,9 @@ def jupyter(catalog, tenant, agent):
 
 
 def fetch(method, path, headers, **kwargs) -> httpx.Response:
-    from console.asgi import django_asgi_app
+    from console.asgi import django_app
 
-    app = with_ports_route(django_asgi_app)
+    app = with_ports_route(django_app)
     answers = []
 
     async def scenario():
