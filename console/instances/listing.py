@@ -38,7 +38,7 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
     hosts = {}
     if shell and running:
         current = Allocation.objects.filter(instance_id__in=running, released_at__isnull=True)
-        hosts = {values[0]: values[1:] for values in current.values_list(*HOST_COLUMNS)}
+        hosts = {values[0]: values[1:] for values in current.order_by().values_list(*HOST_COLUMNS)}
     placements = {}
     if staff:
         current = Allocation.objects.filter(instance_id__in=ids, released_at__isnull=True)

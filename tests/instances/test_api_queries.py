@@ -13,11 +13,11 @@ from console.instances.models import Instance, State
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
 URL = "/api/v1/instances/"
-# token with its membership, count, the page's rows (with their image, region and disk host), the
-# running ones' hosts, keys with their members, specs, their prices
-LIST_QUERIES = 7
-# token with its membership, then the same for the one row
-DETAIL_QUERIES = 6
+# token, membership, count, the page's rows (with their image, region and disk host), the running
+# ones' hosts, keys with their members, specs, their prices
+LIST_QUERIES = 8
+# token, membership, then the same for the one row
+DETAIL_QUERIES = 7
 
 
 def key_text(comment: str) -> str:
