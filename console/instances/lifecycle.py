@@ -193,13 +193,16 @@ def state_payload(instance: Instance, from_state: str, at: datetime) -> dict:
 
 
 def _announce(instance, from_state, to_state, at, payload) -> None:
-    """After commit: tell billing (the signal) and the tenant's browsers (the group)."""
-    instance_state_changed.send(
-        sender=Instance, instance=instance, from_state=from_state, to_state=to_state, at=at
-    )
+    """After commit: tell the tenant's browsers (the group), then billing (the signal). The
+    browsers first: billing's receiver writes (a usage segment opens on `running`), and on
+    SQLite that write can wait for the lock behind a burst of launches; billing takes its
+    time from `at`, so its figures do not depend on when it runs."""
     try:
         broadcast.group_send(
             events_group(instance.tenant_id), {"type": "instance.state", "payload": payload}
         )
     except Exception:  # the database is the truth; a lost live update is not worth a failure
         log.warning("could not broadcast the state of instance %s", instance.pk, exc_info=True)
+    instance_state_changed.send(
+        sender=Instance, instance=instance, from_state=from_state, to_state=to_state, at=at
+    )
