@@ -19,7 +19,7 @@ from console.catalog.models import GpuModel, Mode, Region
 from console.errors import DomainError
 from console.fleet import agent_client, locks
 from console.fleet.addresses import address_problem
-from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret
+from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret, open_secret
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,27 @@ SAMPLE_INTERVAL_SECONDS = 1.0
 def host_for_secret(secret: str) -> Host | None:
     """The host whose agent holds this secret: found by the secret's hash, then the secret
     itself compared in constant time."""
-    host = Host.objects.filter(secret_hash=hash_secret(secret)).first()
-    if host is None or not hmac.compare_digest(host.secret.encode(), secret.encode()):
-        return None
-    return host
+    for host in Host.objects.filter(secret_hash=hash_secret(secret))[:1]:
+        if hmac.compare_digest(host.secret.encode(), secret.encode()):
+            return host
+    return None
+
+
+def host_rows_for_secret(secret: str, *fields: str) -> list[tuple]:
+    """`(pk, name, *fields)` of the host whose agent holds this secret, found and checked as by
+    `host_for_secret`, in one query of only those columns: a field across a relation
+    (`gpus__uuid`) gives a row per related row (one of Nones when there is none), as
+    `values_list` does. Empty: no host holds it. Read from the database every time, so a
+    deleted or re-keyed host's old secret never passes."""
+    rows = list(
+        Host.objects.filter(secret_hash=hash_secret(secret)).values_list(
+            "pk", "sealed_secret", "name", *fields
+        )
+    )
+    if not rows or not hmac.compare_digest(open_secret(rows[0][1]).encode(), secret.encode()):
+        return []
+    pk = rows[0][0]
+    return [(pk, *row[2:]) for row in rows if row[0] == pk]
 
 
 def heartbeat_interval() -> float:

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from console import broadcast
@@ -168,9 +169,9 @@ def mig_devices(devices) -> dict[str, dict]:
     }
 
 
-def inventory(host: Host, rows: list[Gpu] | None = None) -> dict[int, Device]:
+def inventory(host: Host, rows: Iterable | None = None) -> dict[int, Device]:
     """The host's GPUs by index, as its last synced heartbeat left them (from `rows`, the host's
-    Gpu rows, or one query)."""
+    GPUs with their index, uuid and mig_devices, or one query)."""
     if rows is None:
         rows = Gpu.objects.filter(host=host).only("index", "uuid", "mig_devices")
     return {gpu.index: Device(gpu.uuid, frozenset(mig_devices(gpu.mig_devices))) for gpu in rows}
@@ -246,8 +247,8 @@ def _labels(
 def ingest_samples(
     host: Host, samples: list[dict], gpus: dict[int, Device] | None = None
 ) -> Result:
-    """Attribute, keep and publish one checked batch of `host`'s samples; `gpus` is the host's
-    `inventory()` when the caller has read it already."""
+    """Attribute, keep and publish one checked batch of `host`'s samples (a Host, or what has its
+    pk and name); `gpus` is the host's `inventory()` when the caller has read it already."""
     now = live.now()
     oldest = now - live.window_seconds()
     result = Result()

@@ -214,6 +214,27 @@ def test_the_urlconf_view_checks_the_secret_before_the_body(register):
     assert_refused(post_raw(secret, big), 400, "parse_error")  # read (to its limit), then parsed
 
 
+def test_a_rekeyed_or_deleted_hosts_secret_is_refused_at_its_next_batch(register):
+    """The secret is looked up with every batch (no cache): the old one stops the moment the
+    host gets a new one, and a deleted host's at once; a host without GPUs keeps nothing."""
+    host, secret = register()
+    gpu = host.gpus.get(index=0)
+
+    def post(secret):
+        batch = {"host_id": host.pk, "samples": [good(gpu)]}
+        return post_json(agent_client_for(secret), "/agent/v1/samples", batch)
+
+    assert post(secret).json() == {"accepted": 1, "ignored": 0}
+    host.set_secret("a-new-secret")
+    host.save()
+    assert_refused(post(secret), 401, "invalid_secret")
+    assert post("a-new-secret").json() == {"accepted": 1, "ignored": 0}
+    host.gpus.all().delete()
+    assert post("a-new-secret").json() == {"accepted": 0, "ignored": 1}
+    host.delete()
+    assert_refused(post("a-new-secret"), 401, "invalid_secret")
+
+
 # --- finding 6: oversized bodies elsewhere -------------------------------------------------
 
 
