@@ -17,7 +17,6 @@
 
 Websocket frames are serialised once here, not once per viewer."""
 
-import json
 import logging
 import threading
 import time
@@ -192,8 +191,12 @@ def _values(sample: dict) -> tuple:
     return tuple(sample.get(name) for name in live.FIELDS)
 
 
+def _readings(sample: dict) -> dict:
+    return {name: sample.get(name) for name in live.FIELDS}
+
+
 def _frame(instance_id: int, sample: dict) -> str:
-    return json.dumps(
+    return live.compact_json(
         {
             "type": "sample",
             "instance": instance_id,
@@ -203,8 +206,7 @@ def _frame(instance_id: int, sample: dict) -> str:
             "mem_total_mib": sample.get("mem_total_mib"),
             "temperature_c": sample.get("temperature_c"),
             "power_w": sample.get("power_w"),
-        },
-        separators=(",", ":"),
+        }
     )
 
 
@@ -324,7 +326,7 @@ def ingest_samples(
             points.append(live.Point(series, ts, _values(sample)))
             latest[series] = {
                 "ts": ts,
-                **dict(zip(live.FIELDS, _values(sample), strict=True)),
+                **_readings(sample),
                 **_labels(host, sample, "allocation", owner, gpu, mig),
             }
             frame = [ts, _frame(owner.instance_id, sample)]
@@ -334,13 +336,13 @@ def ingest_samples(
     for index, sample in gpu_latest.items():
         latest[gpu_series(host.pk, index)] = {
             "ts": sample["ts"],
-            **dict(zip(live.FIELDS, _values(sample), strict=True)),
+            **_readings(sample),
             **_labels(host, sample, "gpu", whole_owner.get(index), gpus[index], None),
         }
     for series, (index, mig, sample) in mig_latest.items():
         latest[series] = {
             "ts": sample["ts"],
-            **dict(zip(live.FIELDS, _values(sample), strict=True)),
+            **_readings(sample),
             **_labels(host, sample, "mig", mig_owner.get(mig), gpus[index], mig),
         }
 
@@ -354,9 +356,7 @@ def ingest_samples(
         for tenant, frames in tenant_frames.items()
     ]
     if gpu_frames:
-        frame = json.dumps(
-            {"type": "gpus", "host": host.pk, "samples": gpu_frames}, separators=(",", ":")
-        )
+        frame = live.compact_json({"type": "gpus", "host": host.pk, "samples": gpu_frames})
         messages.append(
             (
                 host_group(host.pk),

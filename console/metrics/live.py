@@ -28,6 +28,9 @@ PREFIX = "gpucloud:metrics:"
 # of the window is still whole.
 KEEP_EXTRA_SECONDS = 60
 TRIM_EVERY_SECONDS = 10.0
+# json.dumps(value, separators=(",", ":")) without building an encoder per call (the hot path
+# writes a few dozen JSON texts a batch).
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,7 @@ class Point:
     values: tuple  # FIELDS order
 
     def member(self) -> str:
-        return json.dumps([self.ts, *self.values], separators=(",", ":"))
+        return compact_json([self.ts, *self.values])
 
 
 def minute_of(ts: float) -> int:
@@ -65,6 +68,7 @@ class MemoryWindow:
         self._series: dict[str, dict[str, float]] = {}
         self._latest: dict[str, str] = {}
         self._dirty: dict[int, set[str]] = {}
+        self._trimmed: dict[str, float] = {}
 
     def add(self, points: Iterable[Point], latest: dict[str, dict], now: float, publish=()) -> None:
         if publish:
@@ -78,8 +82,12 @@ class MemoryWindow:
                 self._dirty.setdefault(minute_of(point.ts), set()).add(point.series)
                 touched.add(point.series)
             for series, sample in latest.items():
-                self._latest[series] = json.dumps(sample, separators=(",", ":"))
+                self._latest[series] = compact_json(sample)
+            # As in Redis: a busy series is trimmed now and then, not with every batch.
             for series in touched:
+                if now - self._trimmed.get(series, 0.0) < TRIM_EVERY_SECONDS:
+                    continue
+                self._trimmed[series] = now
                 members = self._series[series]
                 for member in [m for m, ts in members.items() if ts < oldest]:
                     del members[member]
@@ -133,6 +141,7 @@ class MemoryWindow:
             self._series.clear()
             self._latest.clear()
             self._dirty.clear()
+            self._trimmed.clear()
 
 
 class RedisWindow:
@@ -143,6 +152,7 @@ class RedisWindow:
 
         self.redis = redis.Redis.from_url(url)
         self._trimmed: dict[str, float] = {}
+        self._minutes_noted: dict[int, float] = {}
 
     def add(
         self,
@@ -171,14 +181,20 @@ class RedisWindow:
         if latest:
             pipe.hset(
                 PREFIX + "latest",
-                mapping={s: json.dumps(v, separators=(",", ":")) for s, v in latest.items()},
+                mapping={s: compact_json(v) for s, v in latest.items()},
             )
         for minute, series in dirty.items():
-            key = f"{PREFIX}dirty:{minute}"
-            pipe.sadd(key, *series)
-            pipe.expire(key, keep + 60)
-        if dirty:
-            pipe.zadd(PREFIX + "minutes", {str(m): m for m in dirty})
+            pipe.sadd(f"{PREFIX}dirty:{minute}", *series)
+        # A minute stays in `minutes` until it leaves the window (forget_minutes_before), so
+        # this process notes it, and pushes its dirty set's expiry, every TRIM_EVERY_SECONDS.
+        noted = [m for m in dirty if now - self._minutes_noted.get(m, 0.0) >= TRIM_EVERY_SECONDS]
+        for minute in noted:
+            self._minutes_noted[minute] = now
+            pipe.expire(f"{PREFIX}dirty:{minute}", keep + 60)
+        if noted:
+            pipe.zadd(PREFIX + "minutes", {str(m): m for m in noted})
+            for old in [m for m in self._minutes_noted if m < now - keep - 60]:
+                del self._minutes_noted[old]
         for channel, payload in publish:
             pipe.publish(channel, payload)
         pipe.execute()
@@ -232,6 +248,8 @@ class RedisWindow:
             pipe.execute()
 
     def clear(self) -> None:
+        self._trimmed.clear()
+        self._minutes_noted.clear()
         keys = list(self.redis.scan_iter(match=PREFIX + "*", count=1000))
         for start in range(0, len(keys), 500):
             self.redis.delete(*keys[start : start + 500])
