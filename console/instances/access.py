@@ -110,9 +110,9 @@ def launch_ports_errors(image, ports) -> list[str]:
     ]
 
 
-def declared_ports(instance: Instance) -> list[dict]:
-    """The web ports the console proxies for the instance: its image's, then its launch's."""
-    return [*(instance.image.ports or []), *(instance.ports or [])]
+def declared_ports(image_ports: list | None, launch_ports: list | None) -> list[dict]:
+    """The web ports the console proxies for an instance: its image's, then its launch's."""
+    return [*(image_ports or []), *(launch_ports or [])]
 
 
 def port_path(instance_id: int, port: int) -> str:
@@ -254,7 +254,9 @@ def target(membership: Membership | None, instance_pk: int, port: int | None = N
     )
     if instance is None:
         raise _not_found()
-    if port is not None and port not in {entry["port"] for entry in declared_ports(instance)}:
+    if port is not None and port not in {
+        entry["port"] for entry in declared_ports(instance.image.ports, instance.ports)
+    }:
         raise Refused("not_found", f"{instance.name} serves no port {port}.", 404, 4404)
     if not membership.can(OPERATE):
         raise Refused(

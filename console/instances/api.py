@@ -78,15 +78,18 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         page = self.paginate_queryset(listing.rows(self.get_queryset()))
         return self.get_paginated_response(self._represent(page))
 
-    def retrieve(self, request, pk=None):
+    def _shown(self, pk) -> dict:
+        """One of the tenant's instances as the API shows it; 404 if the tenant has no such."""
         rows = list(listing.rows(self.get_queryset().filter(pk=pk)))
         if not rows:
             raise NotFound()
-        return Response(self._represent(rows)[0])
+        return self._represent(rows)[0]
+
+    def retrieve(self, request, pk=None):
+        return Response(self._shown(pk))
 
     def _respond(self, instance, code=status.HTTP_202_ACCEPTED):
-        rows = list(listing.rows(Instance.objects.filter(pk=instance.pk)))
-        return Response(self._represent(rows)[0], status=code)
+        return Response(self._shown(instance.pk), status=code)
 
     @extend_schema(request=LaunchSerializer, responses={202: InstanceSerializer})
     def create(self, request):

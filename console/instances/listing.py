@@ -54,7 +54,6 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
 
 def _one(row, host, keys, figures, placed, base_url) -> dict:
     instance_id = row["id"]
-    ports = [*(row["image__ports"] or []), *(row["ports"] or [])]
     return {
         "id": instance_id,
         "name": row["name"],
@@ -78,7 +77,7 @@ def _one(row, host, keys, figures, placed, base_url) -> dict:
                 "name": entry["name"],
                 "url": base_url + access.port_path(instance_id, entry["port"]),
             }
-            for entry in ports
+            for entry in access.declared_ports(row["image__ports"], row["ports"])
         ],
         "region": row["region__code"],
         "gpu_equivalents": figures[0],

@@ -181,7 +181,7 @@ def _detail_context(request, instance):
         "ssh": access.ssh_target(instance) if request.membership.can(OPERATE) else None,
         "ports": [
             {**entry, "path": access.port_path(instance.pk, entry["port"])}
-            for entry in access.declared_ports(instance)
+            for entry in access.declared_ports(instance.image.ports, instance.ports)
         ],
     }
 
