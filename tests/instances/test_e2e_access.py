@@ -139,10 +139,16 @@ def test_the_port_proxy_serves_the_containers_web_server_to_its_tenant_only(stac
 
 @pytest.mark.browser
 def test_the_terminal_panel_types_a_command_and_shows_its_output(stack, running, page):
+    troubles = []  # what the page's scripts met, for the message of a failure below
+    page.on("pageerror", lambda error: troubles.append(f"script error: {error}"))
+    page.on("requestfailed", lambda request: troubles.append(f"{request.url}: {request.failure}"))
     sign_in(page, stack.url, "mia")
     page.goto(f"{stack.url}/instances/{running['id']}/")
     page.click("[data-terminal-connect]")
-    expect(page.locator("[data-terminal-status]")).to_have_text("· connected")
+    try:
+        expect(page.locator("[data-terminal-status]")).to_have_text("· connected", timeout=10_000)
+    except AssertionError as failure:
+        raise AssertionError(f"{failure}\nwhat the page met: {troubles}") from None
     page.keyboard.type("echo answer=$((6*7))\n")
     expect(page.get_by_test_id("terminal")).to_contain_text("answer=42", timeout=10_000)
     expect(page.locator("a", has_text="Open Jupyter")).to_be_visible()
