@@ -23,12 +23,15 @@ DESCRIPTIONS = {
     "403": "Signed in, but the role or tenant does not allow it.",
     "404": "No such object, or not one of this tenant's.",
     "409": "Not possible in the current state (e.g. quota_exceeded, invalid_state).",
+    "415": "The body's Content-Type is not one the operation accepts (send application/json).",
     "429": "Too many requests (unknown tokens from this address): wait `Retry-After` seconds.",
 }
 
 
 def _errors_of(path: str, method: str, operation: dict) -> list[str]:
     codes = ["401", "403", "429"]
+    if operation.get("requestBody"):
+        codes.append("415")
     if operation.get("requestBody") or any(
         p.get("in") == "query" for p in operation.get("parameters", [])
     ):

@@ -177,3 +177,15 @@ def test_openapi_schema_and_docs_are_served(client):
     assert docs.status_code == 200
     assert b"swagger-ui" in docs.content
     assert b"cdn" not in docs.content.lower()
+
+
+def test_a_body_of_a_type_the_api_does_not_read_is_a_documented_415(
+    tenant, make_member, token_client
+):
+    client = token_client(make_member(tenant, Role.OWNER))
+    response = client.post("/api/v1/ssh-keys/", "name=laptop", content_type="text/plain")
+    assert response.status_code == 415
+    assert response.json()["code"] == "unsupported_media_type"
+    document = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+    assert "415" in document["paths"]["/api/v1/ssh-keys/"]["post"]["responses"]
+    assert "415" not in document["paths"]["/api/v1/ssh-keys/"]["get"]["responses"]
