@@ -18,6 +18,25 @@ class Mode(models.TextChoices):
     SHARED = "shared", "Shared fraction"
 
 
+def gpu_equivalents(mode: str, gpu_count: int, mig_size: int | None, milli: int | None) -> Decimal:
+    """How much GPU quota one instance of a spec uses (a quarter GPU is 0.25), from its mode
+    and the figure that mode reads: whole GPUs, its MIG profile's slices, or thousandths."""
+    if mode == Mode.WHOLE:
+        return Decimal(gpu_count)
+    if mode == Mode.MIG:
+        return Decimal(mig_size) / MIG_SLICES
+    return Decimal(milli) / 1000
+
+
+def price_in_force(points: list[tuple[datetime, Decimal]], at: datetime | None = None) -> Decimal:
+    """Of a spec's price points (effective from, price per hour), oldest first, the price in
+    force at ``at`` (now): the latest point not after it. The first point also covers any
+    time before it (the spec's price since it exists)."""
+    at = at or timezone.now()
+    in_force = [price for effective_from, price in points if effective_from <= at]
+    return in_force[-1] if in_force else points[0][1]
+
+
 class Region(models.Model):
     code = models.SlugField(max_length=40, unique=True)
     name = models.CharField(max_length=80)
@@ -138,14 +157,11 @@ class Spec(models.Model):
         return sorted(self.prices.all(), key=lambda point: point.effective_from)
 
     def current_price(self, at: datetime | None = None) -> Decimal | None:
-        """The price per hour in force at ``at`` (now): the latest point not after it. The
-        first point also covers any time before it (the spec's price since it exists)."""
+        """The price per hour in force at ``at`` (now), as ``price_in_force`` reads it."""
         if self._state.adding:
             return getattr(self, "_first_price", None)
-        at = at or timezone.now()
         points = self.price_points()
-        in_force = [point for point in points if point.effective_from <= at]
-        return (in_force[-1] if in_force else points[0]).price_per_hour
+        return price_in_force([(p.effective_from, p.price_per_hour) for p in points], at)
 
     def next_price_change(self, at: datetime | None = None) -> "SpecPrice | None":
         """The next scheduled price point after ``at`` (now), if any."""
@@ -155,11 +171,8 @@ class Spec(models.Model):
     @property
     def gpu_equivalents(self) -> Decimal:
         """How much GPU quota one instance of this spec uses (a quarter GPU is 0.25)."""
-        if self.mode == Mode.WHOLE:
-            return Decimal(self.gpu_count)
-        if self.mode == Mode.MIG:
-            return Decimal(self.mig_profile.size) / MIG_SLICES
-        return Decimal(self.milli) / 1000
+        mig_size = self.mig_profile.size if self.mode == Mode.MIG else None
+        return gpu_equivalents(self.mode, self.gpu_count, mig_size, self.milli)
 
     def clean(self):
         errors = {}

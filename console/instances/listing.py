@@ -8,9 +8,9 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 
-from console.catalog.models import Spec, SpecPrice
+from console.catalog.models import SpecPrice, gpu_equivalents, price_in_force
 from console.instances import access, lifecycle, placement
 from console.instances.models import Allocation, Instance, State
 
@@ -19,6 +19,7 @@ COLUMNS = (
     "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id", "spec__code",
     "image__name", "image__reference", "image__ports", "region__code", "disk_host__name",
 )  # fmt: skip
+SPEC_FIGURES = ("spec__mode", "spec__gpu_count", "spec__mig_profile__size", "spec__milli")
 HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
                 "host__ssh_host_key_fingerprint")  # fmt: skip
 
@@ -104,22 +105,24 @@ def _key_names(ids: list[int]) -> dict[int, list[tuple]]:
     return keys
 
 
-def _spec_figures(spec_ids: set[int]) -> dict[int, tuple[str, str | None]]:
-    """Per spec: its GPU equivalents and its price per hour now, as the API writes them."""
-    specs = (
-        Spec.objects.filter(pk__in=spec_ids)
-        .order_by()
-        .select_related("mig_profile")
-        .prefetch_related(Prefetch("prices", SpecPrice.objects.order_by()))
+def _spec_figures(spec_ids: set[int]) -> dict[int, tuple[str, str]]:
+    """Per spec: its GPU equivalents and its price per hour now, as the API writes them, from
+    one query of its price points (a saved spec has at least one) and the fields they need."""
+    points = (
+        SpecPrice.objects.filter(spec_id__in=spec_ids)
+        .order_by("effective_from")
+        .values_list("spec_id", "effective_from", "price_per_hour", *SPEC_FIGURES)
     )
-    figures = {}
-    for spec in specs:
-        price = spec.current_price()
-        figures[spec.pk] = (
-            decimal_text(spec.gpu_equivalents, 3),
-            None if price is None else decimal_text(price, 4),
+    specs = {}
+    for spec_id, effective_from, price, *figures in points:
+        specs.setdefault(spec_id, (figures, []))[1].append((effective_from, price))
+    return {
+        spec_id: (
+            decimal_text(gpu_equivalents(*figures), 3),
+            decimal_text(price_in_force(prices), 4),
         )
-    return figures
+        for spec_id, (figures, prices) in specs.items()
+    }
 
 
 def decimal_text(value: Decimal, places: int) -> str:

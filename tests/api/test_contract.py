@@ -73,4 +73,12 @@ def test_pages_are_read_and_capped(tenant, make_member, token_client):
     client = token_client(make_member(tenant, Role.VIEWER))
     page = client.get("/api/v1/images/?limit=2&offset=1").json()
     assert (page["count"], len(page["results"])) == (3, 2)
+    for query, count, shown in [
+        ("limit=3", 3, 3),  # the whole list in one page
+        ("limit=2", 3, 2),  # more follow
+        ("limit=2&offset=2", 3, 1),  # the last page
+        ("offset=7", 3, 0),  # past the end
+    ]:
+        page = client.get(f"/api/v1/images/?{query}").json()
+        assert (page["count"], len(page["results"])) == (count, shown), query
     assert len(client.get("/api/v1/images/?limit=100000").json()["results"]) == 3
