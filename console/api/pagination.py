@@ -9,6 +9,7 @@ from rest_framework import pagination
 from rest_framework.exceptions import ValidationError
 
 MAX_LIMIT = 500
+PAST_ANY_LIST = 2**62  # an offset beyond any list, whose slice no database integer could hold
 
 
 def _whole_number(request, name: str, minimum: int, default: int | None) -> int | None:
@@ -40,7 +41,9 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
         if self.limit is None:
             return None
         self.offset = self.get_offset(request)
-        rows = list(queryset[self.offset : self.offset + self.limit + 1])  # one more: the end?
+        rows = []
+        if self.offset < PAST_ANY_LIST:
+            rows = list(queryset[self.offset : self.offset + self.limit + 1])  # one more: the end?
         if 0 < len(rows) <= self.limit or (not rows and self.offset == 0):
             self.count = self.offset + len(rows)
         else:  # more follow, or the offset is past the end

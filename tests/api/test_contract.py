@@ -78,6 +78,7 @@ def test_pages_are_read_and_capped(tenant, make_member, token_client):
         ("limit=2", 3, 2),  # more follow
         ("limit=2&offset=2", 3, 1),  # the last page
         ("offset=7", 3, 0),  # past the end
+        (f"offset={10**30}", 3, 0),  # past any list
     ]:
         page = client.get(f"/api/v1/images/?{query}").json()
         assert (page["count"], len(page["results"])) == (count, shown), query
