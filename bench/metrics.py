@@ -330,10 +330,12 @@ async def agent(address, host, watched, tally: AgentsTally, window: Window, phas
         # at once, every second after (95 of 125 in the same 100 ms, each server then taking
         # their pushes in turn: p50 ~180 ms of a push's wait was that queue).
         next_at = window.start - 3.0 + phase
-        while next_at < time.time():
-            next_at += 1.0
-        while next_at < window.end:
-            await asyncio.sleep(max(0.0, next_at - time.time()))
+        while True:
+            while next_at <= time.time():  # a moment this loop was too late for is skipped
+                next_at += 1.0
+            if next_at >= window.end:
+                break
+            await asyncio.sleep(next_at - time.time())
             ts = time.time()
             samples = [
                 s for index, uuid, alloc, _ in host["gpus"] for s in reading(ts, index, uuid, alloc)
@@ -344,8 +346,6 @@ async def agent(address, host, watched, tally: AgentsTally, window: Window, phas
                 for _, _, _, instance in host["gpus"]:
                     if instance in watched:
                         tally.expected.add((instance, ts))
-            while next_at <= time.time():  # a moment this loop was too late for is skipped
-                next_at += 1.0
     finally:
         pusher.cancel()
         await asyncio.gather(pusher, return_exceptions=True)
