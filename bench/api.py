@@ -1,10 +1,11 @@
 """The REST API under load: 20 concurrent clients on the instances list, an instance's detail
 and launch + terminate, against the console's processes started as `make run` starts them.
 
-Embedded mode by default: SQLite and the embedded Redis-protocol server (in a process of its
-own, as the launcher holds it). With DATABASE_URL and REDIS_URL: the distributed mode, on a
-fresh database created on that server for the run (dropped after) and that Redis database
-(flushed first, so that no task left there is delivered: give it a number of its own). The web
+Embedded mode by default: SQLite and the Redis `make run` starts (redis-server where installed,
+else the embedded Redis-protocol server, in a process of its own as the launcher holds it).
+With DATABASE_URL and REDIS_URL: the distributed mode, on a fresh database created on that
+server for the run (dropped after) and that Redis database (flushed first, so that no task
+left there is delivered: give it a number of its own). The web
 server runs `make run`'s uvicorn command with as many worker processes as `make run` gives it
 (console.processes.web_workers: WEB_CONCURRENCY, else one per core), beside a Celery worker
 and one simulated host agent (the `sim` runtime) that the launches really go through.
@@ -27,7 +28,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scratch import scratch_var_dir  # noqa: E402 - bench/ is on the path as a script
+from scratch import make_run_redis, scratch_var_dir  # noqa: E402 - bench/ is on the path as a script
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 LIST = "/api/v1/instances/"
@@ -140,8 +140,7 @@ def main() -> int:
 
     distributed = bool(os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
     tmp = scratch_var_dir("gpucloud-bench-api-")
-    from console import processes
-
+    redis_kind = "Redis"
     cleanups = []
     if distributed:
         import dj_database_url
@@ -165,26 +164,21 @@ def main() -> int:
         redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()  # no task left from elsewhere
     else:
         os.environ["DATABASE_URL"] = ""
-        redis_port = processes.free_port()
-        redis_proc = subprocess.Popen(
-            [processes.PYTHON, "-c", "import time; from console.processes import "
-             f"start_embedded_redis as s; s({redis_port}); time.sleep(86400)"],
-            cwd=ROOT,
-        )  # fmt: skip
+        redis_url, redis_proc, redis_kind = make_run_redis(tmp)
 
         def stop_redis():
             redis_proc.terminate()
             redis_proc.wait(timeout=10)
 
         cleanups.append(stop_redis)
-        os.environ["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+        os.environ["REDIS_URL"] = redis_url
 
     import django
 
     django.setup()
     procs: list = []
     try:
-        return run(args, tmp, procs, distributed)
+        return run(args, tmp, procs, distributed, redis_kind)
     finally:
         for proc in reversed(procs):
             proc.stop()
@@ -199,7 +193,7 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(args, tmp: Path, procs: list, distributed: bool) -> int:
+def run(args, tmp: Path, procs: list, distributed: bool, redis_kind: str) -> int:
     from decimal import Decimal
 
     from django.core.management import call_command
@@ -341,7 +335,7 @@ def run(args, tmp: Path, procs: list, distributed: bool) -> int:
     print()
     print(
         f"gpucloud API bench: {'distributed' if distributed else 'embedded'} "
-        f"({connection.vendor}, {'Redis' if distributed else 'embedded Redis-protocol server'}), "
+        f"({connection.vendor}, {redis_kind}), "
         f"uvicorn with {workers} worker process(es), 1 Celery worker, a tenant with "
         f"{args.instances} running instances, {args.clients} concurrent clients, "
         f"{args.seconds:.0f} s per endpoint, {os.cpu_count()} CPUs, load {load_avg:.1f}; "

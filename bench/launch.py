@@ -1,7 +1,7 @@
 """Launch latency: REST API launch → `running`, and the workload's own exit → `stopped`, with
 the real stack, for each workload runtime side by side.
 
-Starts, in a throwaway directory: an embedded Redis-protocol server (in this process), a
+Starts, in a throwaway directory: the Redis `make run` would (bench/scratch.py), a
 SQLite database (migrated here, with a minimal catalog), uvicorn, a Celery worker and, per
 runtime, one simulated host agent in a region of its own that registers with a join token:
 `process` (a process per instance) and `oci` (a Podman container per instance, the image
@@ -13,7 +13,7 @@ arrives there. Each launch's time is split into the API's answer, the queue wait
 its provision task starts), the task's agent calls and the state change (the agent's answer →
 `running` on the socket), from its events and the worker's notes (bench/timed_worker.py).
 The web and worker processes are `make run`'s. The CPU time each spent per launch (its exit
-included: robust to other load, unlike the times), the agents', the embedded Redis's and
+included: robust to other load, unlike the times), the agents', Redis's and
 Podman's service's beside them, and the rest of the machine's (runc, conmon, networking, and
 whatever else runs). The baseline, measured in the same run, is one bare agent round trip:
 `PUT /v1/allocations/{id}` straight to the agent.
@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scratch import scratch_var_dir  # noqa: E402 - bench/ is on the path as a script
+from scratch import make_run_redis, scratch_var_dir  # noqa: E402 - bench/ is on the path as a script
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 
@@ -97,22 +97,10 @@ def cpu_line(label: str, cpu: dict[str, float]) -> str:
     rest = cpu["machine"] - sum(v for k, v in cpu.items() if k != "machine")
     return (
         f"{label}: web {cpu['web'] * 1000:.0f} ms, worker {cpu['worker'] * 1000:.0f} ms, "
-        f"agents {cpu['agent'] * 1000:.0f} ms, the embedded Redis {cpu['redis'] * 1000:.0f} ms, "
+        f"agents {cpu['agent'] * 1000:.0f} ms, Redis {cpu['redis'] * 1000:.0f} ms, "
         f"Podman's service {cpu['engine'] * 1000:.0f} ms, the rest (conmon, runc, networking, "
         f"this bench, other load) {rest * 1000:.0f} ms; the machine {cpu['machine'] * 1000:.0f} ms"
     )
-
-
-def _wait_port(port: int, timeout: float = 10.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port}")
 
 
 def main() -> int:
@@ -147,18 +135,8 @@ def main() -> int:
     tmp = scratch_var_dir("gpucloud-bench-")
     os.environ.setdefault("DATABASE_URL", "")
 
-    from console import processes
-
-    # The embedded Redis-protocol server, in a process of its own as `make run` has it (in the
-    # launcher, which does nothing else): not competing for this process's GIL.
-    redis_port = processes.free_port()
-    redis_proc = subprocess.Popen(
-        [processes.PYTHON, "-c", "import time; from console.processes import "
-         f"start_embedded_redis as s; s({redis_port}); time.sleep(86400)"],
-        cwd=ROOT,
-    )  # fmt: skip
-    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
-    _wait_port(redis_port)
+    redis_url, redis_proc, args.redis_kind = make_run_redis(tmp)
+    os.environ["REDIS_URL"] = redis_url
 
     import django
 
@@ -487,7 +465,7 @@ def run(args, tmp: Path, procs: list) -> int:
     print(
         f"gpucloud launch bench: {args.instances} instances a runtime ({codes} alternating), "
         f"{flight}, a simulated host with {args.gpus} GPUs ({modes}) per "
-        f"runtime, {connection.vendor}, embedded Redis, uvicorn ({processes.web_workers()} "
+        f"runtime, {connection.vendor}, {args.redis_kind}, uvicorn ({processes.web_workers()} "
         f"processes) + 1 Celery worker ({args.workers} processes), {os.cpu_count()} CPUs, "
         f"load {os.getloadavg()[0]:.1f}"
     )

@@ -3,8 +3,9 @@
 
 Everything runs in a throwaway directory: a SQLite database (migrated here, with N hosts of G
 GPUs, one whole-GPU instance per GPU, and tenants of 8 instances with a member token each),
-Redis (REDIS_URL, else `--redis embedded`: the fakeredis server `make run` uses, in its own
-process; or `--redis redis-server`), and `--servers` uvicorn processes. The agents are simulated
+Redis (REDIS_URL, else the one `make run` starts: `redis-server` where installed, else the
+fakeredis server in a process of its own; `--redis embedded` or `--redis redis-server` picks
+one), and `--servers` uvicorn processes. The agents are simulated
 in a process of the bench's own: each reads a round (a `gpu` and an `allocation` sample per GPU)
 once a second and hands it to the agent's own `Reporter` (agent/control.py), which pushes it to
 /agent/v1/samples with its host's secret exactly as a running agent does; latency starts at
@@ -61,8 +62,9 @@ def cpu_seconds(pid: int) -> float:
 # --- the throwaway installation -------------------------------------------------------------
 
 
-def prepare_environment(work: Path, redis: str) -> tuple[str, subprocess.Popen | None]:
-    """Point this process (and the servers it starts) at a fresh database and a Redis."""
+def prepare_environment(work: Path, redis: str) -> tuple[str, subprocess.Popen | None, str]:
+    """Point this process (and the servers it starts) at a fresh database and a Redis:
+    (its URL, its process if started here, what it is)."""
     from console import processes
 
     os.environ["GPUCLOUD_VAR_DIR"] = str(work)
@@ -74,6 +76,8 @@ def prepare_environment(work: Path, redis: str) -> tuple[str, subprocess.Popen |
     os.environ["METRICS_ALLOWED_IPS"] = "127.0.0.1"
     proc = None
     url = os.environ.get("REDIS_URL", "")
+    if redis == "env" and not url:
+        redis = "redis-server" if shutil.which("redis-server") else "embedded"
     if not url or redis != "env":
         port = processes.free_port()
         if redis == "redis-server":
@@ -108,7 +112,8 @@ def prepare_environment(work: Path, redis: str) -> tuple[str, subprocess.Popen |
         else:
             raise SystemExit(f"Redis did not start: {' '.join(cmd)}")
     os.environ["REDIS_URL"] = url
-    return url, proc
+    kind = {"redis-server": "redis-server", "embedded": "embedded fakeredis (own process)"}
+    return url, proc, kind.get(redis, url)
 
 
 @dataclass
@@ -617,7 +622,7 @@ def main() -> int:
     parser.add_argument("--drain", type=float, default=2.0, help="seconds to wait for stragglers")
     parser.add_argument(
         "--redis", choices=["env", "embedded", "redis-server"], default="env",
-        help="env: REDIS_URL if set, else embedded",
+        help="env: REDIS_URL if set, else make run's (redis-server where installed, else embedded)",
     )  # fmt: skip
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -649,11 +654,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="gpucloud-bench-metrics-"))
     redis_proc = None
     try:
-        redis_url, redis_proc = prepare_environment(work, args.redis)
-        redis_kind = (
-            ("redis-server" if args.redis == "redis-server" else "embedded fakeredis (own process)")
-            if redis_proc else redis_url
-        )  # fmt: skip
+        redis_url, redis_proc, redis_kind = prepare_environment(work, args.redis)
         print(f"building {agents} hosts x {gpus} GPUs in {work} …", flush=True)
         world = build_world(agents, gpus)
 

@@ -1,6 +1,9 @@
-"""The console's state for a benchmark's own processes: a fresh folder, out of the way."""
+"""The console's state for a benchmark's own processes: a fresh folder, out of the way, and
+the Redis `make run` would use."""
 
 import os
+import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -18,3 +21,24 @@ def scratch_var_dir(prefix: str) -> Path:
         }
     )
     return folder
+
+
+def make_run_redis(folder: Path) -> tuple[str, subprocess.Popen, str]:
+    """The Redis `make run` would use here, in a process of its own: (URL, process, what it is).
+    `redis-server` where installed (console.processes.start_local_redis), else the embedded
+    Redis-protocol server, which the launcher holds in a process that does nothing else: here
+    too, so that it does not compete for the bench's GIL."""
+    from console import processes
+
+    if shutil.which("redis-server"):
+        url, proc = processes.start_local_redis(folder / "redis.log")
+        return url, proc, "redis-server"
+    port = processes.free_port()
+    proc = subprocess.Popen(
+        [processes.PYTHON, "-c", "import time; from console.processes import "
+         f"start_embedded_redis as s; s({port}); time.sleep(86400)"],
+        cwd=Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    processes.wait_redis(url, proc)
+    return url, proc, "embedded Redis-protocol server"

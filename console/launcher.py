@@ -1,7 +1,7 @@
 """`make run`: the whole console on one machine — migrations, static files, the demo, the ASGI
-server, a Celery worker, Celery beat and two simulated host agents. Embedded by default (SQLite
-and a Redis-protocol server inside this process); with DATABASE_URL and REDIS_URL it runs on
-those. Ctrl-C stops all.
+server, a Celery worker, Celery beat and two simulated host agents. Embedded by default: SQLite,
+and a `redis-server` of its own where one is installed, else a Redis-protocol server inside this
+process; with DATABASE_URL and REDIS_URL it runs on those. Ctrl-C stops all.
 
 The agents run their workloads as real containers when a container engine is at hand (a Docker
 or Podman socket, or Podman installed, whose API this starts), else as processes."""
@@ -64,8 +64,24 @@ def main() -> int:
     port = int(os.environ.get("PORT", "8000"))
     var_dir = Path(os.environ.get("GPUCLOUD_VAR_DIR", ROOT / "var"))
     var_dir.mkdir(parents=True, exist_ok=True)
-    redis_url = os.environ.get("REDIS_URL") or processes.start_embedded_redis()
-    embedded = not os.environ.get("REDIS_URL")
+    children: list[tuple[str, subprocess.Popen]] = []
+    try:
+        return serve(port, var_dir, children)
+    finally:
+        stop_all(children)
+
+
+def serve(port: int, var_dir: Path, children: list) -> int:
+    redis_url = os.environ.get("REDIS_URL")
+    if redis_url:
+        broker = redis_url
+    else:
+        redis_url, redis_proc = processes.start_local_redis(var_dir / "redis.log")
+        if redis_proc is None:
+            broker = "embedded Redis-protocol server (`apt-get install redis-server`: faster)"
+        else:
+            children.append(("redis", redis_proc))
+            broker = f"redis-server (started here, at {redis_url}, keeping nothing on disk)"
     env = processes.child_env(REDIS_URL=redis_url, GPUCLOUD_VAR_DIR=str(var_dir))
     url = f"http://127.0.0.1:{port}"
 
@@ -76,20 +92,19 @@ def main() -> int:
     manage("collectstatic", "--noinput", "-v0", env=env)
     demo = manage("seed_demo", "--yes-demo", env=env)
 
-    children: list[tuple[str, subprocess.Popen]] = []
-
     def start(name: str, cmd: list[str]) -> None:
         log = (var_dir / f"{name}.log").open("ab")
         children.append(
             (name, subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         )
 
-    # one uvicorn process per core (WEB_CONCURRENCY): they share the embedded Redis-protocol
-    # server, the broker and channel layer, so websockets reach their groups from any of them
+    # one uvicorn process per core (WEB_CONCURRENCY): they share the Redis, the broker and
+    # channel layer, so websockets reach their groups from any of them
     start("web", processes.web_cmd(port, workers=processes.web_workers()))
+    web = children[-1][1]
     start("worker", processes.worker_cmd(concurrency=processes.worker_concurrency()))
     start("beat", processes.beat_cmd(var_dir))
-    processes.wait_http(f"{url}/healthz", timeout=60, proc=children[0][1])
+    processes.wait_http(f"{url}/healthz", timeout=60, proc=web)
     runtime, engine_url, runs_as = choose_runtime(var_dir, children)
     for hostname, gpus, model, mode in DEMO_AGENTS:
         state_dir = var_dir / "agents" / hostname
@@ -115,8 +130,9 @@ def main() -> int:
     print(
         f"\ngpucloud is running at {url}\n"
         f"  database: {'PostgreSQL' if os.environ.get('DATABASE_URL') else 'SQLite (embedded)'}; "
-        f"broker and channel layer: {'embedded Redis-protocol server' if embedded else redis_url}\n"
-        f"  processes: web ({processes.web_workers()} uvicorn workers), worker, beat, "
+        f"broker and channel layer: {broker}\n"
+        f"  processes: {'redis, ' if children[0][0] == 'redis' else ''}"
+        f"web ({processes.web_workers()} uvicorn workers), worker, beat, "
         f"agent-host-a, agent-host-b (logs in {var_dir})\n"
         f"  workloads: {runs_as}\n"
         f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
@@ -141,15 +157,23 @@ def main() -> int:
                 stopping, exit_code = True, 1
         time.sleep(0.5)
     print("Stopping…", flush=True)
-    for _, proc in reversed(children):
-        if proc.poll() is None:
-            proc.terminate()
-    for _, proc in children:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     return exit_code
+
+
+def stop_all(children: list) -> None:
+    """Stop the children, the last started first and Redis after all the others (they use it
+    while they stop); kill what does not stop within 15 s."""
+    ordered = [proc for name, proc in reversed(children) if name != "redis"]
+    last = [proc for name, proc in children if name == "redis"]
+    for group in (ordered, last):
+        for proc in group:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in group:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 if __name__ == "__main__":
