@@ -300,7 +300,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"bad_token": env_str("API_BAD_TOKEN_RATE", "10/min")},
     "NUM_PROXIES": env_int("TRUSTED_PROXY_COUNT", 0),
     "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
+        "console.api.renderers.FastJSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
 }

@@ -38,19 +38,21 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     write_role = OPERATE
 
     def get_queryset(self):
-        queryset = Instance.objects.filter(tenant=request_membership(self.request).tenant)
-        if self.action != "list":
-            return queryset
+        return Instance.objects.filter(tenant=request_membership(self.request).tenant)
+
+    def _list_filters(self) -> dict:
+        """The list's filters from the query string: ?state=a,b and ?name=."""
+        filters = {}
         states = [s for s in self.request.query_params.get("state", "").split(",") if s]
         unknown = sorted(set(states) - set(State.values))
         if unknown:
             raise ValidationError({"state": [f"Unknown state(s): {', '.join(unknown)}."]})
         if states:
-            queryset = queryset.filter(state__in=states)
+            filters["state__in"] = states
         name = self.request.query_params.get("name")
         if name:
-            queryset = queryset.filter(name=name)
-        return queryset
+            filters["name"] = name
+        return filters
 
     def _represent(self, rows) -> list[dict]:
         request = self.request
@@ -75,12 +77,13 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         ]
     )
     def list(self, request, *args, **kwargs):
-        page = self.paginate_queryset(listing.rows(self.get_queryset()))
+        tenant = request_membership(request).tenant
+        page = self.paginate_queryset(listing.rows(tenant, **self._list_filters()))
         return self.get_paginated_response(self._represent(page))
 
     def _shown(self, pk) -> dict:
         """One of the tenant's instances as the API shows it; 404 if the tenant has no such."""
-        rows = list(listing.rows(self.get_queryset().filter(pk=pk)))
+        rows = list(listing.rows(request_membership(self.request).tenant, pk=pk))
         if not rows:
             raise NotFound()
         return self._represent(rows)[0]

@@ -24,9 +24,26 @@ HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
                 "host__ssh_host_key_fingerprint")  # fmt: skip
 
 
-def rows(instances: QuerySet) -> QuerySet:
-    """The columns `represent` needs, for a queryset of instances (still lazy: paginate it)."""
-    return instances.values(*COLUMNS)
+# The queries of a list, built once: each request clones them and adds its filters. Building
+# one (its joins and columns) costs more than running it: ~1 ms of a list request (bench/api.py).
+# Never evaluated themselves, so they hold no rows.
+_ROWS = Instance.objects.values(*COLUMNS)
+_CURRENT_HOSTS = (
+    Allocation.objects.filter(released_at__isnull=True).order_by().values_list(*HOST_COLUMNS)
+)
+_GRANTED_KEYS = Instance.ssh_keys.through.objects.order_by("sshkey__name", "sshkey_id").values_list(
+    "instance_id", "sshkey__name", "sshkey__membership__user_id",
+    "sshkey__membership__user__username",
+)  # fmt: skip
+_PRICE_POINTS = SpecPrice.objects.order_by("effective_from").values_list(
+    "spec_id", "effective_from", "price_per_hour", *SPEC_FIGURES
+)
+
+
+def rows(tenant, **filters) -> QuerySet:
+    """The columns `represent` needs, of the tenant's instances that match `filters` (still
+    lazy: paginate it)."""
+    return _ROWS.filter(tenant=tenant, **filters)
 
 
 def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> list[dict]:
@@ -38,8 +55,8 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
     running = [row["id"] for row in rows if row["state"] == State.RUNNING]
     hosts = {}
     if shell and running:
-        current = Allocation.objects.filter(instance_id__in=running, released_at__isnull=True)
-        hosts = {values[0]: values[1:] for values in current.order_by().values_list(*HOST_COLUMNS)}
+        current = _CURRENT_HOSTS.filter(instance_id__in=running)
+        hosts = {values[0]: values[1:] for values in current}
     placements = {}
     if staff:
         current = Allocation.objects.filter(instance_id__in=ids, released_at__isnull=True)
@@ -93,14 +110,8 @@ def _one(row, host, keys, figures, placed, base_url) -> dict:
 
 def _key_names(ids: list[int]) -> dict[int, list[tuple]]:
     """Per instance, the keys it grants: (name, owner's user id, owner's username), by name."""
-    grants = Instance.ssh_keys.through.objects.filter(instance_id__in=ids).order_by(
-        "sshkey__name", "sshkey_id"
-    )
     keys = defaultdict(list)
-    for instance_id, *key in grants.values_list(
-        "instance_id", "sshkey__name", "sshkey__membership__user_id",
-        "sshkey__membership__user__username",
-    ):  # fmt: skip
+    for instance_id, *key in _GRANTED_KEYS.filter(instance_id__in=ids):
         keys[instance_id].append(key)
     return keys
 
@@ -108,13 +119,8 @@ def _key_names(ids: list[int]) -> dict[int, list[tuple]]:
 def _spec_figures(spec_ids: set[int]) -> dict[int, tuple[str, str]]:
     """Per spec: its GPU equivalents and its price per hour now, as the API writes them, from
     one query of its price points (a saved spec has at least one) and the fields they need."""
-    points = (
-        SpecPrice.objects.filter(spec_id__in=spec_ids)
-        .order_by("effective_from")
-        .values_list("spec_id", "effective_from", "price_per_hour", *SPEC_FIGURES)
-    )
     specs = {}
-    for spec_id, effective_from, price, *figures in points:
+    for spec_id, effective_from, price, *figures in _PRICE_POINTS.filter(spec_id__in=spec_ids):
         specs.setdefault(spec_id, (figures, []))[1].append((effective_from, price))
     return {
         spec_id: (

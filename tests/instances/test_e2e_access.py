@@ -142,13 +142,24 @@ def test_the_terminal_panel_types_a_command_and_shows_its_output(stack, running,
     troubles = []  # what the page's scripts met, for the message of a failure below
     page.on("pageerror", lambda error: troubles.append(f"script error: {error}"))
     page.on("requestfailed", lambda request: troubles.append(f"{request.url}: {request.failure}"))
+    page.on(
+        "response",
+        lambda answer: answer.status >= 400 and troubles.append(f"{answer.url}: {answer.status}"),
+    )
+    page.on(
+        "console",
+        lambda message: message.type in ("error", "warning") and troubles.append(message.text),
+    )
     sign_in(page, stack.url, "mia")
     page.goto(f"{stack.url}/instances/{running['id']}/")
     page.click("[data-terminal-connect]")
     try:
         expect(page.locator("[data-terminal-status]")).to_have_text("· connected", timeout=10_000)
     except AssertionError as failure:
-        raise AssertionError(f"{failure}\nwhat the page met: {troubles}") from None
+        scripts = page.evaluate("[typeof window.Terminal, typeof window.FitAddon]")
+        raise AssertionError(
+            f"{failure}\nwhat the page met: {troubles}\nxterm's globals: {scripts}"
+        ) from None
     page.keyboard.type("echo answer=$((6*7))\n")
     expect(page.get_by_test_id("terminal")).to_contain_text("answer=42", timeout=10_000)
     expect(page.locator("a", has_text="Open Jupyter")).to_be_visible()
