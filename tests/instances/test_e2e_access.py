@@ -152,15 +152,22 @@ def test_the_terminal_panel_types_a_command_and_shows_its_output(stack, running,
     )
     sign_in(page, stack.url, "mia")
     page.goto(f"{stack.url}/instances/{running['id']}/")
+    # The page is live: wait for its socket, and for the Access card, before aiming at the button
+    expect(page.locator("[data-live-status]")).to_have_text("● live")
+    expect(page.locator("a", has_text="Open Jupyter")).to_be_visible()
+    page.evaluate(
+        "window.clicked = []; document.addEventListener('click', (event) =>"
+        " window.clicked.push(event.target.outerHTML.slice(0, 120)), true)"
+    )
     page.click("[data-terminal-connect]")
     try:
         expect(page.locator("[data-terminal-status]")).to_have_text("· connected", timeout=10_000)
     except AssertionError as failure:
         scripts = page.evaluate("[typeof window.Terminal, typeof window.FitAddon]")
         raise AssertionError(
-            f"{failure}\nwhat the page met: {troubles}\nxterm's globals: {scripts}"
+            f"{failure}\nwhat the page met: {troubles}\nxterm's globals: {scripts}\n"
+            f"what was clicked: {page.evaluate('window.clicked')}"
         ) from None
     page.keyboard.type("echo answer=$((6*7))\n")
     expect(page.get_by_test_id("terminal")).to_contain_text("answer=42", timeout=10_000)
-    expect(page.locator("a", has_text="Open Jupyter")).to_be_visible()
     screenshot(page, "instances-terminal")
