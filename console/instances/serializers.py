@@ -70,7 +70,9 @@ class InstanceSerializer(serializers.Serializer):
 
 class LaunchSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=63)
-    spec = serializers.SlugRelatedField(slug_field="code", queryset=Spec.objects.all())
+    spec = serializers.SlugRelatedField(
+        slug_field="code", queryset=Spec.objects.select_related("gpu_model", "mig_profile")
+    )
     image = serializers.SlugRelatedField(slug_field="name", queryset=Image.objects.all())
     region = serializers.SlugRelatedField(
         slug_field="code", queryset=Region.objects.all(), required=False, allow_null=True
@@ -117,7 +119,9 @@ class LogsSerializer(serializers.Serializer):
 
 
 class ResizeSerializer(serializers.Serializer):
-    spec = serializers.SlugRelatedField(slug_field="code", queryset=Spec.objects.all())
+    spec = serializers.SlugRelatedField(
+        slug_field="code", queryset=Spec.objects.select_related("gpu_model", "mig_profile")
+    )
     disk_gib = serializers.IntegerField(
         required=False,
         min_value=1,
