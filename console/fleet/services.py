@@ -439,8 +439,24 @@ def record_heartbeat(
                     f"heartbeats resumed (unreachable for {silent:.0f} s)",
                 )
                 log.info("host %s is back: %s", locked.name, locked.admin_status)
+                _restart_failover_clocks(locked, now)
     host.refresh_from_db()
     return host
+
+
+def _restart_failover_clocks(back: Host, now: datetime) -> None:
+    """`back` went silent together with the hosts whose last heartbeat is within a grace period
+    of its own (hosts_to_fail_over held them all: the console's outage, most likely). Now that
+    the console hears again, those still unheard are unreachable from now: each gets the whole
+    failover time from the last of its fellows heard again to be heard itself, rather than none
+    when it is not the first to call back."""
+    seen = back.last_heartbeat_at or back.registered_at
+    window = timedelta(seconds=settings.HOST_HEARTBEAT_GRACE_SECONDS)
+    Host.objects.filter(
+        status=Host.Status.UNREACHABLE,
+        last_heartbeat_at__gte=seen - window,
+        last_heartbeat_at__lte=seen + window,
+    ).update(unreachable_since=now)
 
 
 # --- the watchdog ----------------------------------------------------------------------
@@ -488,8 +504,9 @@ def hosts_to_fail_over(now: datetime | None = None) -> list[Host]:
     that went silent together with HOST_FAILOVER_SILENT_SHARE of the fleet (or more): when that
     many hosts stop being heard within one grace period of each other, what failed is most
     likely the console's side (its web processes, its network), not every host at once, so
-    their instances are kept until the hosts are heard again or one of them stays silent while
-    the others come back. A fleet of one host cannot tell and fails over as before."""
+    their instances are kept until the hosts are heard again, or one of them stays silent for
+    the failover time after the others came back (record_heartbeat restarts its clock). A fleet
+    of one host cannot tell and fails over as before."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.HOST_FAILOVER_SECONDS)
     fleet = Host.objects.exclude(status=Host.Status.RETIRED).count()

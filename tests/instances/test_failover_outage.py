@@ -4,10 +4,12 @@ with (a large share of) the whole fleet keep their instances (issue 16, item 7).
 from datetime import timedelta
 from decimal import Decimal
 
+import time_machine
 from django.utils import timezone
 
 from accounts.models import Quota
 from console.catalog.models import Mode
+from console.fleet import services as fleet
 from console.fleet.models import Host
 from console.instances import outcomes, recovery, services
 from console.instances.models import Instance, State
@@ -49,13 +51,42 @@ def test_every_host_silent_at_once_is_the_consoles_outage_not_the_hosts(catalog,
     assert recovery.fail_over_hosts(now) == 0
     assert _state(instance) == State.RUNNING
 
-    # the others are heard again, this one is not: now it is the host
-    Host.objects.filter(pk__in=[h.pk for h in others]).update(
-        status=Host.Status.ACTIVE, unreachable_since=None, last_heartbeat_at=now
-    )
-    assert recovery.fail_over_hosts(now) == 1
+    # the console hears again: one of the others calls back first, then the second. This one
+    # has the whole failover time from the last of them to be heard, as they had
+    with time_machine.travel(now, tick=False):
+        fleet.record_heartbeat(others[0])
+    later = now + timedelta(seconds=5)
+    with time_machine.travel(later, tick=False):
+        fleet.record_heartbeat(others[1])
+    assert recovery.fail_over_hosts(later) == 0
+    assert recovery.fail_over_hosts(later + timedelta(seconds=59)) == 0
+    assert _state(instance) == State.RUNNING
+
+    # still unheard a failover time after the others were: now it is the host
+    assert recovery.fail_over_hosts(later + timedelta(seconds=61)) == 1
     failed = Instance.objects.get(pk=instance.pk)
     assert (failed.state, failed.state_reason) == (State.FAILED, "host_unreachable")
+
+
+def test_a_host_heard_again_restarts_only_the_clocks_of_those_silent_with_it(
+    catalog, tenant, settings
+):
+    settings.HOST_FAILOVER_SECONDS = 60
+    settings.HOST_HEARTBEAT_GRACE_SECONDS = 15
+    settings.HOST_FAILOVER_SILENT_SHARE = 0.5
+    host, instance = _running_on_its_own_host(catalog, tenant)
+    lonely_host, lonely = _running_on_its_own_host(catalog, tenant)
+    partner = catalog.host()
+    now = timezone.now()
+    _silent(host, since_seconds=75, heard_seconds_ago=90, now=now)
+    _silent(partner, since_seconds=73, heard_seconds_ago=88, now=now)
+    _silent(lonely_host, since_seconds=20, heard_seconds_ago=35, now=now)  # later, alone
+    with time_machine.travel(now, tick=False):
+        fleet.record_heartbeat(partner)
+    assert Host.objects.get(pk=host.pk).unreachable_since == now
+    assert Host.objects.get(pk=lonely_host.pk).unreachable_since == now - timedelta(seconds=20)
+    assert recovery.fail_over_hosts(now + timedelta(seconds=45)) == 1  # the lonely one's time
+    assert (_state(instance), _state(lonely)) == (State.RUNNING, State.FAILED)
 
 
 def test_the_share_is_the_operators_and_a_host_silent_alone_fails_over(catalog, tenant, settings):
