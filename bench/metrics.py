@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scratch import embedded_redis_process  # noqa: E402 - bench/ is on the path as a script
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 RUNS = {
@@ -74,46 +75,21 @@ def prepare_environment(work: Path, redis: str) -> tuple[str, subprocess.Popen |
         os.environ["GPUCLOUD_SQLITE_PATH"] = str(work / "bench.sqlite3")
     os.environ["LOG_LEVEL"] = "WARNING"
     os.environ["METRICS_ALLOWED_IPS"] = "127.0.0.1"
-    proc = None
     url = os.environ.get("REDIS_URL", "")
-    if redis == "env" and not url:
+    if url and redis == "env":
+        return url, None, url
+    if redis == "env":
         redis = "redis-server" if shutil.which("redis-server") else "embedded"
-    if not url or redis != "env":
-        port = processes.free_port()
-        if redis == "redis-server":
-            binary = shutil.which("redis-server")
-            if not binary:
-                raise SystemExit("--redis redis-server: no redis-server binary")
-            cmd = [binary, "--port", str(port), "--save", "", "--appendonly", "no"]
-        else:
-            # What `make run` starts (console.processes.start_embedded_redis), with Nagle off:
-            # its replies are small writes that otherwise wait 40 ms for delayed ACKs.
-            code = (
-                "from fakeredis import TcpFakeServer; "
-                f"server = TcpFakeServer(('127.0.0.1', {port}), server_type='redis'); "
-                "server.daemon_threads = True; "
-                "server.RequestHandlerClass.disable_nagle_algorithm = True; "
-                "server.serve_forever()"
-            )
-            cmd = [sys.executable, "-c", code]
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        url = f"redis://127.0.0.1:{port}/0"
-        deadline = time.monotonic() + 20
-        import redis as redis_client
-
-        while time.monotonic() < deadline:
-            try:
-                redis_client.Redis.from_url(url).ping()
-                break
-            except redis_client.ConnectionError:
-                time.sleep(0.1)
-        else:
-            raise SystemExit(f"Redis did not start: {' '.join(cmd)}")
+    if redis == "redis-server":
+        if not shutil.which("redis-server"):
+            raise SystemExit("--redis redis-server: no redis-server binary")
+        url, proc = processes.start_local_redis(work / "redis.log")
+        kind = "redis-server"
+    else:
+        url, proc = embedded_redis_process()
+        kind = "embedded fakeredis (own process)"
     os.environ["REDIS_URL"] = url
-    kind = {"redis-server": "redis-server", "embedded": "embedded fakeredis (own process)"}
-    return url, proc, kind.get(redis, url)
+    return url, proc, kind
 
 
 @dataclass

@@ -26,13 +26,21 @@ def scratch_var_dir(prefix: str) -> Path:
 def make_run_redis(folder: Path) -> tuple[str, subprocess.Popen, str]:
     """The Redis `make run` would use here, in a process of its own: (URL, process, what it is).
     `redis-server` where installed (console.processes.start_local_redis), else the embedded
-    Redis-protocol server, which the launcher holds in a process that does nothing else: here
-    too, so that it does not compete for the bench's GIL."""
+    Redis-protocol server."""
     from console import processes
 
     if shutil.which("redis-server"):
         url, proc = processes.start_local_redis(folder / "redis.log")
         return url, proc, "redis-server"
+    return (*embedded_redis_process(), "embedded Redis-protocol server")
+
+
+def embedded_redis_process() -> tuple[str, subprocess.Popen]:
+    """The embedded Redis-protocol server (console.processes.start_embedded_redis), which the
+    launcher holds in a process that does nothing else: here too, so that it does not compete
+    for the bench's GIL. (URL, process)."""
+    from console import processes
+
     port = processes.free_port()
     proc = subprocess.Popen(
         [processes.PYTHON, "-c", "import time; from console.processes import "
@@ -41,4 +49,4 @@ def make_run_redis(folder: Path) -> tuple[str, subprocess.Popen, str]:
     )  # fmt: skip
     url = f"redis://127.0.0.1:{port}/0"
     processes.wait_redis(url, proc)
-    return url, proc, "embedded Redis-protocol server"
+    return url, proc
