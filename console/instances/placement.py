@@ -229,9 +229,9 @@ def _choice(spec: Spec, snap: Snapshot, placement: core.Placement) -> Choice:
 def fits_now(spec: Spec, snap: Snapshot) -> bool:
     """Whether `spec` fits somewhere in the snapshot now. Where does not matter, so first fit
     answers: every policy finds a place exactly when one exists (tests/scheduler), and first
-    fit needs neither the catalog's workload (a query) nor FGD's scores."""
-    hosts = [replace(h, gpus=list(h.gpus)) for h in snap.hosts]
-    return bool(hosts) and place(request_for(spec), hosts, policy="first-fit") is not None
+    fit needs neither the catalog's workload (a query) nor FGD's scores. Placing only reads the
+    hosts (apply and release change them), so the snapshot's own serve."""
+    return bool(snap.hosts) and place(request_for(spec), snap.hosts, "first-fit") is not None
 
 
 def still_fits(choice: Choice, snap: Snapshot) -> bool:
