@@ -16,6 +16,7 @@ from accounts.models import ApiToken, Membership, Quota, Tenant, hash_token
 from accounts.roles import OPERATE, Role
 from accounts.signals import tenant_suspended
 from console.errors import DomainError
+from console.prepared import Prepared, columns, instances
 
 User = get_user_model()
 
@@ -166,25 +167,35 @@ class TokenRejected(DomainError):
         super().__init__(detail, code=code)
 
 
+# Every API request asks these two, compiled once (console/prepared.py): the token with its
+# tenant and user, and the membership it acts as.
+_TOKENS = Prepared(
+    ApiToken.objects.order_by().values_list(
+        *columns(ApiToken), *columns(Tenant, "tenant__"), *columns(User, "user__")
+    )
+)
+_MEMBERSHIPS = Prepared(Membership.objects.order_by().values_list(*columns(Membership)))
+
+
 def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
     """The token and the membership it acts as, or TokenRejected saying why."""
     parts = raw.split("_", 2)
     if len(parts) != 3 or parts[0] != ApiToken.PREFIX or len(parts[1]) != 8:
         raise TokenRejected("invalid_token", "Malformed API token.")
-    # Every API request asks: two plain queries (unordered: `first()` would sort), no joins
-    # the token did not already bring; subqueries cost more to build than they save.
-    found = ApiToken.objects.select_related("tenant", "user").filter(prefix=parts[1]).order_by()
-    token = next(iter(found[:1]), None)
-    if token is None or not secrets.compare_digest(token.token_hash, hash_token(raw)):
+    found = _TOKENS.filter(prefix=parts[1])[:1]
+    if not found:
+        raise TokenRejected("invalid_token", "Unknown API token.")
+    token, token.tenant, token.user = instances(found[0], ApiToken, Tenant, User)
+    if not secrets.compare_digest(token.token_hash, hash_token(raw)):
         raise TokenRejected("invalid_token", "Unknown API token.")
     if token.is_revoked:
         raise TokenRejected("token_revoked", "This API token has been revoked.")
     if token.is_expired():
         raise TokenRejected("token_expired", "This API token has expired.")
-    member = Membership.objects.filter(user_id=token.user_id, tenant_id=token.tenant_id).order_by()
-    membership = next(iter(member[:1]), None)
-    if membership is None or not token.user.is_active:
+    member = _MEMBERSHIPS.filter(user_id=token.user_id, tenant_id=token.tenant_id)[:1]
+    if not member or not token.user.is_active:
         raise TokenRejected("invalid_token", "The token's user no longer belongs to its tenant.")
+    (membership,) = instances(member[0], Membership)
     membership.user, membership.tenant = token.user, token.tenant
     if not token.tenant.is_active:
         raise TokenRejected("tenant_suspended", f"Tenant {token.tenant.slug} is suspended.")

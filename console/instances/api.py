@@ -83,7 +83,7 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     def _shown(self, pk) -> dict:
         """One of the tenant's instances as the API shows it; 404 if the tenant has no such."""
-        rows = list(listing.rows(request_membership(self.request).tenant, pk=pk))
+        rows = list(listing.rows(request_membership(self.request).tenant, pk=int(pk)))
         if not rows:
             raise NotFound()
         return self._represent(rows)[0]

@@ -8,11 +8,10 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db.models import QuerySet
-
 from console.catalog.models import SpecPrice, gpu_equivalents, price_in_force
 from console.instances import access, lifecycle, placement
 from console.instances.models import Allocation, Instance, State
+from console.prepared import Prepared, PreparedRows
 
 COLUMNS = (
     "id", "name", "state", "state_reason", "command", "env", "exit_code", "ports", "disk_gib",
@@ -24,26 +23,29 @@ HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
                 "host__ssh_host_key_fingerprint")  # fmt: skip
 
 
-# The queries of a list, built once: each request clones them and adds its filters. Building
-# one (its joins and columns) costs more than running it: ~1 ms of a list request (bench/api.py).
-# Never evaluated themselves, so they hold no rows.
-_ROWS = Instance.objects.values(*COLUMNS)
-_CURRENT_HOSTS = (
+# The queries of a list, compiled once (console/prepared.py): building their SQL costs more
+# than running it, ~2 ms of a list request (bench/api.py).
+_ROWS = Prepared(Instance.objects.values(*COLUMNS))
+_CURRENT_HOSTS = Prepared(
     Allocation.objects.filter(released_at__isnull=True).order_by().values_list(*HOST_COLUMNS)
 )
-_GRANTED_KEYS = Instance.ssh_keys.through.objects.order_by("sshkey__name", "sshkey_id").values_list(
-    "instance_id", "sshkey__name", "sshkey__membership__user_id",
-    "sshkey__membership__user__username",
+_GRANTED_KEYS = Prepared(
+    Instance.ssh_keys.through.objects.order_by("sshkey__name", "sshkey_id").values_list(
+        "instance_id", "sshkey__name", "sshkey__membership__user_id",
+        "sshkey__membership__user__username",
+    )
 )  # fmt: skip
-_PRICE_POINTS = SpecPrice.objects.order_by("effective_from").values_list(
-    "spec_id", "effective_from", "price_per_hour", *SPEC_FIGURES
+_PRICE_POINTS = Prepared(
+    SpecPrice.objects.order_by("effective_from").values_list(
+        "spec_id", "effective_from", "price_per_hour", *SPEC_FIGURES
+    )
 )
 
 
-def rows(tenant, **filters) -> QuerySet:
-    """The columns `represent` needs, of the tenant's instances that match `filters` (still
-    lazy: paginate it)."""
-    return _ROWS.filter(tenant=tenant, **filters)
+def rows(tenant, **filters) -> PreparedRows:
+    """The columns `represent` needs, of the tenant's instances that match `filters` (values
+    as the database holds them: `pk=` an int, `state__in=` a list; still lazy: paginate it)."""
+    return _ROWS.filter(tenant_id=tenant.pk, **filters)
 
 
 def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> list[dict]:
@@ -120,7 +122,8 @@ def _spec_figures(spec_ids: set[int]) -> dict[int, tuple[str, str]]:
     """Per spec: its GPU equivalents and its price per hour now, as the API writes them, from
     one query of its price points (a saved spec has at least one) and the fields they need."""
     specs = {}
-    for spec_id, effective_from, price, *figures in _PRICE_POINTS.filter(spec_id__in=spec_ids):
+    points = _PRICE_POINTS.filter(spec_id__in=sorted(spec_ids))
+    for spec_id, effective_from, price, *figures in points:
         specs.setdefault(spec_id, (figures, []))[1].append((effective_from, price))
     return {
         spec_id: (
