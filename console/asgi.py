@@ -1,3 +1,4 @@
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -25,3 +26,9 @@ application = ProtocolTypeRouter(
         "websocket": TenantAuthMiddleware(URLRouter(websocket_urlpatterns)),
     }
 )
+
+# Everything loaded so far (modules, settings, URL patterns, serializer and model classes) lives
+# as long as the process: out of the collector's sight, a full collection of a web process no
+# longer walks its ~170,000 objects, which took ~47 ms with every request's thread stopped; the
+# list's p99 under 20 clients fell 312-334 -> 191-224 ms on PostgreSQL (bench/api.py).
+gc.freeze()

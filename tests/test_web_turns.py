@@ -3,6 +3,9 @@ real ASGI application: the ones over the limit wait for a turn and are answered,
 refused."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -70,3 +73,18 @@ def test_requests_over_the_limit_wait_their_turn_and_all_are_answered():
     assert statuses == [401] * 24
     assert 1 < most <= settings.WEB_REQUEST_CONCURRENCY
     assert running == 0
+
+
+def test_a_web_process_keeps_what_it_loaded_out_of_the_collectors_sight():
+    """A full garbage collection stops every request's thread: in a web process it walks only
+    what requests made, not the ~170,000 objects loaded at startup."""
+    code = (
+        "import gc, time; import console.asgi; start = time.perf_counter(); gc.collect(); "
+        "print(gc.get_freeze_count(), time.perf_counter() - start)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    answer = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    frozen, seconds = answer.stdout.split()
+    assert int(frozen) > 100_000 and float(seconds) < 0.02
