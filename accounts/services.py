@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F, FilteredRelation, Q
 from django.utils import timezone
 
 from accounts import locks
@@ -167,14 +168,20 @@ class TokenRejected(DomainError):
         super().__init__(detail, code=code)
 
 
-# Every API request asks these two, compiled once (console/prepared.py): the token with its
-# tenant and user, and the membership it acts as.
+# Every API request asks this, compiled once (console/prepared.py): the token with its tenant,
+# its user and the membership it acts as (the user's in that tenant, if any: one at most).
 _TOKENS = Prepared(
-    ApiToken.objects.order_by().values_list(
-        *columns(ApiToken), *columns(Tenant, "tenant__"), *columns(User, "user__")
+    ApiToken.objects.annotate(
+        member=FilteredRelation(
+            "tenant__memberships", condition=Q(tenant__memberships__user=F("user"))
+        )
     )
-)
-_MEMBERSHIPS = Prepared(Membership.objects.order_by().values_list(*columns(Membership)))
+    .order_by()
+    .values_list(
+        *columns(ApiToken), *columns(Tenant, "tenant__"), *columns(User, "user__"),
+        *columns(Membership, "member__"),
+    )
+)  # fmt: skip
 
 
 def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
@@ -185,17 +192,17 @@ def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
     found = _TOKENS.filter(prefix=parts[1])[:1]
     if not found:
         raise TokenRejected("invalid_token", "Unknown API token.")
-    token, token.tenant, token.user = instances(found[0], ApiToken, Tenant, User)
+    token, token.tenant, token.user, membership = instances(
+        found[0], ApiToken, Tenant, User, Membership
+    )
     if not secrets.compare_digest(token.token_hash, hash_token(raw)):
         raise TokenRejected("invalid_token", "Unknown API token.")
     if token.is_revoked:
         raise TokenRejected("token_revoked", "This API token has been revoked.")
     if token.is_expired():
         raise TokenRejected("token_expired", "This API token has expired.")
-    member = _MEMBERSHIPS.filter(user_id=token.user_id, tenant_id=token.tenant_id)[:1]
-    if not member or not token.user.is_active:
+    if membership.pk is None or not token.user.is_active:
         raise TokenRejected("invalid_token", "The token's user no longer belongs to its tenant.")
-    (membership,) = instances(member[0], Membership)
     membership.user, membership.tenant = token.user, token.tenant
     if not token.tenant.is_active:
         raise TokenRejected("tenant_suspended", f"Tenant {token.tenant.slug} is suspended.")
