@@ -155,6 +155,13 @@ if DATABASE_URL:
         "min_size": 1,
         "max_size": env_int("DATABASE_POOL_SIZE", 10),
     }
+    # Values bound on the server, and a statement a pooled connection has run 5 times prepared
+    # there: PostgreSQL then plans the API's queries once per connection, not on every request
+    # (its CPU under 20 clients' lists: 0.42-0.45 -> 0.29-0.30 cores, bench/api.py). Restart the
+    # console's processes after a migration, as an upgrade does: their prepared statements
+    # hold the tables' old columns. Not for PgBouncer in transaction mode.
+    DATABASES["default"]["OPTIONS"].setdefault("server_side_binding", True)
+    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
 else:
     DATABASES = {
         "default": {

@@ -4,6 +4,7 @@ costs its few. (bench/api.py measures the time under load; these pin the counts.
 
 import asyncssh
 import pytest
+from django.db import connection
 
 from accounts.roles import Role
 from accounts.ssh_keys import add_ssh_key
@@ -93,3 +94,18 @@ def test_a_detail_costs_a_few(fleet, client, django_assert_num_queries):
     with django_assert_num_queries(DETAIL_QUERIES):
         detail = client.get(f"{URL}{pk}/").json()
     assert detail["id"] == pk and sorted(detail["ssh_keys"]) == ["cole/desk", "laptop"]
+
+
+def test_postgresql_plans_the_lists_queries_once_per_connection(fleet, client):
+    """On PostgreSQL a statement the connection runs often is prepared there, so that the
+    server plans it once, not on every request (settings: server-side binding)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    fleet(3)
+    for _ in range(6):
+        assert client.get(URL).json()["count"] == 3
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any('FROM "instances_instance"' in sql and "LIMIT" in sql for sql in prepared)
+    assert any('FROM "accounts_apitoken"' in sql for sql in prepared)
