@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scratch import embedded_redis_process  # noqa: E402 - bench/ is on the path as a script
+from scratch import embedded_redis_process, make_run_redis  # noqa: E402 - bench/ is on the path as a script
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 RUNS = {
@@ -76,18 +76,18 @@ def prepare_environment(work: Path, redis: str) -> tuple[str, subprocess.Popen |
     os.environ["LOG_LEVEL"] = "WARNING"
     os.environ["METRICS_ALLOWED_IPS"] = "127.0.0.1"
     url = os.environ.get("REDIS_URL", "")
-    if url and redis == "env":
+    if redis == "env" and url:
         return url, None, url
     if redis == "env":
-        redis = "redis-server" if shutil.which("redis-server") else "embedded"
-    if redis == "redis-server":
+        url, proc, kind = make_run_redis(work)
+    elif redis == "redis-server":
         if not shutil.which("redis-server"):
             raise SystemExit("--redis redis-server: no redis-server binary")
         url, proc = processes.start_local_redis(work / "redis.log")
         kind = "redis-server"
     else:
         url, proc = embedded_redis_process()
-        kind = "embedded fakeredis (own process)"
+        kind = "embedded Redis-protocol server"
     os.environ["REDIS_URL"] = url
     return url, proc, kind
 
