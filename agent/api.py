@@ -1,8 +1,13 @@
 """The agent's HTTP API: inventory, allocations, instances' logs and volumes, GPU modes and
-(sim backend) fault injection.
+(sim backend) fault injection, and the data plane a tenant's requests pass through: the
+instances' web ports and terminals.
 
-Every call but /v1/healthz carries `Authorization: Bearer <host secret>`. JSON in and out;
-errors are `{"error": code, "detail": text}`.
+Two planes, two credentials, checked on the route a request matched:
+- control routes take only `Authorization: Bearer <host secret>`;
+- data-plane routes (ports, terminal) take only `Authorization: Grant <grant>` (agent/grants.py)
+  whose scope names that route's instance and port: never the host secret.
+/v1/healthz is open. A refusal is 401 (a websocket is closed 4401 before it opens). JSON in and
+out; errors are `{"error": code, "detail": text}`.
 """
 
 import contextlib
@@ -11,12 +16,12 @@ import json
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from agent import grants
 from agent.backends.sim import FAULTS
 from agent.errors import ApiError, invalid
 from agent.host import LocalHost
@@ -24,7 +29,6 @@ from agent.ports import PortProxy
 from agent.shell import Shell, until_either_ends
 from agent.ssh import parse_keys
 
-OPEN_PATHS = frozenset({"/v1/healthz"})
 PORT_PATH = "/v1/instances/{instance}/ports/{port:int}/{path:path}"
 PROXIED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 MAX_TERMINAL = 1000  # columns or rows
@@ -35,40 +39,54 @@ def error_response(status: int, code: str, detail: str, headers=None) -> JSONRes
     return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
 
 
-class BearerAuth:
-    """ASGI middleware: 401 for any request but the open ones without the host secret."""
+def _credential(connection: HTTPConnection, scheme: str) -> str | None:
+    """The token of the request's Authorization header if it is of `scheme`."""
+    given, _, token = connection.headers.get("authorization", "").partition(" ")
+    return token.strip() if given.lower() == scheme else None
 
-    def __init__(self, app, secret: str):
-        self.app = app
+
+async def _refuse(connection: HTTPConnection, scheme: str, detail: str) -> Response | None:
+    if isinstance(connection, WebSocket):
+        await connection.close(4401)
+        return None
+    return error_response(401, "unauthorized", detail, {"WWW-Authenticate": scheme.title()})
+
+
+class Planes:
+    """Wraps each route's endpoint in the check of its plane's credential."""
+
+    def __init__(self, secret: str):
         self.secret = secret.encode()
+        self.key = grants.data_key(secret)
 
-    def _authorized(self, scope) -> bool:
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(
-                    token.strip(), self.secret
+    def control(self, endpoint):
+        async def guarded(request: Request) -> Response:
+            token = _credential(request, "bearer")
+            if token is None or not hmac.compare_digest(token.encode("latin-1"), self.secret):
+                return await _refuse(
+                    request, "bearer", "this call needs 'Authorization: Bearer <host secret>'"
                 )
-        return False
+            return await endpoint(request)
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket" and not self._authorized(scope):
-            await send({"type": "websocket.close", "code": 4401})
-            return
-        if (
-            scope["type"] == "http"
-            and scope["path"] not in OPEN_PATHS
-            and not self._authorized(scope)
-        ):
-            response = error_response(
-                401,
-                "unauthorized",
-                "this call needs 'Authorization: Bearer <host secret>'",
-                {"WWW-Authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+        return guarded
+
+    def granted(self, kind: str, endpoint):
+        """A data-plane endpoint: its grant must name `kind` and the route's instance (and
+        port), as parsed by the router."""
+
+        async def guarded(connection):
+            params = connection.path_params
+            scope = (kind, params["instance"], *([params["port"]] if kind == "port" else []))
+            token = _credential(connection, "grant")
+            if token is None or not grants.valid(self.key, scope, token):
+                return await _refuse(
+                    connection,
+                    "grant",
+                    f"this call needs 'Authorization: Grant <grant>' of its {kind}",
+                )
+            return await endpoint(connection)
+
+        return guarded
 
 
 async def _json_body(request: Request):
@@ -153,28 +171,31 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         return JSONResponse(host.backend.gpus()[index])
 
     proxy = PortProxy(host)
+    planes = Planes(secret)
+    control = planes.control
     routes = [
         Route("/v1/healthz", healthz, methods=["GET"]),
-        Route("/v1/inventory", inventory, methods=["GET"]),
-        Route("/v1/allocations", allocations, methods=["GET"]),
-        Route("/v1/allocations/{alloc_id}", put_allocation, methods=["PUT"]),
-        Route("/v1/allocations/{alloc_id}", delete_allocation, methods=["DELETE"]),
-        Route("/v1/allocations/{alloc_id}/stop", action(host.stop), methods=["POST"]),
-        Route("/v1/allocations/{alloc_id}/start", action(host.start), methods=["POST"]),
-        Route("/v1/allocations/{alloc_id}/reboot", action(host.reboot), methods=["POST"]),
-        Route("/v1/instances/{instance}/logs", instance_logs, methods=["GET"]),
-        Route("/v1/instances/{instance}", delete_instance, methods=["DELETE"]),
-        Route("/v1/instances/{instance}/ssh-keys", put_ssh_keys, methods=["PUT"]),
-        WebSocketRoute("/v1/instances/{instance}/terminal", terminal(host)),
-        Route(PORT_PATH, proxy.http, methods=list(PROXIED_METHODS)),
-        WebSocketRoute(PORT_PATH, proxy.websocket),
-        Route("/v1/gpus/{index:int}/mode", set_mode, methods=["PUT"]),
+        Route("/v1/inventory", control(inventory), methods=["GET"]),
+        Route("/v1/allocations", control(allocations), methods=["GET"]),
+        Route("/v1/allocations/{alloc_id}", control(put_allocation), methods=["PUT"]),
+        Route("/v1/allocations/{alloc_id}", control(delete_allocation), methods=["DELETE"]),
+        Route("/v1/allocations/{alloc_id}/stop", control(action(host.stop)), methods=["POST"]),
+        Route("/v1/allocations/{alloc_id}/start", control(action(host.start)), methods=["POST"]),
+        Route("/v1/allocations/{alloc_id}/reboot", control(action(host.reboot)), methods=["POST"]),
+        Route("/v1/instances/{instance}/logs", control(instance_logs), methods=["GET"]),
+        Route("/v1/instances/{instance}", control(delete_instance), methods=["DELETE"]),
+        Route("/v1/instances/{instance}/ssh-keys", control(put_ssh_keys), methods=["PUT"]),
+        Route("/v1/gpus/{index:int}/mode", control(set_mode), methods=["PUT"]),
+        WebSocketRoute(
+            "/v1/instances/{instance}/terminal", planes.granted("terminal", terminal(host))
+        ),
+        Route(PORT_PATH, planes.granted("port", proxy.http), methods=list(PROXIED_METHODS)),
+        WebSocketRoute(PORT_PATH, planes.granted("port", proxy.websocket)),
     ]
     if host.backend.name == "sim":
-        routes.append(Route("/v1/sim/faults", inject_fault, methods=["POST"]))
+        routes.append(Route("/v1/sim/faults", control(inject_fault), methods=["POST"]))
     return Starlette(
         routes=routes,
-        middleware=[Middleware(BearerAuth, secret=secret)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )

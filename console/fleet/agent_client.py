@@ -1,10 +1,25 @@
-"""The only code that speaks HTTP (and websockets) to host agents."""
+"""The only code that speaks HTTP (and websockets) to host agents.
+
+Two credentials, one per plane of the agent: the host secret (`Authorization: Bearer`) on the
+control routes the console calls for itself (allocations, keys, inventory, logs, GPU modes);
+on what a tenant's request passes through (a web port, the terminal) a grant minted here per
+request (`Authorization: Grant`, agent/grants.py), which opens that instance's port or terminal
+for GRANT_SECONDS and nothing else. Every path is built from ints and checked ids; a port's
+path is data, each segment encoded again."""
 
 import asyncio
+import hashlib
+import hmac
+import json
 import os
+import re
+import time
+import unicodedata
 import weakref
 from collections.abc import AsyncIterator
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
+from urllib.parse import quote, unquote_to_bytes
 
 import httpx
 from django.conf import settings
@@ -39,7 +54,20 @@ class AgentRejected(AgentError):
     """The agent refused the request (4xx): retrying the same call will not help."""
 
 
+class PortPathRefused(ValueError):
+    """A port's path or query that could name something else than a path on that port."""
+
+
+GRANT_SECONDS = 60
+GRANT_CONTEXT = b"gpucloud data plane"  # as agent/grants.py, which checks what is minted here
+ALLOCATION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SEGMENT_SAFE = "!$&'()*+,;=:@"  # RFC 3986 sub-delims, ':' and '@': valid in a path segment
+
+
 _clients: dict[int, httpx.Client] = {}
+# The clients are shared by every tenant's requests: a cookie an app sets (a Jupyter login)
+# must go back to that browser only, never be kept here and sent with someone else's request.
+_NO_COOKIES = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
 
 
 def _client() -> httpx.Client:
@@ -48,7 +76,7 @@ def _client() -> httpx.Client:
     because Celery's prefork workers must not share a parent's sockets."""
     client = _clients.get(os.getpid())
     if client is None:
-        client = _clients[os.getpid()] = httpx.Client()
+        client = _clients[os.getpid()] = httpx.Client(cookies=_NO_COOKIES)
     return client
 
 
@@ -89,32 +117,47 @@ def list_allocations(host: Host) -> list[dict]:
     return _request(host, "GET", "/v1/allocations").json()["allocations"]
 
 
+def _number(value: int) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"an agent path takes whole numbers here, not {value!r}")
+    return value
+
+
+def _allocation(host: Host, allocation_id: str) -> str:
+    """An allocation id as the agent accepts them; an id an agent reported may be anything."""
+    if not isinstance(allocation_id, str) or not ALLOCATION_ID.fullmatch(allocation_id):
+        raise AgentRejected(host, f"not an allocation id: {allocation_id!r}", code="invalid_id")
+    return allocation_id
+
+
 def create_allocation(host: Host, allocation_id: str, body: dict) -> dict:
     """Idempotent: the same id and body give the same allocation."""
-    return _request(host, "PUT", f"/v1/allocations/{allocation_id}", body).json()
+    return _request(host, "PUT", f"/v1/allocations/{_allocation(host, allocation_id)}", body).json()
 
 
 def allocation_action(host: Host, allocation_id: str, action: str) -> dict:
     if action not in ("stop", "start", "reboot"):
         raise ValueError(f"unknown allocation action {action!r}")
-    return _request(host, "POST", f"/v1/allocations/{allocation_id}/{action}").json()
+    path = f"/v1/allocations/{_allocation(host, allocation_id)}/{action}"
+    return _request(host, "POST", path).json()
 
 
 def delete_allocation(host: Host, allocation_id: str) -> None:
     """Idempotent: deleting an allocation the agent does not know is fine."""
-    _request(host, "DELETE", f"/v1/allocations/{allocation_id}")
+    _request(host, "DELETE", f"/v1/allocations/{_allocation(host, allocation_id)}")
 
 
 def instance_logs(host: Host, instance_pk: int, tail: int) -> list[str]:
     """The last `tail` lines of the instance's workload output on that host, oldest first
     (also of its earlier runs there; none for an instance the host does not know)."""
-    return _request(host, "GET", f"/v1/instances/{instance_pk}/logs?tail={tail}").json()["lines"]
+    path = f"/v1/instances/{_number(instance_pk)}/logs?tail={_number(tail)}"
+    return _request(host, "GET", path).json()["lines"]
 
 
 def delete_instance_data(host: Host, instance_pk: int) -> None:
     """Remove the instance's disk (volume) and kept logs from the host. Idempotent; the
     agent refuses (409 instance_busy) while an allocation of the instance is still there."""
-    _request(host, "DELETE", f"/v1/instances/{instance_pk}")
+    _request(host, "DELETE", f"/v1/instances/{_number(instance_pk)}")
 
 
 def inject_fault(host: Host, gpu_index: int, fault: str) -> None:
@@ -125,13 +168,14 @@ def inject_fault(host: Host, gpu_index: int, fault: str) -> None:
 def set_gpu_mode(host: Host, gpu_index: int, mode: str) -> dict:
     """Repartition a GPU (whole, mig, shared) that holds no allocation; answers the GPU's
     inventory entry. The agent refuses (409) while an allocation sits on the GPU."""
-    return _request(host, "PUT", f"/v1/gpus/{gpu_index}/mode", {"mode": mode}).json()
+    return _request(host, "PUT", f"/v1/gpus/{_number(gpu_index)}/mode", {"mode": mode}).json()
 
 
 def set_ssh_keys(host: Host, instance_pk: int, keys: list[dict]) -> dict:
     """Replace the keys that open the instance's shells on that host (idempotent; an empty
     list lets no one in). Each key: {"name", "fingerprint", "public_key"}."""
-    return _request(host, "PUT", f"/v1/instances/{instance_pk}/ssh-keys", {"keys": keys}).json()
+    path = f"/v1/instances/{_number(instance_pk)}/ssh-keys"
+    return _request(host, "PUT", path, {"keys": keys}).json()
 
 
 # --- streams: the browser terminal and the instances' web ports (asyncio) -----------------
@@ -146,8 +190,38 @@ def _ws_base(host: Host) -> str:
     )
 
 
-def _auth(host: Host) -> dict[str, str]:
-    return {"Authorization": f"Bearer {host.secret}"}
+def mint_grant(secret: str, scope: tuple, expires: int) -> str:
+    """A grant of `scope` (("port", instance, port) or ("terminal", instance)) until
+    `expires` (unix seconds), signed with a key derived from the host `secret`."""
+    key = hmac.new(secret.encode(), GRANT_CONTEXT, hashlib.sha256).digest()
+    message = json.dumps([*scope, expires], separators=(",", ":")).encode()
+    return f"{expires}.{hmac.new(key, message, hashlib.sha256).hexdigest()}"
+
+
+def _grant(host: Host, *scope) -> dict[str, str]:
+    token = mint_grant(host.secret, scope, int(time.time()) + GRANT_SECONDS)
+    return {"Authorization": f"Grant {token}"}
+
+
+def port_target(instance_pk: int, port: int, path: str, query: str) -> str:
+    """The agent's request target for `path` (the raw, percent-encoded path after
+    /ports/{port}/, as the browser sent it) and `query` (raw) on the instance's port.
+    PortPathRefused for a segment that decodes to '.' or '..' or holds a separator ('/',
+    '\\') or a control character, and for a query with what no URL may hold; every segment
+    is encoded again, so the target names exactly these segments under the port's route."""
+    segments = []
+    for raw in path.split("/"):
+        data = unquote_to_bytes(raw)
+        text = data.decode("utf-8", "surrogateescape")
+        if text in (".", "..") or any(c in "/\\" or unicodedata.category(c) == "Cc" for c in text):
+            raise PortPathRefused(f"the port path may not hold the segment {raw!r}")
+        segments.append(quote(data, safe=SEGMENT_SAFE))
+    if any(not 0x21 <= ord(c) <= 0x7E or c == "#" for c in query):
+        raise PortPathRefused(f"the query holds what no URL may: {query!r}")
+    if not 1 <= _number(port) <= 65535:
+        raise ValueError(f"port must be between 1 and 65535, not {port}")
+    target = f"/v1/instances/{_number(instance_pk)}/ports/{port}/" + "/".join(segments)
+    return f"{target}?{query}" if query else target
 
 
 def connect_terminal(host: Host, instance_pk: int, cols: int, rows: int):
@@ -155,10 +229,11 @@ def connect_terminal(host: Host, instance_pk: int, cols: int, rows: int):
     carry the terminal's bytes, a text frame {"type": "resize", "cols", "rows"} resizes."""
     from websockets.asyncio.client import connect
 
-    url = f"{_ws_base(host)}/v1/instances/{instance_pk}/terminal?cols={cols}&rows={rows}"
+    pk = _number(instance_pk)
+    url = f"{_ws_base(host)}/v1/instances/{pk}/terminal?cols={_number(cols)}&rows={_number(rows)}"
     return connect(
         url,
-        additional_headers=_auth(host),
+        additional_headers=_grant(host, "terminal", str(pk)),
         open_timeout=settings.AGENT_TIMEOUT_SECONDS,
         max_size=None,
         compression=None,
@@ -166,25 +241,29 @@ def connect_terminal(host: Host, instance_pk: int, cols: int, rows: int):
 
 
 def connect_port_websocket(
-    host: Host, instance_pk: int, port: int, path: str, subprotocols: list[str]
+    host: Host,
+    instance_pk: int,
+    port: int,
+    path: str,
+    query: str,
+    subprotocols: list[str],
+    headers: list[tuple[str, str]],
 ):
-    """A websocket to the instance's container port through its agent (`async with`)."""
+    """A websocket to the instance's container port through its agent (`async with`); `path`
+    and `query` as port_target takes them (PortPathRefused). `headers` (the browser's Origin,
+    the app's cookies, X-Forwarded-Host) go on; never the console's cookies."""
     from websockets.asyncio.client import connect
     from websockets.typing import Subprotocol
 
-    url = f"{_ws_base(host)}{_port_path(instance_pk, port, path)}"
+    target = port_target(instance_pk, port, path, query)
     return connect(
-        url,
-        additional_headers=_auth(host),
+        _ws_base(host) + target,  # websockets sends the target as it is, unnormalized
+        additional_headers=[*headers, *_grant(host, "port", str(instance_pk), port).items()],
         subprotocols=[Subprotocol(p) for p in subprotocols] or None,
         open_timeout=settings.AGENT_TIMEOUT_SECONDS,
         max_size=None,
         compression=None,
     )
-
-
-def _port_path(instance_pk: int, port: int, path: str) -> str:
-    return f"/v1/instances/{instance_pk}/ports/{port}/{path}"
 
 
 # One client per event loop (an ASGI server runs one): kept-alive connections to the agents.
@@ -197,25 +276,33 @@ async def port_request(
     port: int,
     path: str,
     *,
+    query: str,
     method: str,
     headers: list[tuple[str, str]],
     content: AsyncIterator[bytes] | bytes,
 ) -> httpx.Response:
     """Send a request to the instance's container port through its agent and answer its
     response as soon as its head arrives (stream the body with `aiter_raw()`, then
-    `aclose()`). The request body `content` is streamed too. `headers` must not carry the
-    console's cookies or Authorization: the agent's bearer secret is added here.
-    AgentUnavailable when the agent does not answer."""
+    `aclose()`). `path` and `query` as port_target takes them (PortPathRefused). The request
+    body `content` is streamed too. `headers` must not carry the console's cookies; an
+    Authorization among them is dropped for the port's grant. AgentUnavailable when the
+    agent does not answer."""
+    base = httpx.URL(host.address)
+    target = port_target(instance_pk, port, path, query)
+    # the target as raw bytes: httpx resolves no dot-segment in it (there is none) nor else
+    url = base.copy_with(raw_path=base.raw_path.rstrip(b"/") + target.encode())
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
         client = _async_clients[loop] = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.AGENT_TIMEOUT_SECONDS, read=None, write=None)
+            timeout=httpx.Timeout(settings.AGENT_TIMEOUT_SECONDS, read=None, write=None),
+            cookies=_NO_COOKIES,
         )
+    kept = [(k, v) for k, v in headers if k.lower() != "authorization"]
     request = client.build_request(
         method,
-        host.address.rstrip("/") + _port_path(instance_pk, port, path),
-        headers=[*headers, *_auth(host).items()],
+        url,
+        headers=[*kept, *_grant(host, "port", str(instance_pk), port).items()],
         content=content,
     )
     try:

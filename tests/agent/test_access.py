@@ -8,17 +8,26 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 
 import asyncssh
 import httpx
 import pytest
 import websockets
 
+from agent import grants
 from tests.agent.agents import SECRET, free_port, wait_for
 from tests.agent.test_oci_runtime import _body
 
 pytestmark = pytest.mark.containers
 QUERY, ANSWER = "\x1b[6n", "\x1b[1;1R"  # busybox's shell asks where the cursor is
+
+
+def grant(*scope) -> dict[str, str]:
+    """The console's credential for a terminal or a port: a grant of that scope."""
+    expires = int(time.time()) + 60
+    token = f"{expires}.{grants.signature(grants.data_key(SECRET), scope, expires)}"
+    return {"Authorization": f"Grant {token}"}
 
 
 @pytest.fixture
@@ -173,7 +182,7 @@ def test_openssh_runs_commands_and_scp_round_trips_through_workspace(gateway, ke
 def test_the_terminal_websocket_is_a_pty_shell(gateway):
     agent, _, instance = gateway
     url = f"ws://127.0.0.1:{agent.port}/v1/instances/{instance}/terminal?cols=90&rows=20"
-    auth = {"Authorization": f"Bearer {SECRET}"}
+    auth = grant("terminal", instance)
 
     async def session():
         async with websockets.connect(url, additional_headers=auth) as ws:
@@ -199,24 +208,28 @@ def test_the_terminal_websocket_is_a_pty_shell(gateway):
                 await asyncio.wait_for(ws.recv(), 10)
             return closed.value.rcvd.code
 
-    assert asyncio.run(close_code("/v1/instances/t-nobody/terminal", auth)) == 4404
-    with pytest.raises(websockets.InvalidStatus):
-        asyncio.run(close_code(f"/v1/instances/{instance}/terminal", {}))
+    nobody = grant("terminal", "t-nobody")
+    assert asyncio.run(close_code("/v1/instances/t-nobody/terminal", nobody)) == 4404
+    for refused in ({}, {"Authorization": f"Bearer {SECRET}"}, nobody):
+        with pytest.raises(websockets.InvalidStatus):
+            asyncio.run(close_code(f"/v1/instances/{instance}/terminal", refused))
 
 
 def test_the_port_proxy_reaches_the_containers_web_server(gateway):
     agent, _, instance = gateway
-    page = wait_for(
-        lambda: (
-            (r := agent.client.get(f"/v1/instances/{instance}/ports/8888/")).status_code == 200
-            and r
-        )
-    )
+    port = f"{agent.url}/v1/instances/{instance}/ports/8888/"
+    jupyter = grant("port", instance, 8888)
+    page = wait_for(lambda: (r := httpx.get(port, headers=jupyter)).status_code == 200 and r)
     assert "gpucloud demo" in page.text
-    missing = agent.client.get(f"/v1/instances/{instance}/ports/8888/nothing-here")
+    missing = httpx.get(f"{port}nothing-here", headers=jupyter)
     assert missing.status_code == 404  # the container's own answer, passed on
-    closed = agent.client.get(f"/v1/instances/{instance}/ports/9999/")
+    closed = httpx.get(
+        f"{agent.url}/v1/instances/{instance}/ports/9999/", headers=grant("port", instance, 9999)
+    )
     assert closed.status_code == 502 and closed.json()["error"] == "port_unreachable"
-    assert agent.client.get("/v1/instances/t-nobody/ports/8888/").status_code == 404
-    anonymous = httpx.get(f"{agent.url}/v1/instances/{instance}/ports/8888/")
-    assert anonymous.status_code == 401
+    nobody = httpx.get(
+        f"{agent.url}/v1/instances/t-nobody/ports/8888/", headers=grant("port", "t-nobody", 8888)
+    )
+    assert nobody.status_code == 404
+    for refused in ({}, {"Authorization": f"Bearer {SECRET}"}, grant("port", instance, 9999)):
+        assert httpx.get(port, headers=refused).status_code == 401

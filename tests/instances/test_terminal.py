@@ -1,9 +1,11 @@
-"""/ws/instances/{id}/terminal/ and the port websockets: relayed to the agent's websocket
-(here a small websockets server standing in for the agent) for members of the tenant;
-refused to viewers, other tenants, stopped instances, and when the agent is away."""
+"""/ws/instances/{id}/terminal/: relayed to the agent's websocket (here a small websockets
+server standing in for the agent, which tests/instances/test_ports.py's port websockets use
+too) for members of the tenant; refused to viewers, other tenants, stopped instances, and when
+the agent is away."""
 
 import asyncio
 import json
+import re
 import socket
 
 import pytest
@@ -12,6 +14,7 @@ from websockets.asyncio.server import serve
 
 from accounts.roles import Role
 from accounts.websocket import TenantAuthMiddleware
+from agent import grants
 from console.catalog.models import Mode
 from console.instances.models import Allocation, State
 from console.instances.routing import websocket_urlpatterns
@@ -33,18 +36,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+AGENT_PATH = re.compile(r"/v1/instances/([0-9]+)/(?:terminal|ports/([0-9]+)/)")
+
+
 class FakeAgent:
     """The agent's terminal and port websockets: echoes bytes, answers a resize, exits on
-    b"exit", and records what it was asked."""
+    b"exit", and records what it was asked. Only with a grant of that terminal or port."""
 
     def __init__(self, secret: str):
-        self.secret = secret
+        self.key = grants.data_key(secret)
         self.requests: list[str] = []
         self.texts: list[str] = []
 
+    def _granted(self, request) -> bool:
+        instance, port = AGENT_PATH.match(request.path).groups()
+        scope = ("port", instance, int(port)) if port else ("terminal", instance)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        return scheme == "Grant" and grants.valid(self.key, scope, token)
+
     async def handler(self, ws):
         request = ws.request
-        if request.headers.get("Authorization") != f"Bearer {self.secret}":
+        if not self._granted(request):
             await ws.close(4401)
             return
         self.requests.append(request.path)
@@ -165,35 +177,6 @@ def test_an_agent_that_is_away_closes_the_terminal_with_4502(
         assert await closed_with(WebsocketCommunicator(APP, path, headers=headers)) == 4502
 
     run(scenario)
-
-
-def test_a_port_websocket_is_relayed_only_for_a_declared_port(
-    transactional_db, catalog, tenant, make_member, placed
-):
-    instance, port, agent = placed
-    catalog.image.ports = [{"port": 8888, "name": "Jupyter"}]
-    catalog.image.save()
-    headers = bearer(make_member(tenant, Role.MEMBER))
-
-    async def scenario():
-        async with serve(agent.handler, "127.0.0.1", port):
-            path = f"/instances/{instance.pk}/ports/8888/api/kernels/k1/channels"
-            browser = WebsocketCommunicator(APP, path, headers=headers)
-            browser.scope["query_string"] = b"session_id=s1"
-            assert (await browser.connect(timeout=5))[0]
-            await browser.send_input({"type": "websocket.receive", "text": '{"msg": 1}'})
-            assert (await browser.receive_output(timeout=3))["text"] == 'ok {"msg": 1}'
-            await browser.send_input({"type": "websocket.disconnect", "code": 1000})
-            await browser.wait(timeout=3)
-            undeclared = f"/instances/{instance.pk}/ports/9999/"
-            assert (
-                await closed_with(WebsocketCommunicator(APP, undeclared, headers=headers)) == 4404
-            )
-
-    run(scenario)
-    assert agent.requests == [
-        f"/v1/instances/{instance.pk}/ports/8888/api/kernels/k1/channels?session_id=s1"
-    ]
 
 
 def test_an_open_terminal_closes_when_the_member_is_lowered_to_viewer(
