@@ -69,6 +69,7 @@ class LocalHost:
         self.ssh: dict | None = None  # the SSH gateway's port and host key fingerprint
         self.ssh_keys: dict[str, list[dict]] = store.load_ssh_keys()  # instance -> its keys
         self.listeners: list = []
+        self.key_listeners: list = []  # called with (instance, keys) when its keys change
         self._launches: dict[str, asyncio.Task] = {}
 
     def inventory(self) -> dict:
@@ -172,6 +173,8 @@ class LocalHost:
         self.ssh_keys[instance] = keys
         self.store.save_ssh_keys(self.ssh_keys)
         log.info("instance %s: %d SSH key(s)", instance, len(keys))
+        for listener in self.key_listeners:
+            listener(instance, keys)
 
     def session_event(self, instance: str, message: str) -> None:
         """An SSH session began or ended: an event for the console."""

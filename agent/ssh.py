@@ -4,27 +4,39 @@ image shipping an SSH server.
 The user name is the instance; a session is let in with one of the keys the console pushed for
 that instance (`PUT /v1/instances/{id}/ssh-keys`), and only while the instance runs here. It
 gets a login shell (with a PTY when the client asks for one) or runs the given command, with
-its exit status; the SFTP subsystem serves the instance's volume at /workspace (so `scp` and
-`sftp` work on any image). Every session is an event for the console, and so is its end.
+its exit status; the SFTP subsystem serves the container's files (agent/sftp.py: paths are the
+container's, relative ones in /workspace, so `scp` and `sftp` work on any image). Every session
+is an event for the console, and so is its end.
+
+An instance takes at most MAX_SESSIONS_PER_INSTANCE connections and as many sessions (shells,
+commands, SFTP), at most MAX_SESSIONS_PER_KEY of each with one key; one more is refused with
+the reason. When the console withdraws a key, every connection opened with it is closed at
+once, and what its sessions ran in the container ends (agent/shell.py).
 """
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 
 import asyncssh
+from asyncssh.sftp import SFTPPermissionDenied
 
 from agent.errors import ApiError, invalid
-from agent.shell import STDERR, Shell
+from agent.sftp import ContainerSFTP, Root
+from agent.shell import STDERR, Shell, until_either_ends
 
 log = logging.getLogger(__name__)
 
 HOST_KEY = "ssh_host_ed25519_key"
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 MIN_RSA_BITS = 2048
-WORKSPACE = b"/workspace"
+MAX_SESSIONS_PER_INSTANCE = 16
+MAX_SESSIONS_PER_KEY = 8
+WITHDRAWN = "access to this instance was withdrawn"
 
 
 def host_key(state_dir: Path) -> asyncssh.SSHKey:
@@ -70,12 +82,16 @@ def parse_keys(body) -> list[dict]:
 class _Server(asyncssh.SSHServer):
     """One connection: public keys only, checked against the instance's keys."""
 
-    def __init__(self, host):
-        self.host = host
+    def __init__(self, gateway: "Gateway"):
+        self.gateway = gateway
+        self.host = gateway.host
         self.conn = None
 
     def connection_made(self, conn) -> None:
         self.conn = conn
+
+    def connection_lost(self, exc) -> None:
+        self.gateway.disconnected(self.conn)
 
     def begin_auth(self, username: str) -> bool:
         return True
@@ -99,23 +115,15 @@ class _Server(asyncssh.SSHServer):
                 return True
         return False
 
+    def auth_completed(self) -> None:
+        self.gateway.connected(self.conn)
 
-class _Workspace(asyncssh.SFTPServer):
-    """SFTP on the instance's volume: `/workspace/…` and relative paths land in it."""
 
-    def __init__(self, chan, root: Path):
-        super().__init__(chan, chroot=bytes(root))
+class _Refused(asyncssh.SFTPServer):
+    """What a refused SFTP session is given: its channel is closed already; nothing is served."""
 
     def map_path(self, path: bytes) -> bytes:
-        if path == WORKSPACE or path.startswith(WORKSPACE + b"/"):
-            path = path[len(WORKSPACE) :] or b"/"
-        return super().map_path(path)
-
-    def exit(self) -> None:
-        """The session ends with exit status 0, as OpenSSH's sftp-server's does: scp and
-        sftp count a session without one as failed."""
-        super().exit()
-        self.channel.exit(0)
+        raise SFTPPermissionDenied("refused")
 
 
 class Gateway:
@@ -125,6 +133,9 @@ class Gateway:
         self.listen_host = listen_host
         self.port = port
         self.server = None
+        self.connections: dict = {}  # connection -> (instance, key fingerprint)
+        self.sessions: Counter = Counter()  # connection -> its open sessions
+        host.key_listeners.append(self.keys_changed)
 
     @property
     def info(self) -> dict:
@@ -132,7 +143,7 @@ class Gateway:
 
     async def start(self) -> None:
         self.server = await asyncssh.create_server(
-            lambda: _Server(self.host),
+            lambda: _Server(self),
             self.listen_host,
             self.port,
             server_host_keys=[self.key],
@@ -149,26 +160,115 @@ class Gateway:
             self.server.close()
             await self.server.wait_closed()
 
-    def _sftp(self, chan):
-        instance = chan.get_extra_info("username")
-        root = None
-        with contextlib.suppress(ApiError):
-            self.host.running_allocation(instance)
-            root = self.host.runtime.volume_path(instance)
-        if root is None:
-            raise asyncssh.ChannelOpenError(
-                asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, f"instance {instance} is not running"
-            )
-        return _Workspace(chan, root)
+    # --- connections and the caps on them ------------------------------------------------
 
-    def _describe(self, process) -> str:
-        peer = (process.get_extra_info("peername") or ("?",))[0]
-        key = process.get_extra_info("gpucloud_key") or {}
+    def connected(self, conn) -> None:
+        """A connection authenticated: kept (to be closed if its key goes), unless its key went
+        meanwhile or the instance or the key has all the connections it may."""
+        instance = conn.get_extra_info("username")
+        key = conn.get_extra_info("gpucloud_key")["fingerprint"]
+        if key not in {k["fingerprint"] for k in self.host.ssh_keys.get(instance, [])}:
+            conn.disconnect(asyncssh.DISC_BY_APPLICATION, WITHDRAWN)
+        elif refusal := self._full(instance, key, lambda _: 1, "connections"):
+            conn.disconnect(asyncssh.DISC_TOO_MANY_CONNECTIONS, refusal)
+        else:
+            self.connections[conn] = (instance, key)
+
+    def disconnected(self, conn) -> None:
+        self.connections.pop(conn, None)
+        self.sessions.pop(conn, None)
+
+    def keys_changed(self, instance: str, keys: list[dict]) -> None:
+        """The instance's keys were replaced: close every connection of a key that went."""
+        allowed = {key["fingerprint"] for key in keys}
+        for conn, (held, key) in list(self.connections.items()):
+            if held == instance and key not in allowed:
+                log.info("instance %s: closing an SSH connection of withdrawn key %s", held, key)
+                self.disconnected(conn)
+                conn.disconnect(asyncssh.DISC_BY_APPLICATION, WITHDRAWN)
+
+    def _full(self, instance: str, key: str, count, what: str) -> str | None:
+        """Why one more of `what` is refused (`count(connection)` of them are open), or None."""
+        mine = [(k, count(c)) for c, (i, k) in self.connections.items() if i == instance]
+        if sum(n for _, n in mine) >= MAX_SESSIONS_PER_INSTANCE:
+            return f"instance {instance} has {MAX_SESSIONS_PER_INSTANCE} SSH {what} open, its most"
+        if sum(n for k, n in mine if k == key) >= MAX_SESSIONS_PER_KEY:
+            return f"this key has {MAX_SESSIONS_PER_KEY} SSH {what} open on {instance}, its most"
+        return None
+
+    # --- sessions ------------------------------------------------------------------------
+
+    def _describe(self, chan, kind: str) -> str:
+        peer = (chan.get_extra_info("peername") or ("?",))[0]
+        key = chan.get_extra_info("gpucloud_key") or {}
         name = key.get("name") or "?"
-        return f"ssh session from {peer} with key {name} ({key.get('fingerprint')})"
+        return f"{kind} session from {peer} with key {name} ({key.get('fingerprint')})"
+
+    def _admit(self, chan) -> str | None:
+        """Count a new session of the channel's connection in (out when its channel closes),
+        or say why it is refused."""
+        conn = chan.get_connection()
+        if conn not in self.connections:  # closed meanwhile
+            return WITHDRAWN
+        instance, key = self.connections[conn]
+        refusal = self._full(instance, key, self.sessions.__getitem__, "sessions")
+        if refusal:
+            return refusal
+        self.sessions[conn] += 1
+
+        async def release() -> None:
+            await chan.wait_closed()
+            if conn in self.sessions:
+                self.sessions[conn] -= 1
+
+        conn.create_task(release())
+        return None
 
     async def _session(self, process: asyncssh.SSHServerProcess) -> None:
-        instance = process.get_extra_info("username")
+        """A shell or a command, within the caps."""
+        refusal = self._admit(process.channel)
+        if process.subsystem is not None:
+            refusal = f"no {process.subsystem} subsystem here"
+        if refusal:
+            process.stderr.write(f"gpucloud: {refusal}\r\n".encode())
+            process.exit(1)
+            return
+        await self._shell(process, process.get_extra_info("username"))
+
+    async def _sftp(self, chan) -> asyncssh.SFTPServer:
+        """SFTP in the container (agent/sftp.py), within the caps; a refused session gets the
+        reason and nothing else."""
+        instance = chan.get_extra_info("username")
+        refusal = self._admit(chan)
+        if not refusal:
+            try:
+                root = await asyncio.to_thread(self._container_root, instance)
+            except (ApiError, OSError) as exc:
+                refusal = getattr(exc, "detail", None) or str(exc)
+            else:
+                description = self._describe(chan, "sftp")
+                self.host.session_event(instance, description)
+                ended = functools.partial(self.host.session_event, instance, f"{description} ended")
+                return ContainerSFTP(chan, root, ended)
+        chan.write_stderr(f"gpucloud: {refusal}\r\n".encode())
+        chan.exit(1)
+        return _Refused(chan)
+
+    def _container_root(self, instance: str) -> Root:
+        runtime = self.host.runtime
+        alloc = self.host.running_allocation(instance)
+        container = runtime.running_container(alloc)
+        if container is None:
+            raise ApiError(404, "not_running", f"instance {instance} is not running here")
+        pid = container.attrs["State"]["Pid"]
+
+        def still_init() -> bool:
+            again = runtime.running_container(alloc)
+            return again is not None and again.attrs["State"]["Pid"] == pid
+
+        return Root(pid, still_init)
+
+    async def _shell(self, process: asyncssh.SSHServerProcess, instance: str) -> None:
         command = ["/bin/sh", "-c", process.command] if process.command else None
         size = process.get_terminal_size()
         tty = process.get_terminal_type() is not None
@@ -186,7 +286,7 @@ class Gateway:
             process.stderr.write(f"gpucloud: {exc.detail}\r\n".encode())
             process.exit(1)
             return
-        description = self._describe(process)
+        description = self._describe(process, "ssh")
         self.host.session_event(instance, description)
         status = None
         try:
@@ -197,7 +297,9 @@ class Gateway:
         process.exit(status if status is not None else 255)
 
     async def _relay(self, process, shell: Shell) -> int | None:
-        """Client input to the command, its output back, until the output ends."""
+        """Client input to the command, its output back, until the output ends (answer the
+        exit status) or the client goes (None)."""
+        ended = asyncio.Event()
 
         async def forward_input() -> None:
             while True:
@@ -215,13 +317,17 @@ class Gateway:
                     return
                 await shell.write(data)
 
-        feeder = asyncio.create_task(forward_input())
-        try:
+        async def forward_output() -> None:
             while (chunk := await shell.read()) is not None:
                 stream, data = chunk
                 (process.stderr if stream == STDERR else process.stdout).write(data)
+            ended.set()
+
+        feeder = asyncio.create_task(forward_input())
+        try:
+            await until_either_ends(forward_output(), process.wait_closed())
         finally:
             feeder.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await feeder
-        return await shell.exit_code()
+        return await shell.exit_code() if ended.is_set() else None
