@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench install clean
+.PHONY: run test lint bench install clean images
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ install: $(BIN)/.installed
 
 run: $(BIN)/.installed
 	$(BIN)/python -m console.launcher
+
+# JupyterLab on Debian, built from Debian's packages and PyPI into the local engine (root)
+images: $(BIN)/.installed
+	$(BIN)/python -m agent.images
 
 test: $(BIN)/.installed
 	$(BIN)/pytest

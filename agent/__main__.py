@@ -14,6 +14,7 @@ from agent.api import create_app
 from agent.backends.nvml import NvmlBackend
 from agent.backends.sim import SimBackend
 from agent.control import RegistrationError, Reporter, Servers, ensure_identity
+from agent.firewall import EGRESS, FirewallError
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
 from agent.oci import OciRuntime
@@ -75,6 +76,15 @@ def _parser() -> argparse.ArgumentParser:
         "--engine-url",
         help="oci: the engine's API, e.g. unix:///run/podman/podman.sock (default: Podman's "
         "usual sockets, then Docker's)",
+    )
+    p.add_argument(
+        "--egress",
+        choices=EGRESS,
+        default="all",
+        help="oci: where containers may connect beyond their tenant's network (never the "
+        "host itself, nor another tenant): all (wherever the host routes, but link-local "
+        "addresses such as cloud metadata), public (not private networks either: 10/8, "
+        "172.16/12, 192.168/16, 100.64/10, fc00::/7), none",
     )
     p.add_argument(
         "--stop-grace", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL"
@@ -177,11 +187,16 @@ def main(argv: list[str] | None = None) -> None:
                 args.engine_url,
                 store.log_dir,
                 args.stop_grace,
+                install=store.install_id(),
+                egress=args.egress,
                 cdi=args.backend == "nvml",
                 mps_dir=args.state_dir / "mps" if args.backend == "nvml" else None,
+                gpus=len(backend.gpus()),
             )
         except DockerException as exc:
             sys.exit(f"gpucloud-agent: container engine: {exc}")
+        except FirewallError as exc:
+            sys.exit(f"gpucloud-agent: firewall (nftables, as root): {exc}")
     elif args.runtime == "process":
         runtime = ProcessRuntime(store.log_dir, args.stop_grace)
     else:

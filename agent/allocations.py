@@ -26,6 +26,9 @@ FIELDS = frozenset(
     }
 )
 VOLUME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# The environment the agent sets itself or the GPU stack reads (the NVIDIA container toolkit's
+# and driver's, CUDA's MPS and device choice): a workload's env may not name it.
+RESERVED_ENV = re.compile(r"^(NVIDIA_|CUDA_MPS_|GPUCLOUD_|CUDA_VISIBLE_DEVICES$)")
 MAX_REFERENCE = 512
 REQUIRED = ("mode", "gpus")
 
@@ -117,6 +120,14 @@ def _strings(value, what: str) -> dict[str, str]:
     return value
 
 
+def _env(value) -> dict[str, str]:
+    env = _strings(value, "env")
+    reserved = sorted(name for name in env if RESERVED_ENV.match(name))
+    if reserved:
+        raise invalid(f"env names the platform's variables: {', '.join(reserved)}", "reserved_env")
+    return env
+
+
 def _image(value) -> str | None:
     if value is None:
         return None
@@ -180,7 +191,7 @@ def parse_spec(body, gpus: list[dict]) -> dict:
         "mig": _mig(body.get("mig"), gpus[indices[0]]) if mode == "mig" else None,
         "shared": _shared(body.get("shared")) if mode == "shared" else None,
         "command": _command(body.get("command")),
-        "env": _strings(body.get("env"), "env"),
+        "env": _env(body.get("env")),
         "labels": _strings(body.get("labels"), "labels"),
         "sim": _sim(body.get("sim")),
         "image": _image(body.get("image")),
@@ -190,14 +201,10 @@ def parse_spec(body, gpus: list[dict]) -> dict:
 
 
 def cuda_env(spec: dict, gpu_uuids: list[str], mig_uuid: str | None) -> dict[str, str]:
-    """The CUDA variables that confine a workload to its slice."""
+    """The CUDA variable that names a workload's devices. A shared fraction's limits are not
+    here: the runtime sets them through the fraction's MPS control daemon, out of its reach."""
     visible = mig_uuid if spec["mode"] == "mig" else ",".join(gpu_uuids)
-    env = {"CUDA_VISIBLE_DEVICES": visible}
-    shared = spec["shared"]
-    if shared:
-        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{shared['milli'] / 10:g}"
-        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={shared['memory_mib']}M"
-    return env
+    return {"CUDA_VISIBLE_DEVICES": visible}
 
 
 @dataclass

@@ -65,9 +65,15 @@ def podman_env() -> dict[str, str]:
 
 
 def podman_command(storage: Path | None, *args: str) -> list[str]:
-    """A podman command line; with `storage`, on images and containers of its own there
-    (the tests keep theirs apart from the demo's)."""
-    where = ["--root", str(storage / "root"), "--runroot", str(storage / "run")] if storage else []
+    """A podman command line; with `storage`, on images, containers, networks and libpod's
+    state of its own there (the tests keep theirs apart from the demo's, and their `system
+    reset` removes no network or state of another install: Podman keeps both apart from its
+    storage by default)."""
+    where = []
+    if storage:
+        where = ["--root", str(storage / "root"), "--runroot", str(storage / "run")]
+        where += ["--network-config-dir", str(storage / "networks")]
+        where += ["--tmpdir", str(storage / "tmp")]
     return ["podman", *where, *args]
 
 

@@ -2,13 +2,17 @@
 Docker Engine and Podman (`podman system service`) both serve.
 
 A container is named `gpucloud-<instance>` and labelled with the instance, tenant and
-allocation, so operators can find it and a restarted agent re-adopts it by label. The kernel
-enforces the spec's vCPUs, RAM (no swap beyond it) and a pids limit; the workload runs with
-no-new-privileges and without the capabilities a GPU workload never needs, and sees nothing of
-the agent: only its image, its environment, its GPUs and its volume at /workspace. The volume
-(`gpucloud-<instance>`) outlives the container: stop removes the container, terminate the
-volume. A container's output is kept in the state directory when the container is removed, so
-the instance's logs stay readable until the instance is deleted.
+allocation, so operators can find it and a restarted agent re-adopts it by label. Each runs in
+a user namespace of its own (Podman: `userns=auto`, 65536 ids from the `containers` range of
+/etc/subuid; Docker: the daemon's `userns-remap`), so its root is an unprivileged user on the
+host. The kernel enforces the spec's vCPUs, RAM (no swap beyond it) and a pids limit (at most
+the host's share, see `pids_ceiling`); the workload runs with no-new-privileges and without the
+capabilities a GPU workload never needs, and sees nothing of the agent: only its image, its
+environment, its GPUs and its disk at /workspace (agent/volumes.py), which outlives the
+container: stop removes the container, terminate the disk. The engine caps each container's
+log (LOG_MAX_SIZE); the agent reads its end from the log file itself, and keeps the last of it
+in the state directory when the container is removed, so the instance's logs stay readable
+until the instance is deleted.
 
 Every call here blocks: the host runs them in a worker thread.
 """
@@ -19,9 +23,7 @@ import functools
 import logging
 import os
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -30,11 +32,23 @@ from pathlib import Path
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest
+from docker.models.containers import _create_container_args
+from docker.types import DeviceRequest, LogConfig
 
 from agent.allocations import Allocation
 from agent.errors import ApiError
-from agent.runtime import Exit, LaunchError, instance_log, tail_lines
+from agent.mps import CLIENT_PIPE, MpsDaemons
+from agent.networks import TenantNetworks
+from agent.runtime import (
+    KEPT_LOG_BYTES,
+    Exit,
+    LaunchError,
+    file_end,
+    instance_log,
+    keep_output,
+    tail_lines,
+)
+from agent.volumes import DiskError, Disks
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +61,26 @@ DEFAULT_ENGINE_URLS = (
 LABEL_INSTANCE = "gpucloud.instance"
 LABEL_TENANT = "gpucloud.tenant"
 LABEL_ALLOCATION = "gpucloud.allocation"
-LABEL_SIZE = "gpucloud.size_gib"
 WORKSPACE = "/workspace"
+# Podman: a user namespace of its own per container, from the `containers` subordinate ids
+PODMAN_USERNS = "auto:size=65536"
+SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+# each container's log: Podman truncates it at the size (it keeps no rotated files), Docker
+# rotates it into a second file
+LOG_CONFIG = LogConfig(type="json-file", config={"max-size": "8m", "max-file": "2"})
 # Docker's default capabilities less those a GPU workload has no use for: raw sockets, device
 # nodes, the audit log, chroot, file capabilities and changing its own process names.
 DROPPED_CAPABILITIES = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT", "SETFCAP"]
 DEFAULT_PIDS = 4096
+# the containers may hold half the host's pids between them, each at least the floor
+PIDS_HOST_SHARE = 0.5
+PIDS_FLOOR = 256
+# what one GPU may hold: 7 MIG instances, or 8 fractions of the catalog's smallest (1/8)
+CONTAINERS_PER_GPU = 8
 ENGINE_TIMEOUT_SECONDS = 30
 PULL_REPORT_SECONDS = 2.0
 KMSG = Path("/dev/kmsg")
+KERNEL_PIDS = ("pid_max", "threads-max")
 LIVE_STATES = ("running", "created", "configured", "initialized", "paused")
 # a killed container that goes within this long was removed, not merely killed
 REMOVAL_GRACE_SECONDS = 0.5
@@ -79,6 +104,53 @@ def container_name(alloc: Allocation) -> str:
 
 def volume_name(instance: str) -> str:
     return f"gpucloud-{instance}"
+
+
+def pids_ceiling(containers: int) -> int:
+    """The most pids (threads included) one container may have: half of the host's (pid_max,
+    or threads-max where lower) shared by the containers the agent may hold, at least
+    PIDS_FLOOR."""
+    host = min(int(Path(f"/proc/sys/kernel/{name}").read_text()) for name in KERNEL_PIDS)
+    return max(PIDS_FLOOR, int(host * PIDS_HOST_SHARE) // max(1, containers))
+
+
+def _subid_range(owner: str) -> bool:
+    """Whether /etc/subuid and /etc/subgid both give `owner` a range."""
+    for path in SUBID_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            if any(line.split(":")[0] == owner for line in path.read_text().splitlines()):
+                continue
+        return False
+    return True
+
+
+def _podman_log_lines(chunk: bytes) -> list[str]:
+    """The lines of Podman's k8s-file log records (`<time> <stream> <P|F> <text>`), the
+    partial records (P) of a long line joined."""
+    lines, partial = [], []
+    for record in chunk.split(b"\n"):
+        fields = record.split(b" ", 3)
+        if len(fields) < 4:
+            continue
+        partial.append(fields[3])
+        if fields[2] != b"P":
+            lines.append(b"".join(partial).decode(errors="replace"))
+            partial = []
+    if partial:
+        lines.append(b"".join(partial).decode(errors="replace"))
+    return lines
+
+
+def podman_log_tail(path: Path, tail: int | None) -> list[str]:
+    """The last `tail` lines (None: all there is, up to KEPT_LOG_BYTES) of a Podman log file,
+    read from its end: Podman's own API reads a long line whole into its memory."""
+    chunk = file_end(
+        path,
+        KEPT_LOG_BYTES,
+        lambda chunk: tail is not None and len(_podman_log_lines(chunk)) > tail,
+    )
+    lines = _podman_log_lines(chunk)
+    return lines[-tail:] if tail else lines
 
 
 def _iso(engine_time: str | None) -> str | None:
@@ -147,27 +219,59 @@ class OciRuntime:
         log_dir: Path,
         stop_grace: float,
         *,
+        install: str,
+        egress: str = "all",
         cdi: bool = False,
         mps_dir: Path | None = None,
+        gpus: int = 1,
     ):
         """`cdi`: hand GPUs to containers as CDI devices (hosts with real GPUs); without it the
         environment only says which devices a real host would pass. `mps_dir`: where the CUDA
-        MPS daemons of shared GPUs keep their pipes (real GPUs only)."""
+        MPS daemons of shared GPUs keep their pipes (real GPUs only). `install`, `egress`: the
+        tenant networks' names and what their containers may reach (agent/networks.py).
+        `gpus`: how many the host has (the pids ceiling shares the host's among the containers
+        they may hold). Disks are made beside `log_dir`, in `disks/`. Refuses
+        (DockerException) an engine that would run containers in the host's user namespace."""
         self.engine_url = engine_url or self._find_engine()
         self.client = docker.DockerClient(base_url=self.engine_url, timeout=ENGINE_TIMEOUT_SECONDS)
         version = self.client.version()
         components = [c.get("Name", "") for c in version.get("Components", [])]
         self.engine = "podman" if any("Podman" in c for c in components) else "docker"
         self.engine_version = version.get("Version", "")
+        self._check_userns()
+        self.pids_ceiling = pids_ceiling(CONTAINERS_PER_GPU * gpus)
+        self.disks = Disks(log_dir.with_name("disks"))
         self.log_dir = log_dir
         self.stop_grace = stop_grace
         self.cdi = cdi
         self.mps = MpsDaemons(mps_dir) if mps_dir else None
+        self.networks = TenantNetworks(self.client, install, egress, podman=self.engine == "podman")
         self._exits: dict[str, Exit] = {}  # allocation id -> how its workload ended
         self._stopping: set[str] = set()
         self._images: set[str] = set()  # references seen here: a launch of one looks no more
         self._lock = threading.Lock()
-        log.info("oci runtime: %s %s at %s", self.engine, self.engine_version, self.engine_url)
+        log.info(
+            "oci runtime: %s %s at %s; at most %d pids a container",
+            self.engine,
+            self.engine_version,
+            self.engine_url,
+            self.pids_ceiling,
+        )
+
+    def _check_userns(self) -> None:
+        if self.engine == "podman" and not _subid_range("containers"):
+            raise DockerException(
+                "Podman gives each container a user namespace from the `containers` range of "
+                "/etc/subuid and /etc/subgid, and there is none: add "
+                "`containers:2147483647:2147483648` to both"
+            )
+        if self.engine == "docker":
+            options = self.client.info().get("SecurityOptions") or []
+            if not any("name=userns" in option for option in options):
+                raise DockerException(
+                    "Docker runs containers in the host's user namespace: start dockerd with "
+                    "--userns-remap=default"
+                )
 
     @staticmethod
     def _find_engine() -> str:
@@ -239,18 +343,18 @@ class OciRuntime:
 
     def _gpu_options(self, alloc: Allocation, env: dict[str, str]) -> dict:
         devices = self._devices(alloc)
+        options: dict = {}
         if not self.cdi:
             env["GPUCLOUD_CDI_DEVICES"] = ",".join(devices)
-            return {}
-        options: dict = {}
-        if self.engine == "podman":
+        elif self.engine == "podman":
             options["devices"] = devices
         else:
             options["device_requests"] = [DeviceRequest(driver="cdi", device_ids=devices)]
+        if self.cdi:  # no GPUs but the CDI devices, whatever the image's env says
+            env["NVIDIA_VISIBLE_DEVICES"] = "void"
         if alloc.mode == "shared" and self.mps is not None:
-            pipe = self.mps.ensure(alloc.gpu_uuids[0])
-            env["CUDA_MPS_PIPE_DIRECTORY"] = str(pipe)
-            options["volumes_extra"] = {str(pipe): {"bind": str(pipe), "mode": "rw"}}
+            options["volumes_extra"] = self.mps.start(alloc)
+            env["CUDA_MPS_PIPE_DIRECTORY"] = CLIENT_PIPE
         return options
 
     def launch(self, alloc: Allocation, command: list[str] | None, env: dict[str, str], progress):
@@ -259,7 +363,16 @@ class OciRuntime:
         try:
             return self._launch(alloc, command, env, progress)
         except (DockerException, requests.RequestException) as exc:
+            self._end_mps(alloc)
             raise LaunchError(f"engine_unavailable: {self.engine_url}: {exc}") from exc
+        except LaunchError:
+            self._end_mps(alloc)
+            raise
+
+    def _end_mps(self, alloc: Allocation) -> None:
+        """End the MPS daemon of a shared fraction whose container is gone (none: nothing)."""
+        if self.mps is not None:
+            self.mps.stop(alloc)
 
     def _launch(self, alloc: Allocation, command: list[str] | None, env: dict[str, str], progress):
         spec = alloc.spec
@@ -271,11 +384,13 @@ class OciRuntime:
             self._images.add(reference)
         labels = spec["labels"]
         instance = alloc.instance
-        volume = (spec.get("volume") or {}).get("name") or volume_name(instance)
         resources = spec.get("resources") or {}
+        workspace = self._workspace(alloc)
         env = dict(env)
         gpu = self._gpu_options(alloc, env)
-        volumes = {volume: {"bind": WORKSPACE, "mode": "rw"}, **gpu.pop("volumes_extra", {})}
+        # Podman's U: the workspace is chowned to the container's root (its namespace's)
+        mode = "rw,U" if self.engine == "podman" else "rw"
+        volumes = {workspace: {"bind": WORKSPACE, "mode": mode}, **gpu.pop("volumes_extra", {})}
         options: dict = {
             "name": container_name(alloc),
             "command": command,
@@ -285,14 +400,16 @@ class OciRuntime:
                 LABEL_TENANT: labels.get("tenant", ""),
                 LABEL_ALLOCATION: alloc.id,
             },
+            "network": self.networks.ensure(labels.get("tenant") or instance),
             "volumes": volumes,
             "working_dir": WORKSPACE,
             "detach": True,
             "init": True,  # a real init: signals reach the workload, zombies are reaped
             "security_opt": ["no-new-privileges"],
             "cap_drop": DROPPED_CAPABILITIES,
-            "pids_limit": resources.get("pids") or DEFAULT_PIDS,
+            "pids_limit": min(resources.get("pids") or DEFAULT_PIDS, self.pids_ceiling),
             "ulimits": [],
+            "log_config": LOG_CONFIG,
             **gpu,
         }
         if resources.get("vcpus"):
@@ -301,7 +418,6 @@ class OciRuntime:
             limit = f"{resources['memory_mib']}m"
             options["mem_limit"] = options["memswap_limit"] = limit
         try:
-            self._ensure_volume(volume, instance, (spec.get("volume") or {}).get("size_gib"))
             container = self._create(reference, options, alloc.id, progress)
         except ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {reference}") from exc
@@ -312,7 +428,7 @@ class OciRuntime:
         except APIError as exc:
             self._keep_logs(container, instance)
             with contextlib.suppress(APIError):
-                container.remove(force=True)
+                self._remove(container)
             raise LaunchError(_start_failure(exc)) from exc
         container.reload()
         with self._lock:
@@ -327,7 +443,7 @@ class OciRuntime:
         allocation of the instance is removed (its output kept) when the engine refuses the
         name."""
         try:
-            return self.client.containers.create(reference, **options)
+            return self._create_container(reference, options)
         except ImageNotFound:
             self._images.discard(reference)
             self._ensure_image(reference, progress)
@@ -336,14 +452,52 @@ class OciRuntime:
             if not _name_in_use(exc):
                 raise
             self._remove_stale(options["name"], alloc_id)
-        return self.client.containers.create(reference, **options)
+        return self._create_container(reference, options)
 
-    def _ensure_volume(self, name: str, instance: str, size_gib: int | None) -> None:
-        """Create the volume; the engine answers one that is there already as it is."""
-        labels = {LABEL_INSTANCE: instance}
-        if size_gib:
-            labels[LABEL_SIZE] = str(size_gib)
-        self.client.volumes.create(name, labels=labels)
+    def _create_container(self, reference: str, options: dict):
+        """`containers.create`, in a user namespace of its own on Podman (docker-py's
+        HostConfig takes no UsernsMode but `host`, so it is set on the request here)."""
+        version = self.client.api._version
+        request = _create_container_args({**options, "image": reference, "version": version})
+        if self.engine == "podman":
+            request["host_config"]["UsernsMode"] = PODMAN_USERNS
+        return self.client.containers.get(self.client.api.create_container(**request)["Id"])
+
+    def _workspace(self, alloc: Allocation) -> str:
+        """What is mounted at /workspace: the allocation's disk (made now on its first
+        launch), or an engine volume of that name made by an earlier agent for the same
+        instance. LaunchError `volume_foreign` when it was made for another one."""
+        volume = alloc.spec.get("volume") or {}
+        name = volume.get("name") or volume_name(alloc.instance)
+        tenant = alloc.spec["labels"].get("tenant", "")
+        if self.disks.record(name) is None:
+            with contextlib.suppress(NotFound):
+                labels = self.client.volumes.get(name).attrs.get("Labels") or {}
+                if labels.get(LABEL_INSTANCE) != alloc.instance or (
+                    labels.get(LABEL_TENANT, tenant) != tenant
+                ):
+                    raise LaunchError(
+                        f"volume_foreign: the engine's volume {name} was not made for "
+                        f"instance {alloc.instance} of tenant {tenant}"
+                    )
+                return name
+        try:
+            return str(self.disks.ensure(name, alloc.instance, tenant, volume.get("size_gib")))
+        except DiskError as exc:
+            raise LaunchError(f"disk_failed: {exc}") from exc
+
+    def _remove(self, container) -> None:
+        """Remove the container. Podman may answer a container in a user namespace of its own
+        that exited a moment ago "unlinkat …/shm: device or resource busy" and yet remove it:
+        that is no failure."""
+        try:
+            container.remove(force=True)
+        except APIError:
+            try:
+                container.reload()
+            except NotFound:
+                return
+            raise
 
     def _remove_stale(self, name: str, alloc_id: str) -> None:
         """A container of the same name left by an earlier allocation of the instance (the
@@ -354,7 +508,7 @@ class OciRuntime:
             return
         if stale.labels.get(LABEL_ALLOCATION) != alloc_id:
             self._keep_logs(stale, stale.labels.get(LABEL_INSTANCE, ""))
-        stale.remove(force=True)
+        self._remove(stale)
 
     def adopt(self, alloc: Allocation) -> bool:
         """Whether the allocation's container is still there (running or not: an exit while
@@ -442,8 +596,7 @@ class OciRuntime:
         """Whether the container's init (catatonit, tini) said it could not start the
         command: the workload never ran."""
         with contextlib.suppress(DockerException):
-            last = container.logs(stdout=True, stderr=True, tail=3).decode(errors="replace")
-            return bool(INIT_EXEC_FAILED.search(last))
+            return bool(INIT_EXEC_FAILED.search("\n".join(self._output(container, 3))))
         return False
 
     async def stop(self, alloc: Allocation) -> int | None:
@@ -461,6 +614,7 @@ class OciRuntime:
             container.reload()
             return container.attrs["State"].get("ExitCode")
         finally:
+            self._end_mps(alloc)
             with self._lock:
                 self._stopping.discard(alloc.id)
                 self._exits.pop(alloc.id, None)
@@ -476,13 +630,14 @@ class OciRuntime:
         """The allocation is deleted: keep the container's output, remove the container
         (the volume stays)."""
         container = self._find(alloc)
+        self._end_mps(alloc)
         with self._lock:
             self._exits.pop(alloc.id, None)
         if container is None:
             return
         self._keep_logs(container, container.labels.get(LABEL_INSTANCE, ""))
         with contextlib.suppress(NotFound):
-            container.remove(force=True)
+            self._remove(container)
 
     # --- exec: shells and commands inside a running container ------------------------------
 
@@ -524,37 +679,38 @@ class OciRuntime:
             time.sleep(0.02)
         return None
 
-    def volume_path(self, instance: str) -> Path | None:
-        """Where the instance's volume lies on this host (None: no volume here)."""
-        try:
-            return Path(self.client.volumes.get(volume_name(instance)).attrs["Mountpoint"])
-        except NotFound:
-            return None
+    def exec_pid(self, exec_id: str) -> int | None:
+        """The host pid of the exec's process (None until the engine knows it)."""
+        return self.client.api.exec_inspect(exec_id).get("Pid") or None
 
     def container_address(self, container) -> str | None:
-        """The container's address on the engine's network (its ports are reached there)."""
-        settings = container.attrs.get("NetworkSettings") or {}
-        if settings.get("IPAddress"):
-            return settings["IPAddress"]
-        for network in (settings.get("Networks") or {}).values():
-            if network.get("IPAddress"):
-                return network["IPAddress"]
-        return None
+        """The container's address on its tenant's network (its ports are reached there)."""
+        labels = container.labels
+        name = self.networks.name(labels.get(LABEL_TENANT) or labels.get(LABEL_INSTANCE, ""))
+        networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        return (networks.get(name) or {}).get("IPAddress") or None
 
     # --- logs and volumes -----------------------------------------------------------------
+
+    def _output(self, container, tail: int | None) -> list[str]:
+        """The container's last `tail` lines of output (None: all its capped log holds):
+        Podman's read from the end of its log file, since its API reads a long line whole
+        into the engine's memory; Docker's through its API."""
+        if self.engine == "podman":
+            path = container.attrs.get("LogPath")  # none with the journald driver
+            return podman_log_tail(Path(path), tail) if path else []
+        text = container.logs(stdout=True, stderr=True, tail=tail or "all")
+        return text.decode(errors="replace").splitlines()
 
     def _keep_logs(self, container, instance: str) -> None:
         if not instance:
             return
         try:
-            output = container.logs(stdout=True, stderr=True)
+            output = self._output(container, None)
         except DockerException as exc:
             log.warning("could not keep the output of %s: %s", container.name, exc)
             return
-        if output:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            with open(instance_log(self.log_dir, instance), "ab") as kept:
-                kept.write(output if output.endswith(b"\n") else output + b"\n")
+        keep_output(instance_log(self.log_dir, instance), "\n".join(output).encode())
 
     @_engine_answers
     def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
@@ -565,15 +721,21 @@ class OciRuntime:
             container = self._find(alloc)
             with contextlib.suppress(NotFound):  # removed meanwhile: its output is kept above
                 if container is not None:
-                    text = container.logs(stdout=True, stderr=True, tail=tail)
-                    lines.extend(text.decode(errors="replace").splitlines())
-        return list(lines)
+                    lines.extend(self._output(container, tail))
+        return lines[-tail:]
 
     @_engine_answers
     def delete_instance(self, instance: str) -> None:
-        """Remove the instance's volume and kept output from this host."""
-        with contextlib.suppress(NotFound):
-            self.client.volumes.get(volume_name(instance)).remove(force=True)
+        """Remove the instance's disks (and engine volumes an earlier agent made for it) and
+        its kept output from this host: found by the instance they were made for."""
+        try:
+            for name in self.disks.of_instance(instance):
+                self.disks.delete(name)
+        except DiskError as exc:
+            raise ApiError(500, "disk_failed", str(exc)) from exc
+        for volume in self.client.volumes.list(filters={"label": f"{LABEL_INSTANCE}={instance}"}):
+            with contextlib.suppress(NotFound):
+                volume.remove(force=True)
         instance_log(self.log_dir, instance).unlink(missing_ok=True)
 
 
@@ -599,35 +761,3 @@ def _start_failure(exc: APIError) -> str:
     if "executable file not found" in text or "no such file or directory" in text:
         return f"command_not_found: {text}"
     return f"launch_failed: {text}"
-
-
-class MpsDaemons:
-    """One CUDA MPS control daemon per shared GPU (real GPUs only): its pipe directory is
-    mounted into the containers of that GPU's fractions."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self._started: set[str] = set()
-
-    def ensure(self, gpu_uuid: str) -> Path:
-        pipe = self.root / gpu_uuid / "pipe"
-        if gpu_uuid in self._started and (pipe / "control").exists():
-            return pipe
-        control = shutil.which("nvidia-cuda-mps-control")
-        if control is None:
-            raise LaunchError("launch_failed: nvidia-cuda-mps-control is not installed")
-        pipe.mkdir(parents=True, exist_ok=True)
-        logs = self.root / gpu_uuid / "log"
-        logs.mkdir(parents=True, exist_ok=True)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "CUDA_VISIBLE_DEVICES": gpu_uuid,
-            "CUDA_MPS_PIPE_DIRECTORY": str(pipe),
-            "CUDA_MPS_LOG_DIRECTORY": str(logs),
-        }
-        result = subprocess.run([control, "-d"], env=env, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise LaunchError(f"launch_failed: MPS daemon for {gpu_uuid}: {result.stderr.strip()}")
-        self._started.add(gpu_uuid)
-        log.info("MPS control daemon for GPU %s, pipes in %s", gpu_uuid, pipe)
-        return pipe

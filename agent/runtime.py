@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import time
-from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,6 +28,9 @@ POLL_SECONDS = 0.05
 # how long to wait for a process group to vanish after SIGKILL
 KILL_WAIT_SECONDS = 5.0
 KILL_REAP_SECONDS = 0.5
+# what is kept of an instance's output on this host (its earlier containers'), at most
+KEPT_LOG_BYTES = 8 * 1024 * 1024
+READ_BLOCK = 64 * 1024
 
 
 class LaunchError(Exception):
@@ -82,13 +84,50 @@ def instance_log(log_dir: Path, instance: str) -> Path:
     return log_dir / f"instance-{instance}.log"
 
 
-def tail_lines(path: Path, tail: int) -> deque[str]:
+def file_end(path: Path, max_bytes: int, enough=lambda chunk: False) -> bytes:
+    """The end of a file from the start of a line, read backwards (a block, then twice as much,
+    ...) until `enough(chunk)` or `max_bytes`: never the whole of a big file. Empty when there
+    is no such file."""
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        want = READ_BLOCK
+        while True:
+            start = max(0, size - min(want, max_bytes))
+            file.seek(start)
+            chunk = file.read(size - start)
+            if start > 0:
+                chunk = chunk.partition(b"\n")[2]
+            if start == 0 or want >= max_bytes or enough(chunk):
+                return chunk
+            want *= 2
+    return b""
+
+
+def tail_lines(path: Path, tail: int) -> list[str]:
     """The last `tail` lines of a text file (none when there is no such file)."""
-    lines: deque[str] = deque(maxlen=tail)
-    with contextlib.suppress(FileNotFoundError), open(path, errors="replace") as text:
-        for line in text:
-            lines.append(line.rstrip("\n"))
-    return lines
+    chunk = file_end(path, KEPT_LOG_BYTES, lambda chunk: chunk.count(b"\n") > tail)
+    return chunk.decode(errors="replace").splitlines()[-tail:]
+
+
+def keep_output(path: Path, output: bytes) -> None:
+    """Append `output` to an instance's kept output, which keeps only its last
+    KEPT_LOG_BYTES (from the start of a line)."""
+    if not output:
+        return
+    if not output.endswith(b"\n"):
+        output += b"\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = path.stat().st_size if path.exists() else 0
+    if size + len(output) <= KEPT_LOG_BYTES:
+        with open(path, "ab") as kept:
+            kept.write(output)
+        return
+    output = output[-KEPT_LOG_BYTES:]
+    room = KEPT_LOG_BYTES - len(output)
+    earlier = file_end(path, room) if room else b""
+    partial = path.with_name(path.name + ".new")
+    partial.write_bytes(earlier + output)
+    partial.replace(path)
 
 
 class SimRuntime:
@@ -240,7 +279,7 @@ class ProcessRuntime:
 
     def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
         """The instance's output on this host (every workload it ran here), most recent last."""
-        return list(tail_lines(instance_log(self.log_dir, instance), tail))
+        return tail_lines(instance_log(self.log_dir, instance), tail)
 
     def delete_instance(self, instance: str) -> None:
         instance_log(self.log_dir, instance).unlink(missing_ok=True)

@@ -7,6 +7,7 @@ Every file is written atomically (a temporary file in the same directory, then o
 import dataclasses
 import json
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ IDENTITY = "identity.json"
 ALLOCATIONS = "allocations.json"
 GPU_MODES = "gpu_modes.json"
 SSH_KEYS = "ssh_keys.json"
+INSTALL_ID = "install_id.json"
 
 
 class StateStore:
@@ -41,6 +43,15 @@ class StateStore:
         except BaseException:
             os.unlink(tmp)
             raise
+
+    def install_id(self) -> str:
+        """This install's id (8 hex digits, made on first use): what the agent names on the
+        host (engine networks, firewall chains) carries it, so that no two installs collide."""
+        install = self._read(INSTALL_ID)
+        if install is None:
+            install = secrets.token_hex(4)
+            self._write(INSTALL_ID, install)
+        return install
 
     def load_identity(self) -> dict | None:
         return self._read(IDENTITY)

@@ -1,15 +1,18 @@
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import pytest
 from rest_framework.test import APIClient
 
 from accounts import services
 from accounts.roles import Role
-from agent import engine
+from agent import engine, firewall
+from agent.networks import LABEL_INSTALL
 from console import processes
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.harness import running_stack
@@ -125,7 +128,13 @@ def container_engine(tmp_path_factory):
         run / "podman.sock", run / "podman.log", storage, CONTAINERS_REGISTRIES_CONF=str(registries)
     )
     engine.build_demo_image(storage=storage)
-    yield ContainerEngine(f"unix://{run / 'podman.sock'}", storage, registry_port, registries)
+    url = f"unix://{run / 'podman.sock'}"
+    yield ContainerEngine(url, storage, registry_port, registries)
+    client = docker.DockerClient(base_url=url)
+    networks = client.networks.list(filters={"label": LABEL_INSTALL})
+    for install in {n.attrs["Labels"][LABEL_INSTALL] for n in networks}:
+        firewall.remove(install)  # the test agents' nftables chains
+    client.close()
     service.terminate()
     service.wait(10)
     env = engine.podman_env()
@@ -133,6 +142,12 @@ def container_engine(tmp_path_factory):
     subprocess.run(engine.podman_command(storage, "system", "reset", "--force"), env=env)
     # the overlay driver keeps its directory bind-mounted on itself: let pytest clean it up
     subprocess.run(["umount", "--lazy", str(storage / "root" / "overlay")], capture_output=True)
+    # the test agents' disks (agent/volumes.py) stay mounted until their instance is deleted
+    base = f"{tmp_path_factory.getbasetemp()}/"
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        point = line.split(" ")[1]
+        if point.startswith(base) and "/disks/" in point:
+            subprocess.run(["umount", "--lazy", point], capture_output=True)
 
 
 @pytest.fixture(scope="session")
@@ -202,3 +217,19 @@ def page(browser):
     page.set_default_timeout(10_000)
     yield page
     context.close()
+
+
+@pytest.fixture
+def fake_mps_control(tmp_path, monkeypatch):
+    """tests/fake_mps_control.py as `nvidia-cuda-mps-control`, first on PATH; answers the file
+    where it records its starts and commands (name a command in `<it>.fail` to make it fail)."""
+    bin_dir = tmp_path / "mps-bin"
+    bin_dir.mkdir()
+    calls = bin_dir / "calls"
+    calls.touch()
+    script = Path(__file__).parent / "fake_mps_control.py"
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(f'#!/bin/sh\nFAKE_MPS_CALLS={calls} exec {sys.executable} {script} "$@"\n')
+    control.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls

@@ -67,21 +67,27 @@ SPECS = [
 ]  # fmt: skip
 
 # name, OCI reference, CUDA, description, default command, default env, ports. The first by
-# name (demo-busybox) is what the launch form preselects: `make run` builds it locally.
+# name (demo-busybox) is what the launch form preselects: `make run` builds it locally, and
+# `make images` the JupyterLab one; the others are pulled from Docker Hub, and say so.
 KEEP_RUNNING = ["sleep", "infinity"]
-JUPYTER = [{"port": 8888, "name": "Jupyter"}]
+REGISTRY = "Pulled from Docker Hub: needs a registry."
 IMAGES = [
     ("demo-busybox", "localhost/gpucloud/demo:latest", "12.4",
-     "A tiny local image for hosts without a registry", [], {}, JUPYTER),
+     "A tiny local image for hosts without a registry: busybox serving a web page on 8888 "
+     "(make run builds it).", [], {}, [{"port": 8888, "name": "Web page"}]),
+    ("jupyterlab", "localhost/gpucloud/jupyter:latest", "-",
+     "JupyterLab 4.6 and Python 3 on Debian, over /workspace; Open JupyterLab signs you in. "
+     "Built on the host without a registry: run make images there first.", [], {},
+     [{"port": 8888, "name": "JupyterLab", "app": "jupyter"}]),
     ("pytorch-2.5-cuda12.4", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "12.4",
-     "PyTorch 2.5, CUDA 12.4, cuDNN 9, Python 3.11, Jupyter", KEEP_RUNNING, {}, JUPYTER),
+     f"PyTorch 2.5, CUDA 12.4, cuDNN 9, Python 3.11. {REGISTRY}", KEEP_RUNNING, {}, []),
     ("vllm-0.6-cuda12.4", "vllm/vllm-openai:v0.6.6", "12.4",
-     "vLLM 0.6 OpenAI-compatible inference server", [], {"HF_HOME": "/workspace/hf"},
-     [{"port": 8000, "name": "OpenAI API"}]),
+     f"vLLM 0.6 OpenAI-compatible inference server. {REGISTRY}", [],
+     {"HF_HOME": "/workspace/hf"}, [{"port": 8000, "name": "OpenAI API"}]),
     ("tensorflow-2.17-cuda12.3", "tensorflow/tensorflow:2.17.0-gpu", "12.3",
-     "TensorFlow 2.17, CUDA 12.3, Python 3.11", KEEP_RUNNING, {}, []),
+     f"TensorFlow 2.17, CUDA 12.3, Python 3.11. {REGISTRY}", KEEP_RUNNING, {}, []),
     ("ubuntu-22.04-cuda12.4", "nvidia/cuda:12.4.1-base-ubuntu22.04", "12.4",
-     "Ubuntu 22.04 with the CUDA 12.4 toolkit, nothing else", KEEP_RUNNING, {}, []),
+     f"Ubuntu 22.04 with the CUDA 12.4 toolkit, nothing else. {REGISTRY}", KEEP_RUNNING, {}, []),
 ]  # fmt: skip
 
 # username, password, staff, memberships (tenant slug, role)

@@ -246,8 +246,14 @@ class SpecPrice(models.Model):
             raise ValidationError({"effective_from": message})
 
 
-# The shapes of what a workload is told: environment names as POSIX shells accept them.
+# The shapes of what a workload is told: environment names as POSIX shells accept them, less
+# those the platform sets itself or the GPU stack reads (the NVIDIA driver and container
+# toolkit's, CUDA's MPS and device choice, the agent's): a tenant cannot widen its GPUs with them.
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+RESERVED_ENV = re.compile(r"^(NVIDIA_|CUDA_MPS_|GPUCLOUD_|CUDA_VISIBLE_DEVICES$|JUPYTER_TOKEN$)")
+# What a served port may say it is: an app that signs in with the instance's own token.
+APPS = ("jupyter",)
+PORT_KEYS = {"port", "name", "app"}
 MAX_ARGS = 64
 MAX_ENV = 64
 MAX_VALUE = 4096
@@ -280,6 +286,12 @@ def env_errors(env) -> list[str]:
     for name, value in env.items():
         if not ENV_NAME.match(name):
             errors.append(f"{name!r} is not a variable name (A-Z, 0-9 and _, not first a digit).")
+        elif RESERVED_ENV.match(name):
+            errors.append(
+                f"{name} is the platform's: names starting with NVIDIA_, CUDA_MPS_ or GPUCLOUD_, "
+                "and CUDA_VISIBLE_DEVICES, are set for the instance's GPUs, JUPYTER_TOKEN for "
+                "its Jupyter."
+            )
         elif not isinstance(value, str):
             errors.append(f"{name}: the value must be a string.")
         elif len(value) > MAX_VALUE:
@@ -288,15 +300,22 @@ def env_errors(env) -> list[str]:
 
 
 def port_errors(ports) -> list[str]:
-    """What is wrong with a list of served ports ([{"port": 8888, "name": "Jupyter"}])."""
+    """What is wrong with a list of served ports ([{"port": 8888, "name": "Jupyter"}]); an
+    entry may say which app signs in with the instance's token ("app": "jupyter")."""
     if not isinstance(ports, list):
         return ['Must be a list like [{"port": 8888, "name": "Jupyter"}].']
     errors, seen = [], set()
+    apps = " or ".join(f'"{app}"' for app in APPS)
     for entry in ports:
-        if not isinstance(entry, dict) or set(entry) != {"port", "name"}:
-            errors.append(f'{entry!r}: each entry is {{"port": <number>, "name": <text>}}.')
+        if not isinstance(entry, dict) or not {"port", "name"} <= set(entry) <= PORT_KEYS:
+            errors.append(
+                f'{entry!r}: each entry is {{"port": <number>, "name": <text>}}, and may add '
+                f'"app": {apps}.'
+            )
             continue
         port, name = entry["port"], entry["name"]
+        if "app" in entry and entry["app"] not in APPS:
+            errors.append(f"{entry['app']!r}: the app is one of {', '.join(APPS)}.")
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
             errors.append(f"{port!r}: a port is a number from 1 to 65535.")
         elif port in seen:
@@ -326,7 +345,9 @@ class Image(models.Model):
     ports = models.JSONField(
         default=list,
         blank=True,
-        help_text='ports it serves, e.g. [{"port": 8888, "name": "Jupyter"}]',
+        help_text='ports it serves, e.g. [{"port": 8888, "name": "Jupyter", "app": "jupyter"}]; '
+        '"app": "jupyter" gives each instance a token in JUPYTER_TOKEN and opens the port '
+        "signed in with it",
     )
     active = models.BooleanField(default=True)
 

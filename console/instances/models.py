@@ -1,5 +1,8 @@
 """Tenants' instances, the events of their lives, and the GPU slices they hold."""
 
+import secrets
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -20,6 +23,17 @@ class State(models.TextChoices):
     TERMINATING = "terminating", "Terminating"
     TERMINATED = "terminated", "Terminated"
     FAILED = "failed", "Failed"
+
+
+def new_app_token() -> str:
+    """A secret of the instance's own for the apps it serves that sign in with a token."""
+    return secrets.token_urlsafe(32)
+
+
+def new_disk_name() -> str:
+    """The name of an instance's disk on its host: never one an earlier install (or an earlier
+    database) gave an instance of the same id."""
+    return f"gpucloud-{uuid.uuid4().hex}"
 
 
 class InstanceQuerySet(models.QuerySet):
@@ -51,8 +65,10 @@ class Instance(models.Model):
     # environment, laid over the image's default environment.
     command = models.JSONField(null=True, blank=True)
     env = models.JSONField(default=dict, blank=True)
-    # Its disk (volume gpucloud-<pk>): sized at launch, on the host of its first placement,
-    # where it stays until terminate; start and resize go back to that host.
+    # Its disk (named disk_name, gpucloud-<uuid>; gpucloud-<pk> for instances older than the
+    # name): sized at launch, on the host of its first placement, where it stays until
+    # terminate; start and resize go back to that host.
+    disk_name = models.CharField(max_length=64, unique=True, default=new_disk_name, editable=False)
     disk_gib = models.PositiveIntegerField(default=0)
     disk_host = models.ForeignKey(
         Host, on_delete=models.SET_NULL, null=True, blank=True, related_name="disks"
@@ -64,6 +80,10 @@ class Instance(models.Model):
     ssh_keys = models.ManyToManyField(SshKey, blank=True, related_name="instances")
     # Web ports the launch added to the image's ([{"port": 8080, "name": "app"}]).
     ports = models.JSONField(default=list, blank=True)
+    # The token of the apps its image serves that sign in with one (a port with "app":
+    # "jupyter"): given to every allocation of it (sign_in.token_env), so that it outlives stop,
+    # start and a move, and put in its port links for members (sign_in.app_query).
+    app_token = models.CharField(max_length=64, default=new_app_token, editable=False)
 
     objects = InstanceQuerySet.as_manager()
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 from console.catalog.models import MIG_SLICES, Mode, Spec
 from console.fleet import locks as fleet_locks
 from console.fleet.models import Gpu, Host
+from console.instances import sign_in
 from console.instances.models import Allocation, GpuClaim, Instance
 from console.scheduler import model as core
 from console.scheduler.cluster import Cluster
@@ -251,16 +252,11 @@ def new_allocation_id(instance: Instance) -> str:
     return f"inst-{instance.pk}-{secrets.token_hex(4)}"
 
 
-def volume_name(instance_pk: int) -> str:
-    """The instance's disk on its host (kept from stop to start, deleted on terminate)."""
-    return f"gpucloud-{instance_pk}"
-
-
 def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
     """The body of the agent's PUT /v1/allocations/{id}: the slice, and the workload (image,
     command, environment, limits, disk). The command is the tenant's, else the image's
     default, else None (the image's own CMD); the environment is the image's default with
-    the tenant's laid over it."""
+    the tenant's laid over it, and the instance's app token when its image serves Jupyter."""
     image = instance.image
     return {
         "mode": spec.mode,
@@ -269,7 +265,7 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
         "shared": choice.shared,
         "image": image.reference,
         "command": instance.command or image.command or None,
-        "env": {**image.env, **instance.env},
+        "env": {**image.env, **instance.env, **sign_in.token_env(image.ports, instance.app_token)},
         # what the kernel enforces; a spec without vCPUs or RAM (0) is not limited in that
         "resources": {
             name: value
@@ -280,7 +276,7 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
             )
             if value
         },
-        "volume": {"name": volume_name(instance.pk)}
+        "volume": {"name": instance.disk_name}
         | ({"size_gib": instance.disk_gib} if instance.disk_gib else {}),
         "labels": {
             "instance": str(instance.pk),

@@ -51,9 +51,13 @@ def standalone(state_dir: Path, *args: str):
 class Agent:
     """A `python -m agent` subprocess; standalone with `secret`, else registering."""
 
-    def __init__(self, state_dir: Path, args: tuple[str, ...], secret: str | None):
+    def __init__(
+        self, state_dir: Path, args: tuple[str, ...], secret: str | None, listen="127.0.0.1"
+    ):
+        """`listen`: the address the API and the SSH gateway listen on."""
         self.state_dir = state_dir
         self.port = free_port()
+        self.ssh_port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = state_dir.parent / f"agent-{self.port}.log"
         cmd = [
@@ -61,7 +65,7 @@ class Agent:
             "-m",
             "agent",
             "--listen",
-            f"127.0.0.1:{self.port}",
+            f"{listen}:{self.port}",
             "--state-dir",
             str(state_dir),
             "--hostname",
@@ -71,7 +75,7 @@ class Agent:
             "--heartbeat-interval",
             "0.5",
             "--ssh-listen",
-            f"127.0.0.1:{free_port()}",
+            f"{listen}:{self.ssh_port}",
             *args,
         ]
         if secret:

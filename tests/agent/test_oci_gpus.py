@@ -1,37 +1,19 @@
 """How the oci runtime hands GPUs to a container on a host with real GPUs: CDI device names, and
-one CUDA MPS control daemon per shared GPU whose pipe the fraction's containers get."""
-
-import os
-import stat
+one CUDA MPS control daemon per shared fraction, whose client socket its container gets (the
+daemon itself: tests/security/test_mps_limits.py)."""
 
 import pytest
 
 from agent.allocations import Allocation
-from agent.oci import MpsDaemons, OciRuntime
-from agent.runtime import LaunchError
+from agent.mps import CLIENT_PIPE
+from agent.oci import OciRuntime
 
 pytestmark = pytest.mark.containers
 
-FAKE_CONTROL = """#!/bin/sh
-echo "$CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY $*" >> "$(dirname "$0")/calls"
-touch "$CUDA_MPS_PIPE_DIRECTORY/control"
-"""
-
-
-@pytest.fixture
-def mps_control(tmp_path, monkeypatch):
-    """A stand-in `nvidia-cuda-mps-control` on PATH that records how it was started."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    control = bin_dir / "nvidia-cuda-mps-control"
-    control.write_text(FAKE_CONTROL)
-    control.chmod(control.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return bin_dir / "calls"
-
 
 def _alloc(mode: str, mig_uuid: str | None = None) -> Allocation:
-    spec = {"mode": mode, "gpus": [0], "mig": None, "shared": None, "command": None, "env": {},
+    shared = {"milli": 250, "memory_mib": 20480} if mode == "shared" else None
+    spec = {"mode": mode, "gpus": [0], "mig": None, "shared": shared, "command": None, "env": {},
             "labels": {"instance": "7"}, "sim": None, "image": "x", "resources": None,
             "volume": None}  # fmt: skip
     return Allocation(
@@ -40,37 +22,26 @@ def _alloc(mode: str, mig_uuid: str | None = None) -> Allocation:
     )  # fmt: skip
 
 
-def test_one_mps_daemon_per_shared_gpu(tmp_path, mps_control):
-    daemons = MpsDaemons(tmp_path / "mps")
-    pipe = daemons.ensure("GPU-aaaa")
-    assert pipe == tmp_path / "mps" / "GPU-aaaa" / "pipe"
-    assert daemons.ensure("GPU-aaaa") == pipe  # running: not started again
-    daemons.ensure("GPU-bbbb")
-    calls = mps_control.read_text().splitlines()
-    assert calls == [f"GPU-aaaa {pipe} -d", f"GPU-bbbb {tmp_path / 'mps' / 'GPU-bbbb' / 'pipe'} -d"]
-
-
-def test_a_host_without_mps_fails_the_launch_with_the_reason(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(LaunchError, match="nvidia-cuda-mps-control is not installed"):
-        MpsDaemons(tmp_path / "mps").ensure("GPU-aaaa")
-
-
-def test_real_gpus_are_cdi_devices_and_fractions_get_the_mps_pipe(
-    container_engine, tmp_path, mps_control
+def test_real_gpus_are_cdi_devices_and_fractions_get_the_mps_client_socket(
+    container_engine, tmp_path, fake_mps_control
 ):
     runtime = OciRuntime(
-        container_engine.url, tmp_path / "logs", 1, cdi=True, mps_dir=tmp_path / "mps"
+        container_engine.url,
+        tmp_path / "logs",
+        1,
+        install="5ec0717e",
+        cdi=True,
+        mps_dir=tmp_path / "mps",
     )
     env: dict[str, str] = {}
     whole = runtime._gpu_options(_alloc("whole"), env)
     assert whole == {"devices": ["nvidia.com/gpu=GPU-aaaa"]}  # Podman takes CDI names here
     mig = runtime._gpu_options(_alloc("mig", mig_uuid="MIG-1234"), env)
     assert mig == {"devices": ["nvidia.com/gpu=MIG-1234"]}  # only the MIG device, not its GPU
-    assert env == {}
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "void"}  # no GPU but these, whatever the image says
 
     shared = runtime._gpu_options(_alloc("shared"), env)
-    pipe = str(tmp_path / "mps" / "GPU-aaaa" / "pipe")
+    control = str(tmp_path / "mps" / "a-1" / "pipe" / "control")
     assert shared["devices"] == ["nvidia.com/gpu=GPU-aaaa"]
-    assert shared["volumes_extra"] == {pipe: {"bind": pipe, "mode": "rw"}}
-    assert env == {"CUDA_MPS_PIPE_DIRECTORY": pipe}
+    assert shared["volumes_extra"] == {control: {"bind": f"{CLIENT_PIPE}/control", "mode": "ro"}}
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_MPS_PIPE_DIRECTORY": CLIENT_PIPE}

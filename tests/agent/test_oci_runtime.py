@@ -1,6 +1,7 @@
 """The `oci` runtime with real containers (Podman here): limits the kernel enforces, exits and
 their reasons, the volume at /workspace, isolation, logs, re-adoption after a restart."""
 
+import contextlib
 import secrets
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -166,7 +167,7 @@ def test_workspace_survives_stop_and_start_until_the_instance_is_deleted(oci_age
     assert busy.status_code == 409 and busy.json()["error"] == "instance_busy"
     agent.client.delete(f"/v1/allocations/{instance}-b")
     assert agent.client.delete(f"/v1/instances/{instance}").status_code == 204
-    assert not engine.volumes.list(filters={"name": f"gpucloud-{instance}"})
+    assert not (agent.state_dir / "disks" / f"gpucloud-{instance}").exists()
     assert _logs(agent, instance) == []
 
 
@@ -187,7 +188,10 @@ def test_a_container_removed_behind_the_agents_back_is_lost(oci_agent, engine):
     agent = oci_agent()
     instance = _instance()
     agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
-    engine.containers.get(f"gpucloud-{instance}").remove(force=True)
+    # Podman may answer "…/shm: device or resource busy" for a container in a user namespace
+    # of its own, and remove it all the same
+    with contextlib.suppress(docker.errors.APIError):
+        engine.containers.get(f"gpucloud-{instance}").remove(force=True)
     failed = agent.wait_state(f"{instance}-a", "failed")
     assert failed["reason"] == "container_lost"
 

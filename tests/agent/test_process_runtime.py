@@ -47,8 +47,7 @@ def test_workload_gets_its_slice_environment(start_agent, tmp_path):
     assert alloc["state"] == "running" and alloc["pid"] > 0
     env = _env_of(shared_env)
     assert env["CUDA_VISIBLE_DEVICES"] == gpus[0]["uuid"]
-    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+    assert not [name for name in env if name.startswith("CUDA_MPS_")]  # the daemon's, not env
     assert env["GPUCLOUD_ALLOCATION_ID"] == "shared-1"
     assert env["HF_HOME"] == "/data/hf"
     assert env["PATH"]  # where programs are, and nothing else of the agent's environment

@@ -114,7 +114,9 @@ def test_the_shipped_example_applies_then_changes_nothing(tmp_path):
     assert not GpuModel.objects.get(code="l4").mig_capable
     assert set(Spec.objects.values_list("mode", flat=True)) == {"whole", "mig", "shared"}
     assert Spec.objects.get(code="a100-quarter").price_per_hour == Decimal("0.49")
-    assert Image.objects.get(name="demo-busybox").ports == [{"port": 8888, "name": "Jupyter"}]
+    assert Image.objects.get(name="demo-busybox").ports == [{"port": 8888, "name": "Web page"}]
+    jupyter = Image.objects.get(name="jupyterlab").ports
+    assert jupyter == [{"port": 8888, "name": "JupyterLab", "app": "jupyter"}]
     assert "+ spec a100-quarter at 0.4900/h from 2026-01-01 00:00 UTC" in out
     assert "+ region local-1" in out
 

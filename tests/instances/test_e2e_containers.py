@@ -10,6 +10,7 @@ import pytest
 from agent.engine import DEMO_IMAGE
 from billing.models import UsageSegment
 from console.catalog.models import Spec
+from console.instances.models import Instance
 from tests.factories import ImageFactory, SpecFactory
 from tests.instances.e2e import (
     api_client,
@@ -97,7 +98,8 @@ def test_workspace_survives_stop_and_start_and_goes_with_terminate(stack, cloud,
     remember = "test -f /workspace/seen && echo 'found it'; touch /workspace/seen; sleep 1000"
     iid = _launch(cloud, "notebook", ["sh", "-c", remember])
     wait_state(cloud, iid, "running", stack)
-    assert container_engine.podman("volume", "exists", f"gpucloud-{iid}").returncode == 0
+    disk = stack.log_dir / "agent-gpu-1" / "disks" / Instance.objects.get(pk=iid).disk_name
+    assert (disk / "disk.img").exists()
     assert cloud.post(f"/instances/{iid}/stop/").status_code == 202
     wait_state(cloud, iid, "stopped", stack)
     assert cloud.post(f"/instances/{iid}/start/").status_code == 202
@@ -106,10 +108,7 @@ def test_workspace_survives_stop_and_start_and_goes_with_terminate(stack, cloud,
 
     assert cloud.post(f"/instances/{iid}/terminate/").status_code == 202
     wait_state(cloud, iid, "terminated", stack)
-    wait_for(
-        lambda: container_engine.podman("volume", "exists", f"gpucloud-{iid}").returncode,
-        what="the volume deleted",
-    )
+    wait_for(lambda: not disk.exists(), what="the disk deleted")
     assert (
         container_engine.podman("ps", "-a", "--filter", f"name=gpucloud-{iid}", "-q").stdout == ""
     )

@@ -2,6 +2,8 @@
 (400 field errors for bad ones), what the instance shows (image reference, command, exit
 code, disk), and its logs (who may read them, when they are gone, a host that is down)."""
 
+import re
+
 import pytest
 
 from accounts.roles import Role
@@ -53,7 +55,9 @@ class TestLaunch:
         assert request["command"] == ["sh", "-c", "echo hi; exit 3"]
         assert request["env"] == {"LANG": "C.UTF-8", "MODE": "mine", "SEED": "7"}
         assert request["resources"] == {"vcpus": 4, "memory_mib": 16384, "pids": 4096}
-        assert request["volume"] == {"name": f"gpucloud-{data['id']}", "size_gib": 50}
+        disk_name = Instance.objects.get(pk=data["id"]).disk_name
+        assert re.fullmatch("gpucloud-[0-9a-f]{32}", disk_name)  # no other install's, ever
+        assert request["volume"] == {"name": disk_name, "size_gib": 50}
 
     def test_without_a_command_the_images_default_or_none(self, client, catalog, no_tasks):
         catalog.host(gpus=2, mode=Mode.SHARED)
