@@ -78,12 +78,6 @@ def TenantAuthMiddleware(inner):  # noqa: N802 - reads like the middleware class
     return _OriginUnlessBearer(AuthMiddlewareStack(_BearerOrSession(inner)))
 
 
-def TenantAuthHttp(inner):  # noqa: N802 - reads like the middleware class it builds
-    """The same identification for a raw ASGI HTTP route (the console's proxy of instances'
-    web ports): scope["membership"] from a Bearer token or the session cookie."""
-    return AuthMiddlewareStack(_BearerOrSession(inner))
-
-
 def reading_member(scope) -> Membership | None:
     """The socket's membership when it may read its tenant's things (an active tenant)."""
     membership = scope.get("membership")

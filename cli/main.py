@@ -178,6 +178,8 @@ def describe(instance: dict) -> str:
         lines.append(f"ssh: {instance['ssh']['command']}")
     for port in instance.get("ports") or []:
         lines.append(f"{port['name']} (port {port['port']}): {port['url']}")
+        if port.get("origin_url"):
+            lines.append(f"  with an API token: {port['origin_url']}")
     if instance.get("disk"):
         lines.append(f"disk: {instance['disk']['size_gib']} GiB")
     return "\n".join(lines)

@@ -41,7 +41,10 @@ def manage(*args: str, env: dict[str, str]) -> str:
 def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]:
     """(runtime, engine URL, what to tell the user): a running engine's socket, else Podman's
     API started here (supervised with the other children, the demo image built), else
-    processes."""
+    processes; processes too when not root, since the agent must set up the containers'
+    isolation (nftables, user namespaces) itself."""
+    if os.geteuid() != 0:  # the agent isolates containers with nftables and user namespaces
+        return "process", None, "processes (containers need root: run `sudo make run`)"
     url = running_engine()
     if url:
         return "oci", url, f"containers through the engine at {url}"
@@ -127,6 +130,9 @@ def serve(port: int, var_dir: Path, children: list) -> int:
             ),
         )  # fmt: skip
 
+    ports_domain = os.environ.get("PORTS_DOMAIN") or "ports.localhost"  # settings' default
+    if ":" not in ports_domain:
+        ports_domain += f":{port}"
     print(
         f"\ngpucloud is running at {url}\n"
         f"  database: {'PostgreSQL' if os.environ.get('DATABASE_URL') else 'SQLite (embedded)'}; "
@@ -136,6 +142,7 @@ def serve(port: int, var_dir: Path, children: list) -> int:
         f"agent-host-a, agent-host-b (logs in {var_dir})\n"
         f"  workloads: {runs_as}\n"
         f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
+        f"  instances' web ports: http://i<id>-<port>.{ports_domain}/ (PORTS_DOMAIN)\n"
         + "".join(f"  {line.strip()}\n" for line in demo.splitlines() if "login" in line)
         + "Press Ctrl-C to stop.",
         flush=True,

@@ -5,9 +5,11 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.http import is_same_domain
 
 from console.env import env_bool, env_decimal, env_float, env_int, env_list, env_networks, env_str
 
@@ -57,6 +59,31 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
 if env_int("TRUSTED_PROXY_COUNT", 0):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Secure cookies get the `__Host-` prefix: host-only, so that no other host of the domain (an
+# instance's port origin) can set one for the console.
+SESSION_COOKIE_NAME = "__Host-sessionid" if SESSION_COOKIE_SECURE else "sessionid"
+CSRF_COOKIE_NAME = "__Host-csrftoken" if CSRF_COOKIE_SECURE else "csrftoken"
+
+# Instances' web ports are served on origins of their own, i{id}-{port}.PORTS_DOMAIN (a wildcard
+# name and certificate; `*.localhost` is loopback in browsers), on the console's port unless
+# PORTS_DOMAIN names one (console/instances/port_origin.py). CONSOLE_URL is where their pages
+# link back to: by default the first ALLOWED_HOSTS name, on their own scheme and port.
+PORTS_DOMAIN = env_str("PORTS_DOMAIN", "ports.localhost")
+CONSOLE_URL = env_str("CONSOLE_URL")
+_A_PORT_HOST = "i1-1." + PORTS_DOMAIN.partition(":")[0].lower()
+if any(pattern == "*" or is_same_domain(_A_PORT_HOST, pattern) for pattern in ALLOWED_HOSTS):
+    raise ImproperlyConfigured(
+        f"ALLOWED_HOSTS covers the ports' hosts (*.{PORTS_DOMAIN}): the console's websockets "
+        "would take their pages' Origin. Name the console's hosts only."
+    )
+if any(
+    is_same_domain(_A_PORT_HOST, (urlsplit(origin).hostname or "").lstrip("*"))
+    for origin in CSRF_TRUSTED_ORIGINS
+):
+    raise ImproperlyConfigured(
+        f"CSRF_TRUSTED_ORIGINS covers the ports' hosts (*.{PORTS_DOMAIN}): their pages could "
+        "post to the console."
+    )
 # The healthcheck answers over plain HTTP too (load balancers probe it so), and so do the
 # agents' endpoints: without a balancer, agents call the web processes themselves, which serve
 # plain HTTP inside the network as the agents' own APIs do (each call carries its host's secret).

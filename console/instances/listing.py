@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from console.catalog.models import SpecPrice, gpu_equivalents, price_in_force
-from console.instances import access, lifecycle, placement
+from console.instances import access, lifecycle, placement, port_origin, sign_in
 from console.instances.models import Allocation, Instance, State
 from console.prepared import Prepared, PreparedRows
 
@@ -17,6 +17,7 @@ COLUMNS = (
     "id", "name", "state", "state_reason", "command", "env", "exit_code", "ports", "disk_gib",
     "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id", "spec__code",
     "image__name", "image__reference", "image__ports", "region__code", "disk_host__name",
+    "app_token",
 )  # fmt: skip
 SPEC_FIGURES = ("spec__mode", "spec__gpu_count", "spec__mig_profile__size", "spec__milli")
 HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
@@ -50,7 +51,9 @@ def rows(tenant, **filters) -> PreparedRows:
 
 def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> list[dict]:
     """The API's view of each row: `shell` (the caller may open shells) adds the ssh command
-    of running instances, `staff` the placement; port URLs start with `base_url`."""
+    of running instances and the sign-in query of its ports' apps, `staff` the placement; port
+    URLs start with `base_url` (the console's origin as the client reached it), their own
+    origins take its scheme and port."""
     if not rows:
         return []
     ids = [row["id"] for row in rows]
@@ -67,13 +70,15 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
     figures = _spec_figures({row["spec_id"] for row in rows})
     return [
         _one(row, hosts.get(row["id"]), keys[row["id"]], figures[row["spec_id"]],
-             placements.get(row["id"]), base_url)
+             placements.get(row["id"]), base_url, shell)
         for row in rows
     ]  # fmt: skip
 
 
-def _one(row, host, keys, figures, placed, base_url) -> dict:
+def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
     instance_id = row["id"]
+    ports = access.declared_ports(row["image__ports"], row["ports"])
+    queries = [_query(entry, row["app_token"], shell) for entry in ports]
     return {
         "id": instance_id,
         "name": row["name"],
@@ -95,9 +100,10 @@ def _one(row, host, keys, figures, placed, base_url) -> dict:
             {
                 "port": entry["port"],
                 "name": entry["name"],
-                "url": base_url + access.port_path(instance_id, entry["port"]),
+                "url": base_url + access.port_path(instance_id, entry["port"]) + query,
+                "origin_url": port_origin.origin_url(instance_id, entry["port"], base_url) + query,
             }
-            for entry in access.declared_ports(row["image__ports"], row["ports"])
+            for entry, query in zip(ports, queries, strict=True)
         ],
         "region": row["region__code"],
         "gpu_equivalents": figures[0],
@@ -108,6 +114,12 @@ def _one(row, host, keys, figures, placed, base_url) -> dict:
         "terminated_at": timestamp(row["terminated_at"]),
         "placement": placed,
     }
+
+
+def _query(entry: dict, token: str, shell: bool) -> str:
+    """What a port's links end with: its app's sign-in query, for members who open ports."""
+    query = sign_in.app_query(entry, token) if shell else ""
+    return f"?{query}" if query else ""
 
 
 def _key_names(ids: list[int]) -> dict[int, list[tuple]]:

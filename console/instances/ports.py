@@ -1,32 +1,37 @@
-"""/instances/{id}/ports/{port}/{path}: an instance's web port (Jupyter, TensorBoard, an
-app) through the console, served straight from the ASGI server in front of Django.
+"""An instance's web port (Jupyter, TensorBoard, an app) on an origin of its own,
+`i{id}-{port}.PORTS_DOMAIN` (port_origin), served straight from the ASGI server in front of
+Django: `by_host` sends every request whose Host names a port origin here (HTTP) or to
+relay.PortSocketConsumer (websockets), and every other request to the console.
 
-Members (role member or above) of the instance's tenant only, by session cookie or Bearer
-token; 404 for anyone else and for ports neither its image nor its launch declared. The
-request goes to the host's agent (agent_client.port_request) without the console's cookies
-and Authorization header, both bodies streamed (never held whole). Websockets on the same
-paths are relayed by relay.PortSocketConsumer."""
+Everything on a port origin is the app's, the whole path as the client sent it, but for
+port_origin.GRANT_PATH, where a console grant becomes the origin's own cookie. Who gets
+through, checked again on every request and websocket (access.target): a member (role member
+or above) of the instance's tenant, by that cookie or by a Bearer API token. The request goes
+to the host's agent (agent_client.port_request) without the cookie and the Authorization
+header, with the origin's host as X-Forwarded-Host (the app sees it as Host), both bodies
+streamed (never held whole). An app's Set-Cookie keeps to its origin (no
+Domain) and never names the origin's cookie. Refusals are small HTML pages for browsers and
+JSON with `code` for API clients (a Bearer token, or Accept: application/json)."""
 
 import asyncio
 import contextlib
 import json
 import re
-from urllib.parse import quote
+from urllib.parse import parse_qs, urlsplit
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
+from channels.db import database_sync_to_async
 from django.db import close_old_connections
-from django.shortcuts import resolve_url
+from django.template.loader import render_to_string
 
-from accounts.websocket import TenantAuthHttp
+from accounts.models import Membership
+from accounts.services import TokenRejected, authenticate_token
 from console.fleet import agent_client
-from console.instances import access
+from console.instances import access, port_origin
+from console.instances.relay import PortSocketConsumer
 
-PORT_PATH = re.compile(r"^/instances/(?P<pk>[0-9]+)/ports/(?P<port>[0-9]{1,5})(?P<rest>/.*)?$")
-
-# Never forwarded: the console's credentials, and what belongs to one hop only.
+# Never forwarded: the credentials of this origin, and what belongs to one hop only.
 DROPPED_REQUEST = {
-    b"cookie",
     b"authorization",
     b"host",
     b"connection",
@@ -37,48 +42,133 @@ DROPPED_REQUEST = {
     b"trailer",
     b"transfer-encoding",
     b"upgrade",
+    b"x-forwarded-host",
+    b"x-forwarded-proto",
 }
 DROPPED_RESPONSE = {
     b"connection",
     b"keep-alive",
     b"proxy-authenticate",
+    b"proxy-connection",
     b"trailer",
     b"transfer-encoding",
     b"upgrade",
 }
+# What the agent answers itself (not the app) when it cannot reach the container's port.
+AGENT_ERRORS = {"port_unreachable": 502, "not_running": 409}
+# The port origin's own pages (refusals, the grant's redirect): nothing to run, nothing to frame.
+OWN_PAGE_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
+        b"form-action 'none'; frame-ancestors 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+    (b"referrer-policy", b"no-referrer"),
+]
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+_DOMAIN_ATTRIBUTE = re.compile(rb";\s*domain\s*=[^;]*", re.IGNORECASE)
 
 
-def _target_in_thread(membership, pk: int, port: int):
+def _header(scope, name: bytes) -> str:
+    return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), "")
+
+
+def _bearer(scope) -> str | None:
+    auth = _header(scope, b"authorization")
+    return auth[len("Bearer ") :].strip() if auth.startswith("Bearer ") else None
+
+
+def _own_cookies(scope) -> list[str]:
+    name = port_origin.cookie_name()
+    return [value for key, value in port_origin.cookie_pairs(scope) if key == name]
+
+
+def _same_origin(scope) -> bool:
+    """Whether the request names no other origin than its own (a browser sends Origin on
+    every websocket and cross-origin request)."""
+    origin = _header(scope, b"origin")
+    return not origin or urlsplit(origin).netloc.lower() == _header(scope, b"host").lower()
+
+
+def _wants_json(scope) -> bool:
+    return _bearer(scope) is not None or "application/json" in _header(scope, b"accept")
+
+
+def member(bearer: str | None, membership_id: int | None) -> tuple[Membership | None, int | None]:
+    """The membership (and API token id) a request to a port origin acts as: its Bearer
+    token's, else its cookie's (`membership_id`) while its user is active."""
+    if bearer is not None:
+        try:
+            token, membership = authenticate_token(bearer)
+        except TokenRejected:
+            return None, None
+        return membership, token.pk
+    membership = (
+        Membership.objects.select_related("tenant", "user")
+        .filter(pk=membership_id, user__is_active=True)
+        .first()
+    )
+    return membership, None
+
+
+def _admit_in_thread(bearer, membership_id, pk: int, port: int) -> access.Target:
     close_old_connections()
     try:
-        return access.target(membership, pk, port)
+        return access.target(member(bearer, membership_id)[0], pk, port)
     finally:
         close_old_connections()
 
 
-_target = sync_to_async(_target_in_thread, thread_sensitive=False)
+def _redeem_in_thread(raw: str, pk: int, port: int) -> dict | None:
+    return port_origin.redeem_grant(raw, pk, port)
 
 
-async def _answer(send, status: int, body: dict, headers=()) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), *headers],
-        }
+_admit = sync_to_async(_admit_in_thread, thread_sensitive=False)
+_redeem = sync_to_async(_redeem_in_thread, thread_sensitive=False)
+_member = database_sync_to_async(member)
+
+
+async def _answer(send, status: int, headers: list, body: bytes = b"") -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(scope, send, status: int, code: str, detail: str, back: str) -> None:
+    if _wants_json(scope):
+        body = json.dumps({"code": code, "detail": detail}).encode()
+        kind = b"application/json"
+    else:
+        context = port_origin.error_context(code, detail, back)
+        body = render_to_string("ports/error.html", context).encode()
+        kind = b"text/html; charset=utf-8"
+    await _answer(send, status, [(b"content-type", kind), *OWN_PAGE_HEADERS], body)
+
+
+async def _take_grant(scope, send, pk: int, port: int, console: str) -> None:
+    """GRANT_PATH?g=…&next=/…: the console's grant becomes this origin's cookie."""
+    query = parse_qs(scope["query_string"].decode("latin-1"))
+    grant = await _redeem((query.get("g") or [""])[0], pk, port)
+    if grant is None:
+        detail = "This link was used already, is for another port, or is older than a minute."
+        return await _refuse(scope, send, 403, "invalid_grant", detail, _back(console, pk))
+    secure = port_origin.cookie_name().startswith("__Host-")
+    cookie = (
+        f"{port_origin.cookie_name()}={port_origin.session_value(grant)}; Path=/; HttpOnly; "
+        f"SameSite=Lax; Max-Age={port_origin.SESSION_SECONDS}{'; Secure' if secure else ''}"
     )
-    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+    location = port_origin.safe_next((query.get("next") or ["/"])[0])
+    headers = [
+        (b"location", location.encode("latin-1")),
+        (b"set-cookie", cookie.encode("latin-1")),
+        *OWN_PAGE_HEADERS,
+    ]
+    await _answer(send, 302, headers)
 
 
-async def _redirect(send, location: str) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 302,
-            "headers": [(b"location", location.encode("latin-1"))],
-        }
-    )
-    await send({"type": "http.response.body", "body": b""})
+def _back(console: str, pk: int) -> str:
+    return f"{console}/instances/{pk}/"
 
 
 class _Body:
@@ -107,32 +197,35 @@ async def _until_disconnect(receive) -> None:
 
 
 async def proxy(scope, receive, send) -> None:
-    match = PORT_PATH.match(scope["path"])
-    pk, port = int(match["pk"]), int(match["port"])
-    if not match["rest"]:  # the app's relative links need the trailing slash
-        query = scope.get("query_string", b"").decode("latin-1")
-        return await _redirect(send, scope["path"] + "/" + (f"?{query}" if query else ""))
-    membership = scope.get("membership")
-    signed_in = getattr(scope.get("user"), "is_authenticated", False)
-    browsing = scope["method"] in ("GET", "HEAD") and b"authorization" not in dict(scope["headers"])
-    if membership is None and not signed_in and browsing:  # sign in first, then come back
-        next_url = quote(scope["path"], safe="/")
-        return await _redirect(send, f"{resolve_url(settings.LOGIN_URL)}?next={next_url}")
-    try:
-        target = await _target(membership, pk, port)
-    except access.Refused as refused:
-        return await _answer(
-            send, refused.status, {"error": refused.code, "detail": refused.detail}
-        )
-    path = match["rest"][1:]
+    pk, port = scope["port_origin"]
+    console = port_origin.console_url(scope.get("scheme", "http"), _header(scope, b"host"))
+    if scope["path"] == port_origin.GRANT_PATH:
+        return await _take_grant(scope, send, pk, port, console)
+    bearer = _bearer(scope)
+    session = None if bearer else port_origin.session_from(_own_cookies(scope), pk, port)
+    console = session["c"] if session else console
+    back = _back(console, pk)
+    raw_path = scope["raw_path"].decode("latin-1")
     query = scope.get("query_string", b"").decode("latin-1")
-    if query:
-        path = f"{path}?{query}"
+    if bearer is None and session is None:
+        if scope["method"] in ("GET", "HEAD") and not _wants_json(scope):  # get a grant first
+            location = f"{console}/instances/{pk}/ports/{port}{raw_path}"
+            location += f"?{query}" if query else ""
+            return await _answer(send, 302, [(b"location", location.encode("latin-1"))])
+        detail = "Open the port from the console, or send an API token."
+        return await _refuse(scope, send, 401, "not_authenticated", detail, back)
+    if session is not None and scope["method"] not in SAFE_METHODS and not _same_origin(scope):
+        detail = "A page of another site may not send this to the port."
+        return await _refuse(scope, send, 403, "cross_origin", detail, back)
+    try:
+        target = await _admit(bearer, session and session["m"], pk, port)
+    except access.Refused as refused:
+        return await _refuse(scope, send, refused.status, refused.code, refused.detail, back)
     headers = [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in scope["headers"]
-        if name not in DROPPED_REQUEST
-    ]
+        if name not in DROPPED_REQUEST and name != b"cookie"
+    ] + port_origin.app_headers(scope)
     body = _Body(receive)
     sent = dict(scope["headers"])
     if sent.get(b"content-length", b"0") == b"0" and b"transfer-encoding" not in sent:
@@ -142,30 +235,65 @@ async def proxy(scope, receive, send) -> None:
             target.host,
             pk,
             port,
-            path,
+            raw_path[1:],
+            query=query,
             method=scope["method"],
             headers=headers,
             content=b"" if body.done else body,
         )
+    except agent_client.PortPathRefused as refused:
+        return await _refuse(scope, send, 400, "invalid_path", str(refused), back)
     except agent_client.AgentUnavailable:
-        return await _answer(
-            send, 502, {"error": "agent_unavailable", "detail": "Its host is not answering."}
-        )
+        detail = "Its host is not answering."
+        return await _refuse(scope, send, 502, "agent_unavailable", detail, back)
     try:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status_code,
-                "headers": [
-                    (name, value)
-                    for name, value in response.headers.raw
-                    if name.lower() not in DROPPED_RESPONSE
-                ],
-            }
-        )
-        await _stream(response, send, body, receive)
+        await _relay(scope, send, receive, response, body, port, back)
     finally:
         await response.aclose()
+
+
+async def _relay(scope, send, receive, response, body, port: int, back: str) -> None:
+    """The app's answer, or the agent's own error as the port origin's refusal."""
+    first = b""
+    kind = response.headers.get("content-type", "")
+    small = response.headers.get("content-length", "").isdigit() and (
+        int(response.headers["content-length"]) <= 4096
+    )
+    if response.status_code in (404, 502) and kind.startswith("application/json") and small:
+        first = b"".join([chunk async for chunk in response.aiter_raw()])
+        with contextlib.suppress(ValueError, AttributeError):
+            code = json.loads(first).get("error")
+            if code in AGENT_ERRORS:
+                detail = (
+                    f"Nothing is listening on port {port} in the instance."
+                    if code == "port_unreachable"
+                    else "Its container is not running on its host."
+                )
+                return await _refuse(scope, send, AGENT_ERRORS[code], code, detail, back)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": list(_app_response_headers(response.headers.raw)),
+        }
+    )
+    if first:
+        await send({"type": "http.response.body", "body": first})
+    else:
+        await _stream(response, send, body, receive)
+
+
+def _app_response_headers(raw):
+    cookie = port_origin.cookie_name().lower().encode("latin-1")
+    for name, value in raw:
+        lowered = name.lower()
+        if lowered in DROPPED_RESPONSE:
+            continue
+        if lowered == b"set-cookie":
+            if value.partition(b"=")[0].strip().lower() == cookie:
+                continue  # the origin's own cookie is not the app's to set
+            value = _DOMAIN_ATTRIBUTE.sub(b"", value)  # the app's cookies stay on its origin
+        yield name, value
 
 
 async def _stream(response, send, body: _Body, receive) -> None:
@@ -189,13 +317,44 @@ async def _stream(response, send, body: _Body, receive) -> None:
         pumping.result()
 
 
-def with_ports_route(app):
-    """An ASGI app that serves /instances/{id}/ports/{port}/… itself and hands the rest on."""
-    authenticated = TenantAuthHttp(proxy)
+class _SocketMember:
+    """Who opens a websocket on a port origin: a Bearer token's member, or the origin's
+    cookie's when a page of this very origin opens it (Origin); nobody otherwise."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        pk, port = scope["port_origin"]
+        bearer = _bearer(scope)
+        session = None
+        if bearer is None and _same_origin(scope):
+            session = port_origin.session_from(_own_cookies(scope), pk, port)
+        membership, token_id = (None, None)
+        if bearer is not None or session is not None:
+            membership, token_id = await _member(bearer, session and session["m"])
+        route = {"args": (), "kwargs": {"pk": pk, "port": port}}
+        scope = {
+            **scope,
+            "membership": membership,
+            "api_token_id": token_id,
+            "url_route": route,
+        }
+        return await self.inner(scope, receive, send)
+
+
+def by_host(console):
+    """The ASGI app: a request whose Host names a port origin is the port's (HTTP and
+    websockets), any other the `console` app's."""
+    socket = _SocketMember(PortSocketConsumer.as_asgi())
 
     async def route(scope, receive, send):
-        if scope["type"] == "http" and PORT_PATH.match(scope["path"]):
-            return await authenticated(scope, receive, send)
-        return await app(scope, receive, send)
+        if scope["type"] in ("http", "websocket"):
+            found = port_origin.parse_host(_header(scope, b"host"))
+            if found is not None:
+                scope = {**scope, "port_origin": found}
+                app = proxy if scope["type"] == "http" else socket
+                return await app(scope, receive, send)
+        return await console(scope, receive, send)
 
     return route

@@ -1,6 +1,6 @@
 """Websockets the console relays to a host agent: the browser terminal
-(/ws/instances/{id}/terminal/) and the websockets of an instance's web ports
-(/instances/{id}/ports/{port}/…, e.g. Jupyter's kernels).
+(/ws/instances/{id}/terminal/) and the websockets of an instance's web ports (any path on
+the port's own origin, e.g. Jupyter's kernels; console.instances.ports routes them).
 
 Frames go through as they are, both ways; when one side closes, the other is closed too.
 Only members with role member or above of the instance's tenant get through (access.target);
@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from accounts.websocket import RECHECK_SECONDS
 from console.fleet import agent_client
-from console.instances import access
+from console.instances import access, port_origin
 
 log = logging.getLogger(__name__)
 
@@ -173,22 +173,32 @@ class TerminalConsumer(AgentRelay):
 
 
 class PortSocketConsumer(AgentRelay):
-    """/instances/{id}/ports/{port}/{path}: a websocket of a web port (Jupyter's kernels),
-    relayed to the container through its agent; the subprotocols the browser offers go on."""
+    """A websocket on an instance's port origin (Jupyter's kernels), relayed to the container
+    through its agent with its raw path and query; the subprotocols the browser offers, its
+    Origin, the app's cookies and the origin's host (port_origin.app_headers) go on.
+    ports.by_host routes it (url_route: pk, port) and says who opened it (membership)."""
 
     async def connect(self):
         self.port = int(self.scope["url_route"]["kwargs"]["port"])
-        await super().connect()
+        try:
+            await super().connect()
+        except agent_client.PortPathRefused as refused:
+            await self.accept()
+            await self.close(code=4400, reason=str(refused)[:120])
 
-    def open_agent(self, target):
-        path = self.scope["url_route"]["kwargs"]["rest"]
-        query = self.scope.get("query_string", b"").decode("latin-1")
-        if query:
-            path = f"{path}?{query}"
-        return agent_client.connect_port_websocket(
+    async def open_agent(self, target):
+        return await agent_client.connect_port_websocket(
             target.host,
             target.instance_pk,
             self.port,
-            path,
+            self.scope["raw_path"].decode("latin-1")[1:],
+            self.scope.get("query_string", b"").decode("latin-1"),
             list(self.scope.get("subprotocols") or []),
+            self._forwarded(),
         )
+
+    def _forwarded(self) -> list[tuple[str, str]]:
+        origin = [
+            ("origin", v.decode("latin-1")) for k, v in self.scope["headers"] if k == b"origin"
+        ]
+        return origin + port_origin.app_headers(self.scope)

@@ -26,7 +26,14 @@ class PortSerializer(serializers.Serializer):
 
 
 class PortLinkSerializer(PortSerializer):
-    url = serializers.URLField(help_text="through the console, for members of the tenant")
+    url = serializers.URLField(
+        help_text="for a browser: the console hands a signed-in member a grant for the port's "
+        "own origin and redirects there"
+    )
+    origin_url = serializers.URLField(
+        help_text="the port's own origin (i{id}-{port}.PORTS_DOMAIN), for members of the "
+        "tenant: a browser with a grant, an API client with its Bearer token"
+    )
 
 
 # An instance as the API shows it, for the schema: listing.represent builds it from rows.

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from console.instances import views
+from console.instances import port_origin, views
 
 app_name = "instances"
 
@@ -10,4 +10,10 @@ urlpatterns = [
     path("<int:pk>/", views.detail, name="detail"),
     path("<int:pk>/terminate/", views.terminate, name="terminate"),
     re_path(r"^(?P<pk>[0-9]+)/(?P<action>stop|start|reboot|resize)/$", views.act, name="act"),
+    # a web port: a grant for its own origin, and a redirect there (the same path on it)
+    re_path(
+        r"^(?P<pk>[0-9]+)/ports/(?P<port>[0-9]{1,5})(?:/.*)?$",
+        port_origin.open_port,
+        name="open-port",
+    ),
 ]

@@ -15,7 +15,7 @@ from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
 from console.catalog.models import Region, Spec
 from console.errors import DomainError
-from console.instances import access, availability, lifecycle, placement, services
+from console.instances import access, availability, lifecycle, placement, services, sign_in
 from console.instances.forms import LaunchForm, ResizeForm, resize_options
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
@@ -163,6 +163,12 @@ def launch(request):
     )
 
 
+def _port_link(instance, entry: dict, can_operate: bool) -> str:
+    """Where the instance page opens a port: with its app's sign-in query for members only."""
+    query = sign_in.app_query(entry, instance.app_token) if can_operate else ""
+    return access.port_path(instance.pk, entry["port"]) + (f"?{query}" if query else "")
+
+
 def _detail_context(request, instance):
     can_operate = request.membership.can(OPERATE)
     actions = lifecycle.allowed_actions(instance.state)
@@ -180,7 +186,7 @@ def _detail_context(request, instance):
         "per_month": instance.spec.current_price() * HOURS_PER_MONTH,
         "ssh": access.ssh_target(instance) if request.membership.can(OPERATE) else None,
         "ports": [
-            {**entry, "path": access.port_path(instance.pk, entry["port"])}
+            {**entry, "path": _port_link(instance, entry, can_operate)}
             for entry in access.declared_ports(instance.image.ports, instance.ports)
         ],
     }

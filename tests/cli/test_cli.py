@@ -219,12 +219,14 @@ def test_show_prints_the_ssh_command_and_port_urls(cli, monkeypatch):
         "id": 7, "name": "nb", "state": "running", "spec": "a100-quarter", "image": "x",
         "region": "local-1", "state_reason": "", "disk": {"size_gib": 50, "host": None},
         "ssh": {"command": "ssh -p 2222 7@gpu-1.example"},
-        "ports": [{"port": 8888, "name": "jupyter", "url": "http://c/instances/7/ports/8888/"}],
+        "ports": [{"port": 8888, "name": "jupyter", "url": "http://c/instances/7/ports/8888/",
+                   "origin_url": "http://i7-8888.ports.c/"}],
     }  # fmt: skip
     text = cli_main.describe(instance)
     assert text.splitlines() == [
         "ssh: ssh -p 2222 7@gpu-1.example",
         "jupyter (port 8888): http://c/instances/7/ports/8888/",
+        "  with an API token: http://i7-8888.ports.c/",
         "disk: 50 GiB",
     ]
 

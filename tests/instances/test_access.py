@@ -203,8 +203,14 @@ class TestSshAndPorts:
                 "port": 8888,
                 "name": "Jupyter",
                 "url": f"http://testserver/instances/{pk}/ports/8888/",
+                "origin_url": f"http://i{pk}-8888.ports.localhost/",
             },
-            {"port": 8080, "name": "app", "url": f"http://testserver/instances/{pk}/ports/8080/"},
+            {
+                "port": 8080,
+                "name": "app",
+                "url": f"http://testserver/instances/{pk}/ports/8080/",
+                "origin_url": f"http://i{pk}-8080.ports.localhost/",
+            },
         ]
 
     @pytest.mark.parametrize(

@@ -1,12 +1,13 @@
 """Getting into an instance, end to end: the tenant's key through the API, the console's ssh
 command run by OpenSSH against the host agent's gateway, scp to /workspace, the browser
 terminal through the console's websocket relay, and the container's web server through the
-console's port proxy — to its tenant only."""
+port's own origin — to its tenant only."""
 
 import asyncio
 import shlex
 import shutil
 import subprocess
+from urllib.parse import urlsplit
 
 import asyncssh
 import httpx
@@ -117,24 +118,24 @@ def test_the_browser_terminal_runs_a_shell_through_the_console(stack, running):
     assert any("terminal session" in e["message"] for e in events)
 
 
-def test_the_port_proxy_serves_the_containers_web_server_to_its_tenant_only(stack, running):
+def test_the_port_origin_serves_the_containers_web_server_to_its_tenant_only(stack, running):
     (jupyter,) = running["instance"]["ports"]
     assert jupyter["port"] == 8888 and jupyter["name"] == "Jupyter"
+    origin = urlsplit(jupyter["origin_url"]).netloc  # *.localhost: reached here by its Host
+
+    def get(token, host=origin):
+        return httpx.get(f"{stack.url}/", headers={"Host": host, "Authorization": token})
+
     token = running["api"].headers["Authorization"]
     page = wait_for(
-        lambda: (
-            (r := httpx.get(jupyter["url"], headers={"Authorization": token})).status_code == 200
-            and r
-        ),
-        what="the demo server's page",
+        lambda: (r := get(token)).status_code == 200 and r, what="the demo server's page"
     )
     assert "gpucloud demo" in page.text
 
     _, outsider = make_tenant(slug="globex", username="olga")
     other = api_client(stack, outsider).headers["Authorization"]
-    assert httpx.get(jupyter["url"], headers={"Authorization": other}).status_code == 404
-    undeclared = jupyter["url"].replace("/8888/", "/9999/")
-    assert httpx.get(undeclared, headers={"Authorization": token}).status_code == 404
+    assert get(other).status_code == 404
+    assert get(token, origin.replace("-8888.", "-9999.")).status_code == 404
 
 
 @pytest.mark.browser
