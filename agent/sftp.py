@@ -41,6 +41,7 @@ SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159}
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 RENAME_NOREPLACE = 1
+ID_MASK = 0xFFFFFFFF
 OVERFLOW_ID = 65534  # how the kernel shows an id the container does not map
 WORKERS = 4
 
@@ -130,7 +131,9 @@ class Root:
         old_gid = _libc.setfsgid(self.gid)
         old_uid = _libc.setfsuid(self.uid)
         try:
-            if _libc.setfsuid(-1) != self.uid or _libc.setfsgid(-1) != self.gid:
+            # ids are unsigned 32-bit: a container's range often lies past 2**31, where the C
+            # int that setfsuid answers is negative
+            if _libc.setfsuid(-1) & ID_MASK != self.uid or _libc.setfsgid(-1) & ID_MASK != self.gid:
                 raise SFTPPermissionDenied("cannot act as the container's user")
             return operation(*args)
         finally:
