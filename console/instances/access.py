@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
@@ -214,6 +215,14 @@ def _role_changed(sender, instance: Membership, created: bool, **kwargs) -> None
 @receiver(post_delete, sender=Membership)
 def _member_removed(sender, instance: Membership, **kwargs) -> None:
     keys_changed(instance.tenant_id)
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL)
+def _user_deactivated(sender, instance, **kwargs) -> None:
+    """A deactivated user's keys leave every instance of every tenant they belong to."""
+    if not instance.is_active:
+        for tenant_id in instance.memberships.values_list("tenant_id", flat=True):
+            keys_changed(tenant_id)
 
 
 # --- shells and ports: who may open one, and where it is ----------------------------------

@@ -148,6 +148,16 @@ class TestKeysChange:
             accounts_services.remove_member(member)
         assert pushed(agents, host, pk) == []
 
+    def test_a_deactivated_users_keys_leave_the_host(
+        self, catalog, member, keys, token_client, agents, no_tasks, eager,
+        django_capture_on_commit_callbacks,
+    ):  # fmt: skip
+        host, pk = self.running(catalog, member, keys, token_client, agents, no_tasks)
+        member.user.is_active = False
+        with django_capture_on_commit_callbacks(execute=True):
+            member.user.save()
+        assert pushed(agents, host, pk) == []
+
     def test_a_stopped_instance_gets_its_keys_at_its_next_start(
         self, catalog, member, keys, token_client, agents, no_tasks
     ):
