@@ -8,7 +8,8 @@ percent-encoded again (a `..` goes on as `%2E%2E`), so nothing in it is resolved
 The container's server sees the Host the browser named (the port's origin, which the console
 sends as X-Forwarded-Host; only a plain host[:port] is taken), as behind any reverse proxy,
 so that an app comparing Origin with Host (Jupyter) takes the browser's requests and
-websockets. A websocket carries the browser's Origin and the app's cookies on."""
+websockets. A websocket carries the browser's Origin, the app's cookies and the subprotocols
+it offers on, and is accepted with the one the container's server chose."""
 
 import asyncio
 import contextlib
@@ -22,6 +23,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.typing import Subprotocol
 
 from agent.errors import ApiError
 from agent.shell import until_either_ends
@@ -141,13 +143,14 @@ class PortProxy:
                 host=address,
                 port=int(port),
                 additional_headers=headers,
+                subprotocols=[Subprotocol(p) for p in ws.scope.get("subprotocols") or []] or None,
                 proxy=None,
                 open_timeout=CONNECT_SECONDS,
             )
         except (OSError, websockets.WebSocketException, TimeoutError):
             await ws.close(4502)
             return
-        await ws.accept()
+        await ws.accept(subprotocol=upstream.subprotocol)
         await relay(ws, upstream)
 
 

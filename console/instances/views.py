@@ -15,6 +15,7 @@ from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
 from console.catalog.models import Region, Spec
 from console.errors import DomainError
+from console.fleet.models import Host
 from console.instances import access, availability, lifecycle, placement, services, sign_in
 from console.instances.forms import LaunchForm, ResizeForm, resize_options
 from console.instances.models import Allocation, Instance, State
@@ -169,6 +170,14 @@ def _port_link(instance, entry: dict, can_operate: bool) -> str:
     return access.port_path(instance.pk, entry["port"]) + (f"?{query}" if query else "")
 
 
+def _announced_host(instance):
+    """The instance's host (where it runs, else where its disk is) when its operator
+    announced a drain or maintenance there."""
+    current = [a.host for a in instance.allocations.all() if a.released_at is None]
+    host = current[0] if current else instance.disk_host
+    return host if host is not None and host.admin_status in Host.ANNOUNCED else None
+
+
 def _detail_context(request, instance):
     can_operate = request.membership.can(OPERATE)
     actions = lifecycle.allowed_actions(instance.state)
@@ -177,6 +186,7 @@ def _detail_context(request, instance):
         allocation = instance.allocations.select_related("host").first()
     return {
         "instance": instance,
+        "announced_host": _announced_host(instance),
         "events": instance.events.order_by("-at", "-pk")[:100],
         "actions": actions,
         "can_operate": can_operate,

@@ -59,7 +59,7 @@ def _jupyter(stack, cloud, iid: int, token: str | None) -> httpx.Response:
     return httpx.get(f"{stack.url}/api/status", headers=headers, params=params, timeout=10)
 
 
-def _signs_in(stack, cloud, iid: int, token: str) -> None:
+def signs_in(stack, cloud, iid: int, token: str) -> None:
     wait_for(
         lambda: _jupyter(stack, cloud, iid, token).status_code == 200,
         timeout=60,
@@ -76,7 +76,7 @@ def test_jupyterlab_answers_with_the_instances_token_only(stack, cloud):
     iid = created.json()["id"]
     wait_state(cloud, iid, "running", stack, timeout=60)
     token = Instance.objects.get(pk=iid).app_token
-    _signs_in(stack, cloud, iid, token)
+    signs_in(stack, cloud, iid, token)
     assert _jupyter(stack, cloud, iid, None).status_code == 403
     assert _jupyter(stack, cloud, iid, "not-" + token).status_code == 403
     logs = cloud.get(f"/instances/{iid}/logs/", params={"tail": 200}).json()["lines"]
@@ -87,4 +87,4 @@ def test_jupyterlab_answers_with_the_instances_token_only(stack, cloud):
     wait_state(cloud, iid, "stopped", stack, timeout=60)
     assert cloud.post(f"/instances/{iid}/start/").status_code == 202
     wait_state(cloud, iid, "running", stack, timeout=60)
-    _signs_in(stack, cloud, iid, token)
+    signs_in(stack, cloud, iid, token)

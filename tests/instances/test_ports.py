@@ -218,7 +218,8 @@ def test_the_consoles_link_leads_to_the_port_origin_and_the_app_gets_its_own_coo
     assert "frame-ancestors 'none'" in taken.headers["content-security-policy"]
 
     cookies = f"theme=dark; {cookie.split(';')[0]}; sessionid=console-session"
-    answer = fetch(grant["host"], "GET", "/lab/tree?a=1", [("cookie", cookies)])
+    sent = [("cookie", cookies), ("x-forwarded-host", "evil.example")]
+    answer = fetch(grant["host"], "GET", "/lab/tree?a=1", sent)
     assert answer.status_code == 200 and answer.text == "jupyter says GET "
     assert answer.headers["x-app"] == "jupyter"
     assert "content-security-policy" not in answer.headers  # the console's CSP is not the app's
@@ -230,6 +231,7 @@ def test_the_consoles_link_leads_to_the_port_origin_and_the_app_gets_its_own_coo
     assert scheme == "Grant" and grants.valid(key, ("port", str(jupyter.pk), 8888), token)
     assert not grants.valid(key, ("port", str(jupyter.pk), 9000), token)
     assert seen["cookie"] == "theme=dark; sessionid=console-session"  # the app's own, as sent
+    assert (seen["x-forwarded-host"], seen["x-forwarded-proto"]) == (grant["host"], "http")
     assert "transfer-encoding" not in seen  # a GET goes without a body
 
 
@@ -438,6 +440,29 @@ def test_the_api_gives_both_urls(transactional_db, tenant, make_member, jupyter,
     assert app["origin_url"] == f"http://{origin(jupyter.pk, 9000)}/"
 
 
+def test_a_jupyter_ports_links_sign_in_members_only(
+    transactional_db, tenant, make_member, jupyter, token_client
+):
+    jupyter.image.ports = [{"port": 8888, "name": "Jupyter", "app": "jupyter"}]
+    jupyter.image.save()
+    member, viewer = make_member(tenant, Role.MEMBER), make_member(tenant, Role.VIEWER)
+    query = f"?token={jupyter.app_token}"
+    (lab, app) = token_client(member).get(f"/api/v1/instances/{jupyter.pk}/").json()["ports"]
+    assert lab["url"] == f"http://testserver/instances/{jupyter.pk}/ports/8888/{query}"
+    assert lab["origin_url"] == f"http://{origin(jupyter.pk)}/{query}"
+    assert "?" not in app["url"] + app["origin_url"]  # a port without an app
+    shown = token_client(viewer).get(f"/api/v1/instances/{jupyter.pk}/").json()["ports"]
+    assert [p["url"] for p in shown] == [lab["url"].split("?")[0], app["url"]]
+    assert jupyter.app_token not in json.dumps(shown)
+
+    page = signed_in(member).get(f"/instances/{jupyter.pk}/").content.decode()
+    assert f'href="/instances/{jupyter.pk}/ports/8888/{query}"' in page
+    page = signed_in(viewer).get(f"/instances/{jupyter.pk}/").content.decode()
+    assert jupyter.app_token not in page
+    grant = grant_for(member, jupyter.pk, path=f"/{query}")  # the link, followed
+    assert parse_qs(urlsplit(grant["target"]).query)["next"] == [f"/{query}"]
+
+
 # --- websockets on the port origin ---------------------------------------------------------
 
 
@@ -485,9 +510,11 @@ def test_websockets_on_the_port_origin(transactional_db, tenant, make_member, so
     token = bearer(member)
     viewer = bearer(make_member(tenant, Role.VIEWER))
 
+    app_cookies = (b"cookie", b"_xsrf=x; username-a=b")
+
     async def scenario():
         async with serve(agent.handler, "127.0.0.1", port):
-            browser = socket_to(origin(instance.pk), path, [cookie, same])
+            browser = socket_to(origin(instance.pk), path, [cookie, app_cookies, same])
             assert (await browser.connect(timeout=5))[0]
             await browser.send_input({"type": "websocket.receive", "text": '{"msg": 1}'})
             assert (await browser.receive_output(timeout=3))["text"] == 'ok {"msg": 1}'
@@ -518,6 +545,12 @@ def test_websockets_on_the_port_origin(transactional_db, tenant, make_member, so
         f"/v1/instances/{instance.pk}/ports/8888/api/kernels/k1/channels?session_id=s1",
         f"/v1/instances/{instance.pk}/ports/8888/x",
     ]
+    forwarded = agent.headers[0]  # the app's cookies (never the origin's), its Origin and host
+    assert forwarded.get_all("cookie") == ["_xsrf=x; username-a=b"]
+    assert forwarded["origin"] == f"http://{origin(instance.pk)}"
+    assert forwarded["x-forwarded-host"] == origin(instance.pk)
+    assert forwarded["x-forwarded-proto"] == "http"
+    assert "cookie" not in agent.headers[1]  # an API client's: no cookie at all
 
 
 def test_the_console_serves_no_port_websocket(transactional_db, tenant, make_member, sockets):

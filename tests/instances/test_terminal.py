@@ -46,6 +46,7 @@ class FakeAgent:
     def __init__(self, secret: str):
         self.key = grants.data_key(secret)
         self.requests: list[str] = []
+        self.headers: list = []  # each request's
         self.texts: list[str] = []
 
     def _granted(self, request) -> bool:
@@ -60,6 +61,7 @@ class FakeAgent:
             await ws.close(4401)
             return
         self.requests.append(request.path)
+        self.headers.append(request.headers)
         async for message in ws:
             if message == b"exit":
                 await ws.close(1000)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from starlette.routing import WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
+from websockets.typing import Subprotocol
 
 from agent.api import create_app
 from agent.errors import ApiError
@@ -237,15 +238,21 @@ class _StubHost:
 
 class Upstream:
     """The container's server: answers (and, for websockets, first sends) the raw target it
-    received."""
+    received; at /headers, its Host, Origin and Cookie headers (JSON). A websocket is accepted
+    with the first subprotocol offered."""
 
     async def __call__(self, scope, receive, send):
         target = scope["raw_path"] + (
             b"?" + scope["query_string"] if scope["query_string"] else b""
         )
+        if scope["raw_path"] == b"/headers":
+            kept = {b"host", b"origin", b"cookie", b"x-forwarded-host"}
+            seen = {k.decode(): v.decode() for k, v in scope["headers"] if k in kept}
+            target = json.dumps(seen).encode()
         if scope["type"] == "websocket":
             await receive()
-            await send({"type": "websocket.accept"})
+            chosen = (scope["subprotocols"] or [None])[0]
+            await send({"type": "websocket.accept", "subprotocol": chosen})
             await send({"type": "websocket.send", "bytes": target})
             await send({"type": "websocket.close", "code": 1000})
         elif scope["type"] == "http":
@@ -305,6 +312,34 @@ def test_a_port_websocket_opens_with_its_grant_only(proxied):
     for refused in (BEARER, grant("port", "6", port + 1), grant("terminal", "6"), {}):
         with pytest.raises(websockets.InvalidStatus):
             asyncio.run(first(refused))
+
+
+def test_the_container_sees_the_browsers_host_origin_cookies_and_subprotocol(proxied):
+    agent_port, port = proxied
+    target = f"/v1/instances/6/ports/{port}/headers"
+    browser = "i6-8888.ports.localhost:8000"
+    sent = {"Origin": f"http://{browser}", "Cookie": "_xsrf=x; username-a=b"}
+
+    def over_http(forwarded: str) -> dict:
+        headers = {**grant("port", "6", port), **sent, "X-Forwarded-Host": forwarded}
+        status, body = raw_request(agent_port, "GET", target, headers)
+        assert status == 200
+        return json.loads(body)
+
+    async def first(forwarded: str) -> dict:
+        headers = {**grant("port", "6", port), **sent, "X-Forwarded-Host": forwarded}
+        url = f"ws://127.0.0.1:{agent_port}{target}"
+        offered = [Subprotocol("v1.kernel.websocket.jupyter.org")]
+        async with websockets.connect(url, additional_headers=headers, subprotocols=offered) as ws:
+            assert ws.subprotocol == offered[0]  # the container's server's choice
+            return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+    as_sent = {**{k.lower(): v for k, v in sent.items()}, "host": browser}
+    assert over_http(browser) == {**as_sent, "x-forwarded-host": browser}
+    assert asyncio.run(first(browser)) == as_sent
+    for bad in ("evil.example/x", "a b", "@evil", "h:1:2", "-x"):
+        assert over_http(bad)["host"] == f"127.0.0.1:{port}", bad
+        assert asyncio.run(first(bad))["host"] == f"127.0.0.1:{port}", bad
 
 
 def test_the_consoles_port_request_reaches_only_the_port(proxied):
