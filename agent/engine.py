@@ -1,6 +1,8 @@
 """A local container engine for machines that have Podman but no engine service running (the
 demo, the tests, a single GPU host): `podman system service` on a socket of our own, with the
 settings this project ships, and the small demo image built from busybox (no registry needed).
+The tests also run Docker Engine (`dockerd`) on a socket, data root and exec root of their own,
+with the settings the README asks of an operator, and import the same image into it.
 """
 
 import hashlib
@@ -11,6 +13,8 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
+
+import docker
 
 CONTAINERS_CONF = Path(__file__).with_name("podman") / "containers.conf"
 DEMO_IMAGE = "localhost/gpucloud/demo:latest"
@@ -50,6 +54,12 @@ DEMO_APPLETS = (
     "yes",
 )
 START_SECONDS = 15.0
+DOCKER_START_SECONDS = 60.0
+# the chains Docker adds to iptables (dockerd leaves them behind when it stops)
+DOCKER_CHAINS = {
+    "filter": ("DOCKER-USER", "DOCKER-ISOLATION-STAGE-1", "DOCKER-ISOLATION-STAGE-2", "DOCKER"),
+    "nat": ("DOCKER",),
+}
 
 
 class EngineError(Exception):
@@ -104,6 +114,83 @@ def start_podman_service(
     return proc
 
 
+def dockerd() -> str | None:
+    return shutil.which("dockerd")
+
+
+def start_docker_daemon(root: Path) -> subprocess.Popen:
+    """Start Docker Engine with everything of its own under `root` (data, exec root, pid file,
+    its containerd's namespace, the socket `root/docker.sock`) and the settings the README asks
+    of an operator: user namespaces remapped (`dockremap`), tenant networks of /24s, no default
+    bridge (the agent puts every container on its tenant's network); answer it once it serves."""
+    if dockerd() is None:
+        raise EngineError("dockerd is not installed (apt-get install docker.io)")
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o711)  # the remapped root must get through to its part of the data root
+    socket_path = root / "docker.sock"
+    command = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec")]
+    command += ["--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{socket_path}"]
+    command += ["--config-file", str(root / "daemon.json"), "--userns-remap=default"]
+    command += ["--bridge=none", "--default-address-pool", "base=172.30.0.0/16,size=24"]
+    command += ["--containerd-namespace", "gpucloud-test"]
+    command += ["--containerd-plugins-namespace", "gpucloud-test-plugins"]
+    (root / "daemon.json").write_text("{}\n")  # not the host's /etc/docker/daemon.json
+    with open(root / "dockerd.log", "ab") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    deadline = time.monotonic() + DOCKER_START_SECONDS
+    while True:
+        try:
+            docker.DockerClient(base_url=f"unix://{socket_path}", timeout=5).close()
+            return proc
+        except docker.errors.DockerException:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                said = (root / "dockerd.log").read_text().splitlines()[-3:]
+                stop_docker_daemon(proc, root)
+                raise EngineError("dockerd did not start: " + " / ".join(said)) from None
+            time.sleep(0.2)
+
+
+def docker_chains() -> set[tuple[str, str]]:
+    """The (table, chain) of Docker's iptables chains that are there now."""
+    found = set()
+    for table, chains in DOCKER_CHAINS.items():
+        listed = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True)
+        found |= {
+            (table, line.split()[1])
+            for line in listed.stdout.splitlines()
+            if line.startswith("-N ") and line.split()[1] in chains
+        }
+    return found
+
+
+def stop_docker_daemon(proc: subprocess.Popen, root: Path) -> None:
+    """Stop a dockerd from start_docker_daemon and remove what it leaves under `root`: its
+    mounts, then `root` itself."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    points = [line.split(" ")[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((p for p in points if p.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def remove_docker_chains(chains: set[tuple[str, str]]) -> None:
+    """Remove Docker's iptables `chains` (from docker_chains) and the rules that jump to them."""
+    for table in {table for table, _ in chains}:
+        names = {chain for t, chain in chains if t == table}
+        listed = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True)
+        for line in listed.stdout.splitlines():
+            words = line.split()
+            if words[0] == "-A" and names & {words[1], *words[2:]}:
+                subprocess.run(["iptables", "-t", table, "-D", *words[1:]], capture_output=True)
+        for chain in names:
+            subprocess.run(["iptables", "-t", table, "-X", chain], capture_output=True)
+
+
 def _demo_tar(busybox: Path) -> bytes:
     """A root file system with busybox, its applets and a page for the HTTP server."""
     buffer = io.BytesIO()
@@ -129,6 +216,18 @@ def _demo_version() -> str:
     return hashlib.sha256(f"{DEMO_COMMAND} {DEMO_APPLETS}".encode()).hexdigest()[:12]
 
 
+def _demo_changes() -> list[str]:
+    """The image's configuration, as `import --change` takes it (Podman's and Docker's)."""
+    return [f"CMD {DEMO_COMMAND}", "ENV PATH=/bin", f"LABEL gpucloud.demo={_demo_version()}"]
+
+
+def _busybox() -> Path:
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        raise EngineError("busybox is not installed (apt-get install busybox-static)")
+    return Path(busybox).resolve()
+
+
 def build_demo_image(reference: str = DEMO_IMAGE, storage: Path | None = None) -> bool:
     """Build the demo image from the host's static busybox unless this recipe's is there;
     answer whether it was built now."""
@@ -142,26 +241,25 @@ def build_demo_image(reference: str = DEMO_IMAGE, storage: Path | None = None) -
     )
     if found.returncode == 0 and found.stdout.strip() == _demo_version():
         return False
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        raise EngineError("busybox is not installed (apt-get install busybox-static)")
+    changes = [arg for change in _demo_changes() for arg in ("--change", change)]
     result = subprocess.run(
-        podman_command(
-            storage,
-            "import",
-            "--change",
-            f"CMD {DEMO_COMMAND}",
-            "--change",
-            "ENV PATH=/bin",
-            "--change",
-            f"LABEL gpucloud.demo={_demo_version()}",
-            "-",
-            reference,
-        ),
-        input=_demo_tar(Path(busybox).resolve()),
+        podman_command(storage, "import", *changes, "-", reference),
+        input=_demo_tar(_busybox()),
         env=env,
         capture_output=True,
     )
     if result.returncode != 0:
         raise EngineError(f"podman import failed: {result.stderr.decode(errors='replace')}")
     return True
+
+
+def import_demo_image_docker(engine_url: str, reference: str = DEMO_IMAGE) -> None:
+    """Import the demo image into a Docker Engine (the same file system and configuration)."""
+    repository, _, tag = reference.rpartition(":")
+    client = docker.APIClient(base_url=engine_url)
+    try:
+        client.import_image_from_data(
+            _demo_tar(_busybox()), repository=repository, tag=tag, changes=_demo_changes()
+        )
+    finally:
+        client.close()

@@ -3,16 +3,17 @@ Docker Engine and Podman (`podman system service`) both serve.
 
 A container is named `gpucloud-<instance>` and labelled with the instance, tenant and
 allocation, so operators can find it and a restarted agent re-adopts it by label. Each runs in
-a user namespace of its own (Podman: `userns=auto`, 65536 ids from the `containers` range of
-/etc/subuid; Docker: the daemon's `userns-remap`), so its root is an unprivileged user on the
-host. The kernel enforces the spec's vCPUs, RAM (no swap beyond it) and a pids limit (at most
-the host's share, see `pids_ceiling`); the workload runs with no-new-privileges and without the
-capabilities a GPU workload never needs, and sees nothing of the agent: only its image, its
-environment, its GPUs and its disk at /workspace (agent/volumes.py), which outlives the
-container: stop removes the container, terminate the disk. The engine caps each container's
-log (LOG_MAX_SIZE); the agent reads its end from the log file itself, and keeps the last of it
-in the state directory when the container is removed, so the instance's logs stay readable
-until the instance is deleted.
+a user namespace (Podman: one of its own, `userns=auto`, 65536 ids from the `containers` range
+of /etc/subuid; Docker: the daemon's `userns-remap`, one range for all its containers, whose
+root is given each disk's root), so its root is an unprivileged user on the host. The kernel
+enforces the spec's vCPUs, RAM (no swap beyond it) and a pids limit (at most the host's share,
+see `pids_ceiling`); the workload runs with no-new-privileges and without the capabilities a
+GPU workload never needs, and sees nothing of the agent: only its image, its environment, its
+GPUs and its disk at /workspace (agent/volumes.py), which outlives the container: stop removes
+the container, terminate the disk. The engine caps each container's log (LOG_CONFIG); the
+agent reads its end (Podman's from the log file itself, Docker's through its API, which reads
+from the end too), and keeps the last of it in the state directory when the container is
+removed, so the instance's logs stay readable until the instance is deleted.
 
 Every call here blocks: the host runs them in a worker thread.
 """
@@ -64,6 +65,12 @@ LABEL_ALLOCATION = "gpucloud.allocation"
 WORKSPACE = "/workspace"
 # Podman: a user namespace of its own per container, from the `containers` subordinate ids
 PODMAN_USERNS = "auto:size=65536"
+GPU_PATHS = {
+    "cdi": "as CDI devices (nvidia.com/gpu=<UUID>)",
+    "nvidia": "as device requests for the NVIDIA Container Toolkit's runtime (Docker without CDI)",
+}
+# Docker's data root under userns-remap ends in the remapped root's ids: `…/100000.100000`
+REMAPPED_ROOT = re.compile(r"/(\d+)\.(\d+)$")
 SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
 # each container's log: Podman truncates it at the size (it keeps no rotated files), Docker
 # rotates it into a second file
@@ -112,6 +119,46 @@ def pids_ceiling(containers: int) -> int:
     PIDS_FLOOR."""
     host = min(int(Path(f"/proc/sys/kernel/{name}").read_text()) for name in KERNEL_PIDS)
     return max(PIDS_FLOOR, int(host * PIDS_HOST_SHARE) // max(1, containers))
+
+
+def gpu_path(engine: str, info: dict) -> str:
+    """How GPUs reach the engine's containers: "cdi" (CDI device names: Podman, and Docker 27+
+    where its CDI feature is on, which its info tells by the spec folders it reads) or
+    "nvidia" (Docker's device requests for the NVIDIA Container Toolkit's runtime hook)."""
+    if engine == "podman" or info.get("CDISpecDirs"):
+        return "cdi"
+    return "nvidia"
+
+
+def describe_engine(engine_url: str | None) -> tuple[str, str | None]:
+    """What the oci runtime would find at `engine_url` (None: the usual sockets), read-only:
+    the engine and how GPUs would reach its containers, in words; and the gpu_path (None when
+    no engine answers)."""
+    url = engine_url or running_engine()
+    if url is None:
+        return f"container engine: none found ({', '.join(DEFAULT_ENGINE_URLS)})", None
+    try:
+        client = docker.DockerClient(base_url=url, timeout=ENGINE_TIMEOUT_SECONDS)
+        try:
+            version, info = client.version(), client.info()
+        finally:
+            client.close()
+    except DockerException as exc:
+        return f"container engine at {url} does not answer: {exc}", None
+    components = [c.get("Name", "") for c in version.get("Components", [])]
+    engine = "podman" if any("Podman" in c for c in components) else "docker"
+    path = gpu_path(engine, info)
+    return (
+        f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs {GPU_PATHS[path]}",
+        path,
+    )
+
+
+def remapped_root(info: dict) -> tuple[int, int] | None:
+    """The host uid and gid of the containers' root under Docker's userns-remap (None: not
+    remapped), from the daemon's data root."""
+    found = REMAPPED_ROOT.search(info.get("DockerRootDir") or "")
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def _subid_range(owner: str) -> bool:
@@ -225,7 +272,8 @@ class OciRuntime:
         mps_dir: Path | None = None,
         gpus: int = 1,
     ):
-        """`cdi`: hand GPUs to containers as CDI devices (hosts with real GPUs); without it the
+        """`cdi`: hand GPUs to containers (hosts with real GPUs) as CDI devices, or on a Docker
+        without CDI as device requests for the NVIDIA runtime (`gpu_path`); without it the
         environment only says which devices a real host would pass. `mps_dir`: where the CUDA
         MPS daemons of shared GPUs keep their pipes (real GPUs only). `install`, `egress`: the
         tenant networks' names and what their containers may reach (agent/networks.py).
@@ -238,7 +286,11 @@ class OciRuntime:
         components = [c.get("Name", "") for c in version.get("Components", [])]
         self.engine = "podman" if any("Podman" in c for c in components) else "docker"
         self.engine_version = version.get("Version", "")
-        self._check_userns()
+        info = self.client.info()
+        self._check_userns(info)
+        self.gpu_path = gpu_path(self.engine, info)
+        # Docker has no `U` bind option: the disk's root is given to the remapped root
+        self.remapped_root = remapped_root(info) if self.engine == "docker" else None
         self.pids_ceiling = pids_ceiling(CONTAINERS_PER_GPU * gpus)
         self.disks = Disks(log_dir.with_name("disks"))
         self.log_dir = log_dir
@@ -251,14 +303,15 @@ class OciRuntime:
         self._images: set[str] = set()  # references seen here: a launch of one looks no more
         self._lock = threading.Lock()
         log.info(
-            "oci runtime: %s %s at %s; at most %d pids a container",
+            "oci runtime: %s %s at %s; GPUs %s; at most %d pids a container",
             self.engine,
             self.engine_version,
             self.engine_url,
+            GPU_PATHS[self.gpu_path] if cdi else "not passed (simulated)",
             self.pids_ceiling,
         )
 
-    def _check_userns(self) -> None:
+    def _check_userns(self, info: dict) -> None:
         if self.engine == "podman" and not _subid_range("containers"):
             raise DockerException(
                 "Podman gives each container a user namespace from the `containers` range of "
@@ -266,7 +319,7 @@ class OciRuntime:
                 "`containers:2147483647:2147483648` to both"
             )
         if self.engine == "docker":
-            options = self.client.info().get("SecurityOptions") or []
+            options = info.get("SecurityOptions") or []
             if not any("name=userns" in option for option in options):
                 raise DockerException(
                     "Docker runs containers in the host's user namespace: start dockerd with "
@@ -336,22 +389,24 @@ class OciRuntime:
             return container
         return None
 
-    def _devices(self, alloc: Allocation) -> list[str]:
-        """The CDI names of the allocation's GPUs: the MIG device, or the whole GPUs."""
-        uuids = [alloc.mig_uuid] if alloc.mig_uuid else alloc.gpu_uuids
-        return [f"nvidia.com/gpu={uuid}" for uuid in uuids]
-
     def _gpu_options(self, alloc: Allocation, env: dict[str, str]) -> dict:
-        devices = self._devices(alloc)
+        """Only the allocation's GPUs (the MIG device, or the whole GPUs), whatever the image's
+        environment says."""
+        uuids = [alloc.mig_uuid] if alloc.mig_uuid else alloc.gpu_uuids
+        devices = [f"nvidia.com/gpu={uuid}" for uuid in uuids]
         options: dict = {}
         if not self.cdi:
             env["GPUCLOUD_CDI_DEVICES"] = ",".join(devices)
-        elif self.engine == "podman":
-            options["devices"] = devices
+        elif self.gpu_path == "nvidia":
+            request = DeviceRequest(driver="nvidia", device_ids=uuids, capabilities=[["gpu"]])
+            options["device_requests"] = [request]
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
         else:
-            options["device_requests"] = [DeviceRequest(driver="cdi", device_ids=devices)]
-        if self.cdi:  # no GPUs but the CDI devices, whatever the image's env says
-            env["NVIDIA_VISIBLE_DEVICES"] = "void"
+            if self.engine == "podman":
+                options["devices"] = devices
+            else:
+                options["device_requests"] = [DeviceRequest(driver="cdi", device_ids=devices)]
+            env["NVIDIA_VISIBLE_DEVICES"] = "void"  # no GPUs but the CDI devices
         if alloc.mode == "shared" and self.mps is not None:
             options["volumes_extra"] = self.mps.start(alloc)
             env["CUDA_MPS_PIPE_DIRECTORY"] = CLIENT_PIPE
@@ -482,9 +537,12 @@ class OciRuntime:
                     )
                 return name
         try:
-            return str(self.disks.ensure(name, alloc.instance, tenant, volume.get("size_gib")))
+            mount = self.disks.ensure(name, alloc.instance, tenant, volume.get("size_gib"))
         except DiskError as exc:
             raise LaunchError(f"disk_failed: {exc}") from exc
+        if self.remapped_root and mount.stat().st_uid != self.remapped_root[0]:
+            os.chown(mount, *self.remapped_root)
+        return str(mount)
 
     def _remove(self, container) -> None:
         """Remove the container. Podman may answer a container in a user namespace of its own

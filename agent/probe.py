@@ -5,18 +5,22 @@ destroys or changes anything: no MIG instance, no GPU setting, no DCGM watch. Ru
 user the agent will run as, before joining the host: it prints the driver and CUDA versions,
 each GPU with its model key, memory, MIG mode and MIG devices (profile, start, UUID), which
 NVML readings are supported, unsupported or refused for lack of privilege, and what the agent
-would offer the console. `--json` prints the same as one JSON document.
+would offer the console, and the container engine the `oci` runtime would use with how it would
+hand GPUs to containers (CDI devices, or the NVIDIA runtime's device requests). `--json`
+prints the same as one JSON document.
 """
 
 import argparse
 import json
 import logging
+import shutil
 import sys
 
 from agent import nvml_dcgm
 from agent.backends import nvml as nvml_backend
 from agent.gpu_models import MODELS, mig_profiles
 from agent.nvml_access import GRANT_HINT
+from agent.oci import describe_engine
 
 NOTHING_CHANGES = "read-only: nothing on this host is created, destroyed or changed"
 
@@ -28,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
         f"the console ({NOTHING_CHANGES}).",
     )
     p.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    p.add_argument(
+        "--engine-url", help="the container engine's API (default: Podman's sockets, then Docker's)"
+    )
     return p
 
 
@@ -123,8 +130,9 @@ def _warnings(backend, gpus: list[dict], dcgm_line: str) -> list[str]:
     return warnings
 
 
-def collect(backend, dcgm_line: str) -> dict:
-    """The probe's report from a backend (which it only reads)."""
+def collect(backend, dcgm_line: str, engine: tuple[str, str | None]) -> dict:
+    """The probe's report from a backend (which it only reads) and the engine's description
+    (agent/oci.py's describe_engine)."""
     gpus = backend.gpus()
     backend.sample([])  # the metric readings, for their outcomes
     nvml_version = nvml_backend.Reads().get(nvml_backend.pynvml.nvmlSystemGetNVMLVersion)
@@ -135,6 +143,8 @@ def collect(backend, dcgm_line: str) -> dict:
         "nvml_version": nvml_backend._text(nvml_version),
         "privileges": backend.access.describe(),
         "dcgm": dcgm_line,
+        "engine": engine[0],
+        "gpu_path": engine[1],
         "gpus": [
             {
                 **gpu,
@@ -143,8 +153,18 @@ def collect(backend, dcgm_line: str) -> dict:
             }
             for gpu in gpus
         ],
-        "warnings": _warnings(backend, gpus, dcgm_line),
+        "warnings": _warnings(backend, gpus, dcgm_line) + _engine_warnings(engine[1]),
     }
+
+
+def _engine_warnings(path: str | None) -> list[str]:
+    if path == "nvidia" and shutil.which("nvidia-container-runtime-hook") is None:
+        return [
+            "Docker has no CDI here and the NVIDIA Container Toolkit's runtime hook is not "
+            "installed: containers would get no GPU (install nvidia-container-toolkit, or turn "
+            'on Docker\'s CDI: "features": {"cdi": true} in daemon.json, Docker 25+)'
+        ]
+    return []
 
 
 def _dcgm_line() -> str:
@@ -195,6 +215,7 @@ def render(report: dict) -> str:
     )
     lines.append(f"privileges: {report['privileges']}")
     lines.append(report["dcgm"])
+    lines.append(report["engine"])
     for gpu in report["gpus"]:
         lines += ["", f"GPU {gpu['index']}: {gpu['name'] or '?'}"]
         lines.append(f"  uuid {gpu['uuid'] or '?'}, PCI {gpu['pci_bus_id'] or '?'}")
@@ -230,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpucloud-agent probe: NVML cannot be used on this host: {exc}", file=sys.stderr)
             return 1
         try:
-            report = collect(backend, _dcgm_line())
+            report = collect(backend, _dcgm_line(), describe_engine(args.engine_url))
         finally:
             backend.close()
     finally:

@@ -1,7 +1,9 @@
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +110,28 @@ class ContainerEngine:
             text=True,
         )
 
+    cli = podman
+
+
+@dataclass(frozen=True)
+class DockerEngine:
+    url: str
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "-H", self.url, *args], capture_output=True, text=True)
+
+
+def _remove_test_networks(url: str) -> None:
+    """Remove the test agents' networks and their nftables chains."""
+    client = docker.DockerClient(base_url=url)
+    networks = client.networks.list(filters={"label": LABEL_INSTALL})
+    for install in {n.attrs["Labels"][LABEL_INSTALL] for n in networks}:
+        firewall.remove(install)
+    for network in networks:
+        with contextlib.suppress(docker.errors.APIError):
+            network.remove()
+    client.close()
+
 
 @pytest.fixture(scope="session")
 def container_engine(tmp_path_factory):
@@ -130,11 +154,7 @@ def container_engine(tmp_path_factory):
     engine.build_demo_image(storage=storage)
     url = f"unix://{run / 'podman.sock'}"
     yield ContainerEngine(url, storage, registry_port, registries)
-    client = docker.DockerClient(base_url=url)
-    networks = client.networks.list(filters={"label": LABEL_INSTALL})
-    for install in {n.attrs["Labels"][LABEL_INSTALL] for n in networks}:
-        firewall.remove(install)  # the test agents' nftables chains
-    client.close()
+    _remove_test_networks(url)
     service.terminate()
     service.wait(10)
     env = engine.podman_env()
@@ -142,12 +162,56 @@ def container_engine(tmp_path_factory):
     subprocess.run(engine.podman_command(storage, "system", "reset", "--force"), env=env)
     # the overlay driver keeps its directory bind-mounted on itself: let pytest clean it up
     subprocess.run(["umount", "--lazy", str(storage / "root" / "overlay")], capture_output=True)
-    # the test agents' disks (agent/volumes.py) stay mounted until their instance is deleted
+    _unmount_disks(tmp_path_factory)
+
+
+def _unmount_disks(tmp_path_factory) -> None:
+    """The test agents' disks (agent/volumes.py) stay mounted until their instance is deleted."""
     base = f"{tmp_path_factory.getbasetemp()}/"
     for line in Path("/proc/self/mounts").read_text().splitlines():
         point = line.split(" ")[1]
         if point.startswith(base) and "/disks/" in point:
             subprocess.run(["umount", "--lazy", point], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory):
+    """A Docker Engine (Debian's docker.io) of the tests' own, started as the README asks of an
+    operator (user namespaces remapped), with the demo image imported. Without dockerd the
+    tests that need it are skipped, except in CI, which installs it."""
+    if engine.dockerd() is None:
+        if os.environ.get("CI"):
+            pytest.fail("dockerd is not installed: .ci/run installs docker.io")
+        pytest.skip("dockerd is not installed (apt-get install docker.io)")
+    # a short path of its own (the socket's must stay under 108 bytes), removed at the end
+    root = Path(tempfile.mkdtemp(prefix="gpucloud-dockerd-"))
+    chains = engine.docker_chains()
+    service = engine.start_docker_daemon(root)
+    url = f"unix://{root / 'docker.sock'}"
+    try:
+        engine.import_demo_image_docker(url)
+        yield DockerEngine(url)
+    finally:
+        client = docker.DockerClient(base_url=url)
+        for container in client.containers.list(all=True):
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+        client.close()
+        _remove_test_networks(url)
+        _unmount_disks(tmp_path_factory)
+        engine.stop_docker_daemon(service, root)
+        engine.remove_docker_chains(engine.docker_chains() - chains)
+
+
+@pytest.fixture
+def oci_engine(request):
+    """The engine a container test runs on: Podman (container_engine), or the one the test
+    is parametrized with (BOTH_ENGINES: Podman, then Docker)."""
+    kind = getattr(request, "param", "podman")
+    return request.getfixturevalue("container_engine" if kind == "podman" else "docker_engine")
+
+
+BOTH_ENGINES = pytest.mark.parametrize("oci_engine", ["podman", "docker"], indirect=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,14 @@
-"""How the oci runtime hands GPUs to a container on a host with real GPUs: CDI device names, and
+"""How the oci runtime hands GPUs to a container on a host with real GPUs: CDI device names (or,
+on a Docker without CDI, device requests for the NVIDIA runtime), and
 one CUDA MPS control daemon per shared fraction, whose client socket its container gets (the
 daemon itself: tests/security/test_mps_limits.py)."""
 
 import pytest
 
 from agent.allocations import Allocation
+from agent.engine import DEMO_IMAGE
 from agent.mps import CLIENT_PIPE
-from agent.oci import OciRuntime
+from agent.oci import OciRuntime, gpu_path
 
 pytestmark = pytest.mark.containers
 
@@ -45,3 +47,25 @@ def test_real_gpus_are_cdi_devices_and_fractions_get_the_mps_client_socket(
     assert shared["devices"] == ["nvidia.com/gpu=GPU-aaaa"]
     assert shared["volumes_extra"] == {control: {"bind": f"{CLIENT_PIPE}/control", "mode": "ro"}}
     assert env == {"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_MPS_PIPE_DIRECTORY": CLIENT_PIPE}
+
+
+def test_gpus_go_as_cdi_devices_where_the_engine_takes_them_else_to_the_nvidia_runtime():
+    assert gpu_path("podman", {}) == "cdi"
+    assert gpu_path("docker", {"CDISpecDirs": ["/etc/cdi", "/var/run/cdi"]}) == "cdi"  # 27+
+    assert gpu_path("docker", {"CDISpecDirs": []}) == "nvidia"  # its CDI feature is off
+    assert gpu_path("docker", {}) == "nvidia"  # before 27: no CDISpecDirs
+
+
+def test_docker_without_cdi_gets_device_requests_for_the_nvidia_runtime(docker_engine, tmp_path):
+    runtime = OciRuntime(docker_engine.url, tmp_path / "logs", 1, install="5ec0717f", cdi=True)
+    assert runtime.gpu_path == "nvidia"  # Debian's Docker 20.10 has no CDI
+    env: dict[str, str] = {}
+    options = runtime._gpu_options(_alloc("mig", mig_uuid="MIG-1234"), env)
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "MIG-1234"}  # the same as the request's
+    container = runtime.client.containers.create(DEMO_IMAGE, ["true"], **options)
+    try:
+        (request,) = container.attrs["HostConfig"]["DeviceRequests"]
+        assert request["Driver"] == "nvidia" and request["DeviceIDs"] == ["MIG-1234"]
+        assert request["Capabilities"] == [["gpu"]]
+    finally:
+        container.remove(force=True)

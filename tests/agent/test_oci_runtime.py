@@ -1,10 +1,16 @@
-"""The `oci` runtime with real containers (Podman here): limits the kernel enforces, exits and
-their reasons, the volume at /workspace, isolation, logs, re-adoption after a restart."""
+"""The `oci` runtime with real containers: limits the kernel enforces, exits and their reasons,
+the volume at /workspace, isolation, logs, re-adoption after a restart. On Podman, and on Docker
+too (BOTH_ENGINES) where the runtime does something of its own for each engine: the create
+options, exits and their reasons (events, OOMKilled, the init's message), logs, the disk's
+owner, a name already taken, a container removed behind the agent's back, exec."""
 
 import contextlib
+import os
 import secrets
+import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import docker
 import httpx
@@ -12,8 +18,10 @@ import pytest
 
 from agent import engine as engine_module
 from agent.engine import DEMO_IMAGE
+from agent.oci import OciRuntime
 from tests.agent.agents import wait_for
 from tests.agent.fake_control_plane import HOST_ID, HOST_SECRET, FakeControlPlane
+from tests.conftest import BOTH_ENGINES
 
 pytestmark = pytest.mark.containers
 
@@ -42,18 +50,18 @@ def _body(instance: str, command=None, *, gpu: int = 0, tenant: str = "1", **res
 
 
 @pytest.fixture
-def oci_agent(start_agent, container_engine):
+def oci_agent(start_agent, oci_engine):
     def start(*args, **kwargs):
         return start_agent(
-            "--gpus", "4", "--runtime", "oci", "--engine-url", container_engine.url, *args, **kwargs
+            "--gpus", "4", "--runtime", "oci", "--engine-url", oci_engine.url, *args, **kwargs
         )
 
     return start
 
 
 @pytest.fixture
-def engine(container_engine):
-    client = docker.DockerClient(base_url=container_engine.url)
+def engine(oci_engine):
+    client = docker.DockerClient(base_url=oci_engine.url)
     yield client
     client.close()
 
@@ -63,15 +71,16 @@ def _logs(agent, instance: str) -> list[str]:
 
 
 @pytest.fixture
-def run_in(container_engine):
+def run_in(oci_engine):
     """Run a shell command in an instance's container, as an operator would."""
 
     def run(instance: str, command: str) -> subprocess.CompletedProcess:
-        return container_engine.podman("exec", f"gpucloud-{instance}", "sh", "-c", command)
+        return oci_engine.cli("exec", f"gpucloud-{instance}", "sh", "-c", command)
 
     return run
 
 
+@BOTH_ENGINES
 def test_container_is_named_labelled_and_limited_by_the_kernel(oci_agent, engine):
     agent = oci_agent()
     instance = _instance()
@@ -112,6 +121,7 @@ def test_nothing_of_the_agent_is_visible_inside(oci_agent, run_in):
     agent.client.delete(f"/v1/allocations/{instance}-a")
 
 
+@BOTH_ENGINES
 def test_exit_codes_become_states_with_reasons_and_logs(oci_agent):
     agent = oci_agent()
     failing, done = _instance(), _instance()
@@ -127,6 +137,7 @@ def test_exit_codes_become_states_with_reasons_and_logs(oci_agent):
     assert exited["reason"] == "exited" and exited["exit_code"] == 0
 
 
+@BOTH_ENGINES
 def test_a_memory_hog_is_oom_killed(oci_agent):
     agent = oci_agent()
     instance = _instance()
@@ -137,6 +148,7 @@ def test_a_memory_hog_is_oom_killed(oci_agent):
     assert "survived" not in _logs(agent, instance)
 
 
+@BOTH_ENGINES
 def test_what_cannot_run_fails_with_a_reason_a_person_understands(oci_agent):
     agent = oci_agent()
     missing_command, missing_image = _instance(), _instance()
@@ -151,6 +163,7 @@ def test_what_cannot_run_fails_with_a_reason_a_person_understands(oci_agent):
     assert answer["reason"].startswith(("image_not_found", "image_pull_failed")), answer
 
 
+@BOTH_ENGINES
 def test_workspace_survives_stop_and_start_until_the_instance_is_deleted(oci_agent, engine, run_in):
     agent = oci_agent()
     instance = _instance()
@@ -184,6 +197,7 @@ def test_two_tenants_see_neither_processes_nor_files_of_the_other(oci_agent, run
     assert found == "0"
 
 
+@BOTH_ENGINES
 def test_a_container_removed_behind_the_agents_back_is_lost(oci_agent, engine):
     agent = oci_agent()
     instance = _instance()
@@ -210,6 +224,31 @@ def test_a_restarted_agent_readopts_its_containers(oci_agent, engine):
     assert stopped["state"] == "stopped"
 
 
+@BOTH_ENGINES
+def test_an_exec_runs_in_the_container_and_its_host_pid_is_known(
+    oci_agent, oci_engine, engine, tmp_path
+):
+    """What a session's clean-up needs (agent/shell.py): the exec's process on the host."""
+    agent = oci_agent()
+    instance = _instance()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    container = engine.containers.get(f"gpucloud-{instance}")
+    runtime = OciRuntime(oci_engine.url, tmp_path / "logs", 1, install="exec")
+    exec_id, stream = runtime.exec_open(container, ["sleep", "77"], False, {})
+    pid = wait_for(lambda: runtime.exec_pid(exec_id))
+    try:
+        assert Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x0077\x00"
+        init = container.attrs["State"]["Pid"]
+        assert os.readlink(f"/proc/{pid}/ns/pid") == os.readlink(f"/proc/{init}/ns/pid")
+        assert os.readlink(f"/proc/{pid}/ns/user") == os.readlink(f"/proc/{init}/ns/user")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        stream.close()
+    assert wait_for(lambda: runtime.exec_exit_code(exec_id) is not None)
+    agent.client.delete(f"/v1/allocations/{instance}-a")
+
+
+@BOTH_ENGINES
 def test_a_launch_sent_again_makes_no_second_container(oci_agent, engine):
     """The console re-sends a launch (a redelivered task, reconcile re-driving it, two at
     once): the agent answers the same allocation, one container, started once."""

@@ -1,7 +1,7 @@
 """What a container reaches on the network: its own tenant's containers, never another tenant's,
 never a service of the host, whatever address that listens on. Real containers through a real
-agent (the oci runtime on Podman), whose API and SSH gateway listen on 0.0.0.0 as the README's
-production install has them."""
+agent (the oci runtime on Podman and on Docker, which also isolates its networks by itself),
+whose API and SSH gateway listen on 0.0.0.0 as the README's production install has them."""
 
 import secrets
 import socket
@@ -13,6 +13,7 @@ import pytest
 from tests.agent.agents import SECRET, Agent
 from tests.agent.test_access import grant
 from tests.agent.test_oci_runtime import _body
+from tests.conftest import BOTH_ENGINES
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
 PAGE = "gpucloud demo"
@@ -20,8 +21,8 @@ REQUEST = "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {} 8888"
 
 
 @pytest.fixture
-def agent(container_engine, tmp_path):
-    args = ("--gpus", "4", "--runtime", "oci", "--engine-url", container_engine.url)
+def agent(oci_engine, tmp_path):
+    args = ("--gpus", "4", "--runtime", "oci", "--engine-url", oci_engine.url)
     running = Agent(tmp_path / "state", args, SECRET, listen="0.0.0.0")
     try:
         running.wait_ready()
@@ -34,8 +35,8 @@ def agent(container_engine, tmp_path):
 
 
 @pytest.fixture
-def engine(container_engine):
-    client = docker.DockerClient(base_url=container_engine.url)
+def engine(oci_engine):
+    client = docker.DockerClient(base_url=oci_engine.url)
     yield client
     client.close()
 
@@ -62,10 +63,10 @@ def _network(engine, instance: str) -> dict:
     return network
 
 
-def _in(container_engine, instance: str, command: str) -> str:
+def _in(oci_engine, instance: str, command: str) -> str:
     """What `command` prints in the instance's container (its errors too: an exec that failed
     shows why)."""
-    done = container_engine.podman("exec", f"gpucloud-{instance}", "sh", "-c", command)
+    done = oci_engine.cli("exec", f"gpucloud-{instance}", "sh", "-c", command)
     return done.stdout + done.stderr
 
 
@@ -76,15 +77,16 @@ def _host_addresses() -> list[str]:
     return [w[3].split("/")[0] for w in words if w[1] != "lo"]
 
 
+@BOTH_ENGINES
 def test_a_tenant_reaches_its_own_containers_and_never_another_tenants(
-    agent, engine, launch, container_engine
+    agent, engine, launch, oci_engine
 ):
     acme, acme_too, globex = launch("acme"), launch("acme"), launch("globex")
     acme_net, globex_net = _network(engine, acme), _network(engine, globex)
 
-    assert PAGE in _in(container_engine, acme_too, REQUEST.format(acme_net["IPAddress"]))
-    assert PAGE not in _in(container_engine, globex, REQUEST.format(acme_net["IPAddress"]))
-    assert PAGE not in _in(container_engine, acme, REQUEST.format(globex_net["IPAddress"]))
+    assert PAGE in _in(oci_engine, acme_too, REQUEST.format(acme_net["IPAddress"]))
+    assert PAGE not in _in(oci_engine, globex, REQUEST.format(acme_net["IPAddress"]))
+    assert PAGE not in _in(oci_engine, acme, REQUEST.format(globex_net["IPAddress"]))
     assert acme_net["NetworkID"] == _network(engine, acme_too)["NetworkID"]
     assert acme_net["NetworkID"] != globex_net["NetworkID"]
 
@@ -95,9 +97,8 @@ def test_a_tenant_reaches_its_own_containers_and_never_another_tenants(
         assert answer.status_code == 200 and PAGE in answer.text, answer.text
 
 
-def test_no_service_of_the_host_is_reachable_from_a_container(
-    agent, engine, launch, container_engine
-):
+@BOTH_ENGINES
+def test_no_service_of_the_host_is_reachable_from_a_container(agent, engine, launch, oci_engine):
     with socket.create_server(("0.0.0.0", 0), backlog=64) as standing_in:  # console, DB, Redis
         ports = [agent.port, agent.ssh_port, standing_in.getsockname()[1]]
         instance = launch("acme")
@@ -109,11 +110,11 @@ def test_no_service_of_the_host_is_reachable_from_a_container(
             socket.create_connection((address, int(port)), timeout=2).close()
         tries = " ".join(f"'{t}'" for t in targets)
         attempt = '(nc -w 2 $t -e true 2>/dev/null && echo "open $t" || echo "shut $t")'
-        seen = _in(container_engine, instance, f"for t in {tries}; do {attempt} & done; wait")
+        seen = _in(oci_engine, instance, f"for t in {tries}; do {attempt} & done; wait")
         assert sorted(seen.splitlines()) == sorted(f"shut {t}" for t in targets), seen
 
-    engine_socket = container_engine.url.removeprefix("unix://")
+    engine_socket = oci_engine.url.removeprefix("unix://")
     mounts = engine.containers.get(f"gpucloud-{instance}").attrs["Mounts"]
     assert not [m for m in mounts if engine_socket.startswith(m["Source"])], mounts
     sockets = f"{engine_socket} /run/podman/podman.sock /var/run/docker.sock"
-    assert _in(container_engine, instance, f"ls {sockets} 2>/dev/null; echo done") == "done\n"
+    assert _in(oci_engine, instance, f"ls {sockets} 2>/dev/null; echo done") == "done\n"

@@ -1,6 +1,7 @@
 """What a container can take of its host, with real containers through the real agent: its root
 is an unprivileged host user (a user namespace of its own), its disk is a fixed size, its log
-is capped and read from its end, and its pids limit is sized against the host's."""
+is capped and read from its end, and its pids limit is sized against the host's. On Podman,
+and on Docker (BOTH_ENGINES) for what each does its own way: user namespaces, logs, limits."""
 
 import contextlib
 import os
@@ -16,6 +17,7 @@ from agent.oci import OciRuntime, pids_ceiling
 from agent.runtime import KEPT_LOG_BYTES
 from tests.agent.agents import SECRET, Agent, wait_for
 from tests.agent.test_oci_runtime import _body, _instance, _logs
+from tests.conftest import BOTH_ENGINES
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
 HOST_IDENTITY = "0 0 4294967295"
@@ -47,14 +49,14 @@ def running_agent(container_engine, state_dir: Path):
 
 
 @pytest.fixture
-def agent(container_engine, tmp_path):
-    with running_agent(container_engine, tmp_path / "state") as running:
+def agent(oci_engine, tmp_path):
+    with running_agent(oci_engine, tmp_path / "state") as running:
         yield running
 
 
 @pytest.fixture
-def engine(container_engine):
-    client = docker.DockerClient(base_url=container_engine.url)
+def engine(oci_engine):
+    client = docker.DockerClient(base_url=oci_engine.url)
     yield client
     client.close()
 
@@ -72,7 +74,7 @@ def _uid_map(engine, instance: str) -> str:
 
 
 def _in(container_engine, instance: str, command: str):
-    return container_engine.podman("exec", f"gpucloud-{instance}", "sh", "-c", command)
+    return container_engine.cli("exec", f"gpucloud-{instance}", "sh", "-c", command)
 
 
 def _rss_kib(pid: int) -> int:
@@ -88,12 +90,14 @@ def _engine_pid(container_engine) -> int:
                 command = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"service" in command and f"unix://{socket}".encode() in command:
+            engine = b"service" in command or command[0].endswith(b"dockerd")
+            if engine and f"unix://{socket}".encode() in command:
                 return int(entry.name)
     raise AssertionError("the engine's service is not running")
 
 
-def test_each_container_has_a_user_namespace_of_its_own(agent, engine, container_engine):
+@BOTH_ENGINES
+def test_each_container_has_a_user_namespace_of_its_own(agent, engine, oci_engine):
     first, second = _instance(), _instance()
     _run(agent, first, "sleep 1000")
     _run(agent, second, "sleep 1000", gpu=1)
@@ -102,9 +106,12 @@ def test_each_container_has_a_user_namespace_of_its_own(agent, engine, container
     assert HOST_IDENTITY not in maps
     (inside, host_first, size), (_, host_second, _) = (m.split() for m in maps)
     assert inside == "0" and int(host_first) > 0 and int(size) >= 65536
-    assert host_first != host_second  # ranges of their own
+    if "Podman" in str(engine.version()):
+        assert host_first != host_second  # ranges of their own
+    else:  # Docker's userns-remap: one range, the daemon's, for all its containers
+        assert host_first == host_second
 
-    made = _in(container_engine, first, "touch /workspace/f && stat -c %u /workspace/f")
+    made = _in(oci_engine, first, "touch /workspace/f && stat -c %u /workspace/f")
     assert made.returncode == 0, made.stderr  # the container's root may write its workspace
     assert made.stdout.strip() == "0"
     disk = agent.state_dir / "disks" / f"gpucloud-{first}" / "mnt"
@@ -126,7 +133,8 @@ def test_a_write_past_the_disk_size_fails_inside_and_changes_nothing_outside(
     assert mounted.f_bavail < 1024**2 // mounted.f_frsize  # full
 
 
-def test_a_flood_of_output_leaves_a_capped_log_read_from_its_end(agent, engine, container_engine):
+@BOTH_ENGINES
+def test_a_flood_of_output_leaves_a_capped_log_read_from_its_end(agent, engine, oci_engine):
     instance = _instance()
     _run(agent, instance, FLOOD)
     container = engine.containers.get(f"gpucloud-{instance}")
@@ -134,7 +142,7 @@ def test_a_flood_of_output_leaves_a_capped_log_read_from_its_end(agent, engine, 
     wait_for(lambda: _logs(agent, instance)[-1:] == ["done"], timeout=60)
     assert log_file.stat().st_size <= LOG_CAP + 64 * 1024
 
-    service = _engine_pid(container_engine)
+    service = _engine_pid(oci_engine)
     before = _rss_kib(service)
     started = time.monotonic()
     for tail in (1, 2, 3):
@@ -149,6 +157,7 @@ def test_a_flood_of_output_leaves_a_capped_log_read_from_its_end(agent, engine, 
     assert _logs(agent, instance)[-1] == "done"
 
 
+@BOTH_ENGINES
 def test_the_pids_limit_is_the_request_up_to_the_hosts_share(agent, engine):
     host = min(int(Path(f"/proc/sys/kernel/{n}").read_text()) for n in ("pid_max", "threads-max"))
     ceiling = pids_ceiling(oci.CONTAINERS_PER_GPU * 4)  # the agent's 4 GPUs' containers
@@ -169,3 +178,14 @@ def test_podman_without_a_containers_id_range_is_refused(container_engine, tmp_p
     monkeypatch.setattr(oci, "SUBID_FILES", (empty, empty))
     with pytest.raises(DockerException, match="containers"):
         OciRuntime(container_engine.url, tmp_path / "logs", 1, install="t")
+
+
+def test_docker_without_user_namespaces_is_refused(docker_engine, tmp_path, monkeypatch):
+    info = docker.DockerClient.info
+
+    def without_userns(client):
+        return {**info(client), "SecurityOptions": ["name=seccomp"]}
+
+    monkeypatch.setattr(docker.DockerClient, "info", without_userns)
+    with pytest.raises(DockerException, match="userns-remap"):
+        OciRuntime(docker_engine.url, tmp_path / "logs", 1, install="t")

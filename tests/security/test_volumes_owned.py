@@ -1,7 +1,7 @@
 """A disk belongs to one instance, with real containers through the real agent: an allocation
 that names another instance's disk is refused, and so is a volume an earlier install left on
 the engine under the name, whoever it names (or if it names no one); the console's names
-(gpucloud-<uuid>) never meet an earlier install's."""
+(gpucloud-<uuid>) never meet an earlier install's. Engine volumes on Podman and on Docker."""
 
 import secrets
 
@@ -11,6 +11,7 @@ import pytest
 from agent.engine import DEMO_IMAGE
 from tests.agent.agents import wait_for
 from tests.agent.test_oci_runtime import _body, _instance
+from tests.conftest import BOTH_ENGINES
 from tests.security.test_containers_confined import agent as confined_agent  # noqa: F401
 from tests.security.test_containers_confined import running_agent
 
@@ -20,14 +21,14 @@ SHOW_WORKSPACE = "ls /workspace; cat /workspace/secret 2>&1; sleep 1000"
 
 
 @pytest.fixture
-def agent(container_engine, tmp_path):
-    with running_agent(container_engine, tmp_path / "state") as running:
+def agent(oci_engine, tmp_path):
+    with running_agent(oci_engine, tmp_path / "state") as running:
         yield running
 
 
 @pytest.fixture
-def engine(container_engine):
-    client = docker.DockerClient(base_url=container_engine.url)
+def engine(oci_engine):
+    client = docker.DockerClient(base_url=oci_engine.url)
     yield client
     client.close()
 
@@ -65,6 +66,7 @@ def test_an_allocation_naming_another_instances_disk_is_refused(agent):
     assert "private" not in _lines(agent, rogue)
 
 
+@BOTH_ENGINES
 def test_an_earlier_installs_volume_of_the_same_name_is_never_attached(agent, engine):
     instance = _instance()
     for gpu, labels in enumerate(
@@ -94,6 +96,7 @@ def test_a_new_install_names_its_disk_anew_and_sees_nothing_of_the_old_one(agent
     assert "theirs" not in _lines(agent, instance)
 
 
+@BOTH_ENGINES
 def test_a_volume_an_earlier_agent_made_for_the_instance_is_still_its_own(agent, engine):
     """An instance from before the names (gpucloud-<id>) keeps its data, and terminate takes
     it away with the instance's disks, and nothing of another instance."""
