@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpucloud-agent",
         description="gpucloud host agent: serves this host's GPUs to the control plane.",
+        epilog="commands:\n  probe [--json]  report what this host offers and what to fix before "
+        "joining it (read-only; `gpucloud-agent probe --help`)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--server",

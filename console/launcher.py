@@ -1,7 +1,9 @@
 """`make run`: the whole console on one machine — migrations, static files, the demo, the ASGI
 server, a Celery worker, Celery beat and two simulated host agents. Embedded by default: SQLite,
 and a `redis-server` of its own where one is installed, else a Redis-protocol server inside this
-process; with DATABASE_URL and REDIS_URL it runs on those. Ctrl-C stops all.
+process; with DATABASE_URL and REDIS_URL it runs on those. Ctrl-C stops the instances (through
+the worker and the agents, as a tenant's stop does), then the processes, and leaves nothing
+running: no container, no mounted disk.
 
 The agents run their workloads as real containers when a container engine is at hand (a Docker
 or Podman socket, or Podman installed, whose API this starts), else as processes."""
@@ -13,12 +15,16 @@ import sys
 import time
 from pathlib import Path
 
+import docker
+
 from agent import engine
-from agent.oci import running_engine
+from agent.oci import LABEL_INSTANCE, running_engine
 from console import processes
 
 ROOT = Path(__file__).resolve().parent.parent
 REGION = "local-1"
+# Seconds Ctrl-C waits for the instances to stop before it stops the processes anyway.
+STOP_INSTANCES_WAIT = 60
 DEMO_AGENTS = [
     # hostname, GPUs, model, per-GPU modes
     ("host-a", 8, "a100-80gb", "mig,mig,mig,mig,shared,shared,shared,shared"),
@@ -65,13 +71,14 @@ def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]
 
 def main() -> int:
     port = int(os.environ.get("PORT", "8000"))
-    var_dir = Path(os.environ.get("GPUCLOUD_VAR_DIR", ROOT / "var"))
+    var_dir = Path(os.environ.get("GPUCLOUD_VAR_DIR", ROOT / "var")).resolve()
     var_dir.mkdir(parents=True, exist_ok=True)
     children: list[tuple[str, subprocess.Popen]] = []
     try:
         return serve(port, var_dir, children)
     finally:
         stop_all(children)
+        unmount_disks(var_dir)
 
 
 def serve(port: int, var_dir: Path, children: list) -> int:
@@ -97,8 +104,15 @@ def serve(port: int, var_dir: Path, children: list) -> int:
 
     def start(name: str, cmd: list[str]) -> None:
         log = (var_dir / f"{name}.log").open("ab")
+        # In a process group of their own: Ctrl-C reaches this process only, which stops the
+        # instances through them before it stops them.
         children.append(
-            (name, subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+            (
+                name,
+                subprocess.Popen(
+                    cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, process_group=0
+                ),
+            )
         )
 
     # one uvicorn process per core (WEB_CONCURRENCY): they share the Redis, the broker and
@@ -163,8 +177,39 @@ def serve(port: int, var_dir: Path, children: list) -> int:
                 print(f"{name} exited with {proc.returncode}; see {var_dir / name}.log", flush=True)
                 stopping, exit_code = True, 1
         time.sleep(0.5)
-    print("Stopping…", flush=True)
+    print(f"Stopping the instances (at most {STOP_INSTANCES_WAIT} s)…", flush=True)
+    stopped = subprocess.run(
+        [processes.PYTHON, str(ROOT / "manage.py"), "stop_instances",
+         "--wait", str(STOP_INSTANCES_WAIT)],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, process_group=0,
+    )  # fmt: skip
+    print(f"  {stopped.stdout.strip()}", flush=True)
+    if engine_url:
+        remove_containers(engine_url, var_dir)
+    print("Stopping the processes…", flush=True)
     return exit_code
+
+
+def remove_containers(engine_url: str, var_dir: Path) -> None:
+    """Remove the containers that a stop which did not finish in time left: those of this
+    var dir's agents (their disks lie under it)."""
+    client = docker.DockerClient(base_url=engine_url)
+    for container in client.containers.list(all=True, filters={"label": LABEL_INSTANCE}):
+        if any(
+            mount.get("Source", "").startswith(f"{var_dir}/")
+            for mount in container.attrs.get("Mounts") or []
+        ):
+            print(f"  removing container {container.name}, which did not stop", flush=True)
+            container.remove(force=True)
+
+
+def unmount_disks(var_dir: Path) -> None:
+    """Unmount the agents' disks: an agent keeps a stopped instance's disk mounted, and
+    mounts it again when the instance starts."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        point = line.split(" ")[1]
+        if point.startswith(f"{var_dir}/agents/"):
+            subprocess.run(["umount", point], check=False)
 
 
 def stop_all(children: list) -> None:

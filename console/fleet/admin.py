@@ -2,6 +2,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from console.catalog.models import Mode
@@ -25,11 +26,24 @@ def _apply(modeladmin, request, objects, change, describe) -> None:
 
 def _status_action(status: str, label: str):
     def action(modeladmin, request, queryset):
+        if status in Host.ANNOUNCED and "confirmed" not in request.POST:
+            # a page of its own first (as delete_selected's), with the note for the tenants
+            context = {
+                **modeladmin.admin_site.each_context(request),
+                "title": f"{label} selected hosts?",
+                "opts": modeladmin.model._meta,
+                "hosts": queryset,
+                "action": action.__name__,
+                "status": status,
+                "note_max_length": Host._meta.get_field("operator_note").max_length,
+            }
+            return TemplateResponse(request, "admin/fleet/host/confirm_status.html", context)
+        note = request.POST.get("note", "")[: Host._meta.get_field("operator_note").max_length]
         _apply(
             modeladmin,
             request,
             queryset,
-            lambda host: services.set_host_status(host, status, actor=request.user),
+            lambda host: services.set_host_status(host, status, actor=request.user, note=note),
             f"{label}",
         )
 
@@ -74,8 +88,8 @@ class HostAdmin(admin.ModelAdmin):
     # Status goes through the actions (services.set_host_status); the rest is the agent's.
     readonly_fields = [
         "name", "region", "address", "agent_version", "backend", "runtime", "vcpus", "ram_mib",
-        "status", "admin_status", "status_changed_at", "last_heartbeat_at", "unreachable_since",
-        "inventory_digest", "registered_at",
+        "status", "admin_status", "operator_note", "status_changed_at", "last_heartbeat_at",
+        "unreachable_since", "inventory_digest", "registered_at",
     ]  # fmt: skip
     inlines = [GpuInline, HostEventInline]
     actions = [

@@ -53,6 +53,9 @@ class Host(models.Model):
         Status.MAINTENANCE,
         Status.RETIRED,
     )
+    # What an operator confirms on a page of its own, with a note that the tenants of the
+    # host's instances see on their pages.
+    ANNOUNCED = (Status.DRAINING, Status.MAINTENANCE)
     # Legal operator transitions of admin_status. Retired is final: a retired machine joins
     # again as a new host, with a new join token.
     TRANSITIONS = {
@@ -81,6 +84,9 @@ class Host(models.Model):
     # The status an operator chose; `unreachable` overlays it and goes away with heartbeats.
     admin_status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
     status_changed_at = models.DateTimeField(default=timezone.now)
+    # What the operator told the tenants with the last status (why a drain or maintenance,
+    # until when), shown on the pages of the instances on the host.
+    operator_note = models.CharField(max_length=500, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     unreachable_since = models.DateTimeField(null=True, blank=True)
     inventory_digest = models.CharField(max_length=64, blank=True)

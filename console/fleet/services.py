@@ -538,9 +538,18 @@ def hosts_to_fail_over(now: datetime | None = None) -> list[Host]:
 # --- operators -------------------------------------------------------------------------
 
 
-def set_host_status(host: Host, status: str, actor=None, message: str = "") -> Host:
-    """An operator's choice: active (uncordon), cordoned, draining, maintenance, retired.
-    While a host is unreachable the choice is kept and takes effect when it comes back."""
+def report(host: Host, message: str) -> HostEvent:
+    """Something on the host that its operators should look at (no change of status): a host
+    event, on the fleet page and in the admin, and a warning in the log."""
+    log.warning("host %s: %s", host.name, message)
+    return _event(host, host.status, host.status, message)
+
+
+def set_host_status(host: Host, status: str, actor=None, message: str = "", note: str = "") -> Host:
+    """An operator's choice: active (uncordon), cordoned, draining, maintenance, retired,
+    with a `note` for the tenants whose instances are on the host (kept until the next
+    choice). While a host is unreachable the choice is kept and takes effect when it comes
+    back."""
     if status not in Host.OPERATOR_STATUSES:
         allowed = ", ".join(Host.OPERATOR_STATUSES)
         raise ValidationError({"status": f"An operator can set {allowed}; not {status!r}."})
@@ -571,13 +580,16 @@ def set_host_status(host: Host, status: str, actor=None, message: str = "") -> H
             status=new_status,
             status_changed_at=now if new_status != locked.status else locked.status_changed_at,
             unreachable_since=locked.unreachable_since if keep_unreachable else None,
+            operator_note=note,
         )
         if not changed:
             raise ValidationError(f"{locked.name} changed meanwhile; try again.")
-        note = message or f"operator set {status}"
+        text = message or f"operator set {status}"
+        if note:
+            text += f": {note}"
         if keep_unreachable:
-            note += " (takes effect when the host is reachable again)"
-        _event(locked, locked.status, new_status, note, actor=actor)
+            text += " (takes effect when the host is reachable again)"
+        _event(locked, locked.status, new_status, text, actor=actor)
     host.refresh_from_db()
     return host
 

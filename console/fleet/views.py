@@ -5,7 +5,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import Resolver404, resolve, reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.guards import staff_view
 from console.catalog.models import MIG_SLICES, Mode
@@ -23,13 +23,15 @@ LABELS = {
 }
 
 
-def host_actions(host: Host) -> list[tuple[str, str, bool]]:
-    """(target status, label, danger) of each move Host.TRANSITIONS allows from where it is."""
+def host_actions(host: Host) -> list[tuple[str, str, bool, bool]]:
+    """(target status, label, danger, confirmed on a page of its own) of each move
+    Host.TRANSITIONS allows from where it is."""
     return [
         (
             status,
             "Uncordon" if (host.admin_status, status) == ("cordoned", "active") else label,
             status == Host.Status.RETIRED,
+            status in Host.ANNOUNCED,
         )
         for status, label in LABELS.items()
         if host.can_become(status)
@@ -109,28 +111,52 @@ def host_detail(request, pk):
     )
 
 
-def _back(request):
-    """Back to the page the button was on: the fleet page or a host's page."""
-    target = request.POST.get("next", "")
+def _page(target: str) -> str:
+    """`target` when it is the fleet page or a host's page, else the fleet page."""
     try:
         match = resolve(target)
     except Resolver404:
         match = None
     if match is not None and match.view_name in ("fleet:index", "fleet:host"):
-        return redirect(target)
-    return redirect("fleet:index")
+        return target
+    return reverse("fleet:index")
 
 
-@require_POST
+def _back(request):
+    """Back to the page the button was on: the fleet page or a host's page."""
+    return redirect(_page(request.POST.get("next", "")))
+
+
+@require_http_methods(["GET", "POST"])
 @staff_view
 def host_status(request, pk):
+    """GET: the confirmation page of a drain or maintenance, with the note for the tenants;
+    POST: the change."""
     host = get_object_or_404(Host, pk=pk)
-    form = HostStatusForm(request.POST)
+    form = HostStatusForm(request.POST if request.method == "POST" else request.GET)
     if not form.is_valid():
         messages.error(request, "Unknown status.")
         return _back(request)
+    status = form.cleaned_data["status"]
+    if request.method == "GET" and status not in Host.ANNOUNCED:
+        return redirect("fleet:index")  # only these are asked on a page of their own
+    if request.method == "GET":
+        context = {
+            "host": host,
+            "status": status,
+            "label": LABELS[status],
+            "form": form,
+            "instances": host.allocations.filter(released_at__isnull=True)
+            .values("instance_id")
+            .distinct()
+            .count(),
+            "back_url": _page(request.GET.get("next", "")),
+        }
+        return render(request, "fleet/host_status_confirm.html", context)
     try:
-        host = services.set_host_status(host, form.cleaned_data["status"], actor=request.user)
+        host = services.set_host_status(
+            host, status, actor=request.user, note=form.cleaned_data["note"]
+        )
     except ValidationError as error:
         messages.error(request, _error_text(error))
     else:
@@ -175,9 +201,11 @@ def join_token_create(request):
         messages.error(request, _error_text(error))
         return redirect("fleet:index")
     # Rendered, not redirected: the raw token is never stored, not even in a message.
+    server = request.build_absolute_uri("/").rstrip("/")  # the console as the operator reaches it
     return _index(
         request,
-        issued={"token": token, "raw": raw, "server": request.build_absolute_uri("/").rstrip("/")},
+        issued={"token": token, "raw": raw, "command": form.command(server, raw)},
+        form=form,
     )
 
 

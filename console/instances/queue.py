@@ -7,12 +7,19 @@ import logging
 from django.db import transaction
 
 from console.celery import enqueue_on_commit
+from console.fleet.models import Host
 from console.instances import availability, lifecycle, locks, placement
 from console.instances.models import Instance, State
 
 log = logging.getLogger(__name__)
 
 S = State
+# What a pending instance's reason says of the host that holds its disk, by its operator's
+# status.
+ANNOUNCED = {
+    Host.Status.DRAINING: "it is being drained",
+    Host.Status.MAINTENANCE: "it is in maintenance",
+}
 
 
 def enqueue(task: str, *args) -> None:
@@ -30,6 +37,10 @@ def waiting_reason(instance: Instance) -> str:
     if not availability.can_ever_place(instance.spec, instance.region, host):
         detail = availability.hardware_detail(instance.spec, instance.region, host)
         return f"Can never be placed: {detail}"[:200]
+    if host is not None and host.admin_status in Host.ANNOUNCED:
+        why = ANNOUNCED[host.admin_status]
+        note = f" ({host.operator_note})" if host.operator_note else ""
+        return f"Waiting for {host.name}, which holds its disk: {why}{note}."[:200]
     if host is not None:
         return (
             f"Waiting for {host.name}, which holds its disk: no {instance.spec.name} free "

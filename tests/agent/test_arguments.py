@@ -1,5 +1,7 @@
 """The agent's command line: what it refuses before it starts."""
 
+import re
+
 import pytest
 
 from agent import __main__ as agent_main
@@ -15,3 +17,10 @@ def test_the_sim_backend_needs_a_gpu_count_instead_of_silently_one(capsys):
 
 def test_the_nvml_backend_needs_no_gpu_count():
     assert agent_main._parse(["--secret", "s3cret", "--backend", "nvml"]).gpus is None
+
+
+def test_help_lists_the_probe_command(capsys):
+    with pytest.raises(SystemExit) as leaving:
+        agent_main.main(["--help"])
+    assert leaving.value.code == 0
+    assert re.search(r"^commands:\n  probe \[--json\]", capsys.readouterr().out, re.MULTILINE)

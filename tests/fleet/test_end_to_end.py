@@ -1,15 +1,22 @@
 """Real agent processes against the real control plane (uvicorn + Celery worker): register,
 heartbeat health, the watchdog, restarts, used tokens, and a race through the HTTP server."""
 
+import html
+import os
+import re
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from django.test import Client
 
+from console import processes
 from console.fleet import agent_client, services, tasks
 from console.fleet.models import Gpu, Host
-from tests.factories import GpuModelFactory, RegionFactory
+from tests.factories import GpuModelFactory, RegionFactory, UserFactory
 
 pytestmark = [pytest.mark.integration]
 
@@ -143,3 +150,32 @@ def test_two_agents_racing_with_one_token_through_the_server(stack, catalog):
     codes = sorted(r.status_code for r in answers.values())
     assert codes == [201, 403], {n: r.text for n, r in answers.items()}
     assert Host.objects.filter(name__startswith="race-").count() == 1
+
+
+def test_the_join_command_copied_from_the_fleet_page_joins_the_host(stack, catalog, tmp_path):
+    operator = Client()
+    operator.force_login(UserFactory(username="ops", is_staff=True))
+    port = processes.free_port()
+    page = operator.post(
+        "/fleet/join-tokens/",
+        {
+            "region": catalog.pk, "backend": "sim", "runtime": "process", "address": "127.0.0.1",
+            "port": port, "state_dir": str(tmp_path / "agent-state"), "gpus": 2,
+            "model": "h100-80gb",
+        },
+        HTTP_HOST=stack.url.removeprefix("http://"),  # the console as the operator reached it
+    ).content.decode()  # fmt: skip
+    command = html.unescape(re.search(r'data-testid="join-command">([^<]+)</pre>', page).group(1))
+    assert command.startswith(f"gpucloud-agent --server {stack.url} \\\n  --join-token gpj_")
+    # pasted into a shell on the new host, where gpucloud-agent is installed
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    stack.start("agent-pasted", ["bash", "-c", command], PATH=path)
+    host = wait_for(
+        lambda: Host.objects.filter(address=f"http://127.0.0.1:{port}").first(),
+        timeout=60,
+        what="the pasted command to register its host",
+        stack=stack,
+    )
+    assert host.region == catalog and host.backend == "sim" and host.runtime == "process"
+    assert [gpu.model.code for gpu in host.gpus.order_by("index")] == ["h100-80gb"] * 2
+    wait_for(lambda: answers(host), what="the agent to answer", stack=stack)

@@ -1,6 +1,7 @@
 """What operators do: host status, GPU modes, join tokens; the fleet page, the admin and the
 management command that do it."""
 
+import html
 import re
 from io import StringIO
 
@@ -215,12 +216,43 @@ def test_fleet_page_creates_a_join_token_shown_once(region, staff_client):
     token = JoinToken.objects.get()
     assert token.token_hash == JoinToken.hash(raw) and token.note == "rack 9"
     assert token.created_by.username == "operator"
+    command = html.unescape(re.search(r'data-testid="join-command">([^<]+)</pre>', page).group(1))
+    assert command == (  # a real host's, by default
+        "gpucloud-agent --server http://testserver \\\n"
+        f"  --join-token {raw} \\\n"
+        "  --region local-1 --backend nvml \\\n"
+        "  --runtime oci --state-dir /var/lib/gpucloud-agent \\\n"
+        "  --listen 0.0.0.0:9101 --advertise-url http://gpu-host-1:9101 \\\n"
+        "  --ssh-listen 0.0.0.0:2222"
+    )
     assert raw not in staff_client.get("/fleet/").content.decode()
     bad = staff_client.post("/fleet/join-tokens/", {"region": 999999})
     assert bad.status_code == 400 and JoinToken.objects.count() == 1
     staff_client.post(f"/fleet/join-tokens/{token.pk}/revoke/")
     token.refresh_from_db()
     assert token.state == "expired"
+
+
+def test_drain_and_maintenance_are_confirmed_with_a_note_for_the_tenants(register, staff_client):
+    host, _ = register("host-a")
+    fleet = staff_client.get("/fleet/").content.decode()
+    link = re.search(r'href="(/fleet/hosts/\d+/status/\?status=maintenance[^"]*)"', fleet)
+    page = staff_client.get(html.unescape(link.group(1)))
+    assert page.status_code == 200 and "Maintenance for host-a?" in page.content.decode()
+    assert Host.objects.get(pk=host.pk).status == "active"  # asking changes nothing
+    response = staff_client.post(
+        f"/fleet/hosts/{host.pk}/status/",
+        {"status": "maintenance", "note": "PSU swap, back at 18:00", "next": "/fleet/"},
+    )
+    assert response.status_code == 302 and response.url == "/fleet/"
+    host.refresh_from_db()
+    assert (host.status, host.operator_note) == ("maintenance", "PSU swap, back at 18:00")
+    assert host.events.first().message == "operator set maintenance: PSU swap, back at 18:00"
+    staff_client.post(f"/fleet/hosts/{host.pk}/status/", {"status": "active"})
+    host.refresh_from_db()
+    assert (host.status, host.operator_note) == ("active", "")
+    drain = staff_client.get(f"/fleet/hosts/{host.pk}/status/?status=draining&next=//evil")
+    assert "Drain host-a?" in drain.content.decode() and "//evil" not in drain.content.decode()
 
 
 # --- the admin ------------------------------------------------------------------------
@@ -237,9 +269,17 @@ def test_admin_actions(register, staff_client, claim):
         ("set_maintenance", "maintenance"),
     ]
     for action, status in steps:
-        response = staff_client.post(url, {"action": action, "_selected_action": [a.pk, b.pk]})
+        chosen = {"action": action, "_selected_action": [a.pk, b.pk]}
+        if status in Host.ANNOUNCED:  # a confirmation page first, with the note for tenants
+            asked = staff_client.post(url, chosen)
+            assert asked.status_code == 200 and 'name="note"' in asked.content.decode()
+            assert status not in set(Host.objects.values_list("status", flat=True))
+            chosen |= {"confirmed": "yes", "note": f"{status} till noon"}
+        response = staff_client.post(url, chosen)
         assert response.status_code == 302
         assert set(Host.objects.values_list("status", flat=True)) == {status}
+        if status in Host.ANNOUNCED:
+            assert Host.objects.get(pk=a.pk).operator_note == f"{status} till noon"
     claim(b.gpus.first())
     response = staff_client.post(
         url, {"action": "set_retired", "_selected_action": [a.pk, b.pk]}, follow=True
