@@ -10,6 +10,7 @@ from django.utils.html import format_html
 
 from billing import invoices, services
 from billing.models import BudgetAlert, CreditGrant, Invoice, InvoiceLine, UsageSegment
+from billing.money import format_money
 from billing.usage import parse_month
 
 
@@ -91,11 +92,11 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def shown_total(self, invoice):
         """An issued invoice's total; a draft's month so far (what its tenant sees now)."""
         if not invoice.is_draft:
-            return f"{invoice.total:.2f}"
+            return format_money(invoice.total, invoice.currency)
         figure = getattr(invoice, "so_far", None) or invoices.with_so_far([invoice])[0].so_far
         return format_html(
             '{} <span class="help" title="the month so far, as of {} UTC">so far at {}</span>',
-            f"{invoices.draft_totals(figure).total:.2f}",
+            format_money(invoices.draft_totals(figure).total, invoice.currency),
             f"{figure.as_of:%Y-%m-%d %H:%M:%S}",
             f"{figure.as_of:%H:%M} UTC",
         )

@@ -25,6 +25,7 @@ from accounts.models import Membership, Quota, Tenant
 from accounts.roles import Role
 from billing import locks
 from billing.models import BudgetAlert, UsagePiece, micros_to_decimal
+from billing.money import format_money
 from billing.rating import month_start
 from billing.usage import so_far
 from console.celery import enqueue_on_commit
@@ -82,8 +83,10 @@ def ensure_launch_allowed(tenant: Tenant) -> None:
         return
     spent = month_to_date(tenant)
     if is_exhausted(spent, budget):
+        currency = settings.BILLING_CURRENCY
         raise BudgetExceeded(
-            f"{tenant.name} has spent {spent:.2f} of its monthly budget of {budget:.2f}; "
+            f"{tenant.name} has spent {format_money(spent, currency)} of its monthly budget "
+            f"of {format_money(budget, currency)}; "
             "new launches are refused until an owner raises the budget or the month ends."
         )
 
@@ -172,8 +175,9 @@ def alert_message(alert: BudgetAlert, tenant: Tenant, action: str) -> tuple[str,
     lines = [
         "Hello,",
         "",
-        f"{tenant.name} has spent {alert.spent:.2f} {currency} in {alert.month:%B %Y}, "
-        f"{alert.threshold}% of its monthly budget of {alert.budget:.2f} {currency}.",
+        f"{tenant.name} has spent {format_money(alert.spent, currency)} in "
+        f"{alert.month:%B %Y}, {alert.threshold}% of its monthly budget of "
+        f"{format_money(alert.budget, currency)}.",
         "",
     ]
     if action == Quota.BudgetAction.STOP:

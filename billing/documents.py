@@ -4,9 +4,11 @@ Pure Python (no Django): the service layer builds an ``Invoice`` from its rows a
 ``render_invoice_csv`` / ``render_invoice_json`` / ``render_invoice_pdf``, or
 ``render_month_export_csv`` for an operator's export of many invoices.
 
-Amounts are written as plain decimal strings (line amounts at 6 places, totals in cents),
-never as floats or JSON numbers; times are ISO 8601 in UTC. Rendering is deterministic:
-the same invoice always gives the same bytes.
+In CSV and JSON, amounts are plain decimal strings (line amounts at 6 places, totals in
+cents), never floats or JSON numbers, with the currency in its own column or field; the PDF
+shows them in the money format of every page (``billing.money``: ``1,234.50 USD``, lines at
+6 places) and draws every text whole, in Unicode fonts. Times are ISO 8601 in UTC. Rendering
+is deterministic: the same invoice always gives the same bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +27,7 @@ from enum import StrEnum
 from fpdf import FPDF
 from fpdf.fonts import FontFace
 
+from billing.money import AS_RATED, format_money
 from billing.rating import (
     as_decimal,
     as_utc,
@@ -423,22 +428,46 @@ _ACCENT = (31, 78, 121)
 _RULE = (206, 212, 218)
 _HEADING_FILL = (233, 238, 244)
 _ALERT = (176, 32, 32)
-_FONT = "helvetica"
+_FONT = "dejavu"
+_FALLBACK_FONT = "wqy"
+# (family, style, file, the Debian package that ships it): DejaVu Sans for Latin, Greek and
+# Cyrillic; WenQuanYi Micro Hei for any character DejaVu lacks (CJK: 株式会社 東京), loaded
+# only for the invoices that need it (it takes half a second).
+_FONT_FILES = (
+    (_FONT, "", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "fonts-dejavu-core"),
+    (_FONT, "B", "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf", "fonts-dejavu-core"),
+)
+_FALLBACK_FILE = (
+    _FALLBACK_FONT,
+    "",
+    "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
+    "fonts-wqy-microhei",
+)
 # Description, instance, spec, seconds, price per hour, amount (mm on a 180 mm table).
-_COLUMN_WIDTHS = (54, 34, 26, 20, 20, 26)
-_MAX_CELL_CHARS = (90, 40, 24)
+_COLUMN_WIDTHS = (36, 36, 28, 18, 28, 34)
+_CELL_PADDING = 1.5  # mm, left and right
 
 
-def _pdf_text(text: str, limit: int | None = None) -> str:
-    """Text the PDF core fonts can draw (Latin-1), cut to ``limit`` characters with '...'."""
-    text = " ".join(text.replace("\u2013", "-").replace("\u2014", "-").split())
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 3].rstrip() + "..."
-    return text.encode("latin-1", "replace").decode("latin-1")
+class MissingFont(RuntimeError):
+    """A font file the invoice PDF draws with is not installed."""
 
 
-def _money(value: Decimal) -> str:
-    return f"{value + 0:,.2f}"  # + 0 turns a negative zero (no credits: -0.00) into 0.00
+def _pdf_text(text: str) -> str:
+    """Text on one line (runs of whitespace as one space); long text wraps, never cut."""
+    return " ".join(text.split())
+
+
+def _wrap(pdf: FPDF, text: str, width: float) -> str:
+    """``text`` in lines that fit ``width`` (mm, in the current font), broken after spaces
+    and before hyphens, so that names such as ``llama-70b-finetune-run-2026-05-01`` wrap
+    between their parts (no line ends with a hyphen: text extractors would take it for a
+    hyphenated word and drop it); a part wider than a line is broken by the table."""
+    lines = [""]
+    for part in filter(None, re.split(r"(?<=\s)|(?=-)", _pdf_text(text))):
+        if lines[-1] and pdf.get_string_width((lines[-1] + part).rstrip()) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _percent(rate: Decimal) -> str:
@@ -454,9 +483,29 @@ def _period_text(invoice: Invoice) -> str:
     return f"{_day(invoice.period_start)} - {_day(last_day)}"
 
 
+def _texts(invoice: Invoice, title: str) -> Iterable[str]:
+    """Every text of the invoice's own that the PDF draws."""
+    issuer, tenant = invoice.issuer, invoice.tenant
+    yield from (title, invoice.number, invoice.currency, issuer.name, issuer.tax_id or "")
+    yield from (tenant.name, tenant.slug, *issuer.address_lines, *tenant.address_lines)
+    for line in invoice.lines:
+        yield from (line.description, line.instance_name, line.spec_code)
+
+
 class _InvoicePDF(FPDF):
     def __init__(self, invoice: Invoice, title: str = "Invoice") -> None:
         super().__init__(format="A4")
+        for _, _, path, package in (*_FONT_FILES, _FALLBACK_FILE):
+            if not os.path.isfile(path):
+                raise MissingFont(
+                    f"invoice PDFs need the font {path}: install the Debian package {package}"
+                )
+        for family, style, path, _ in _FONT_FILES:
+            self.add_font(family, style, path)
+        drawn = {ord(char) for char in "".join(_texts(invoice, title))}
+        if any(drawn - self.fonts[key].cmap.keys() for key in (_FONT, f"{_FONT}B")):
+            self.add_font(*_FALLBACK_FILE[:3])
+            self.set_fallback_fonts([_FALLBACK_FONT], exact_match=False)
         self.invoice = invoice
         self.title_text = title
         self.set_margins(15, 15, 15)
@@ -466,7 +515,7 @@ class _InvoicePDF(FPDF):
         if self.page_no() > 1:
             self.set_font(_FONT, "", 8)
             self.set_text_color(*_MUTED)
-            self.cell(0, 5, _pdf_text(f"{self.title_text} {self.invoice.number} (continued)"))
+            self.cell(0, 5, f"{self.title_text} {self.invoice.number} (continued)")
             self.ln(9)
 
     def footer(self) -> None:
@@ -477,30 +526,36 @@ class _InvoicePDF(FPDF):
         self.set_text_color(*_MUTED)
         issuer = self.invoice.issuer
         left = issuer.name if issuer.tax_id is None else f"{issuer.name} - Tax ID {issuer.tax_id}"
-        self.cell(120, 7, _pdf_text(left, 80))
-        self.cell(
-            0, 7, _pdf_text(f"{self.invoice.number} - page {self.page_no()} of {{nb}}"), align="R"
-        )
+        page = f"{self.invoice.number} - page {self.page_no()} of {{nb}}"
+        self.multi_cell(0, 3.5, _pdf_text(left), new_x="LMARGIN", new_y="NEXT")
+        self.cell(0, 3.5, page, align="R")
 
 
-def _issuer_block(pdf: FPDF, invoice: Invoice) -> None:
+def _lines(pdf: FPDF, width: float, height: float, texts: Iterable[str], **kwargs) -> None:
+    """Each text wrapped to ``width`` below the one before, from the current x."""
+    x = pdf.get_x()
+    for text in texts:
+        pdf.set_x(x)
+        pdf.multi_cell(width, height, _pdf_text(text), new_x="LEFT", new_y="NEXT", **kwargs)
+
+
+def _issuer_block(pdf: FPDF, invoice: Invoice) -> float:
     pdf.set_xy(15, 15)
     pdf.set_text_color(*_INK)
     pdf.set_font(_FONT, "B", 13)
-    pdf.cell(95, 7, _pdf_text(invoice.issuer.name, 45), new_x="LMARGIN", new_y="NEXT")
+    _lines(pdf, 95, 7, [invoice.issuer.name])
     pdf.set_font(_FONT, "", 9)
     pdf.set_text_color(*_MUTED)
-    for line in invoice.issuer.address_lines:
-        pdf.cell(95, 4.6, _pdf_text(line, 60), new_x="LMARGIN", new_y="NEXT")
-    if invoice.issuer.tax_id is not None:
-        pdf.cell(95, 4.6, _pdf_text(f"Tax ID: {invoice.issuer.tax_id}", 60))
+    tax_id = () if invoice.issuer.tax_id is None else (f"Tax ID: {invoice.issuer.tax_id}",)
+    _lines(pdf, 95, 4.6, [*invoice.issuer.address_lines, *tax_id])
+    return pdf.get_y()
 
 
-def _title_block(pdf: _InvoicePDF, invoice: Invoice) -> None:
+def _title_block(pdf: _InvoicePDF, invoice: Invoice) -> float:
     pdf.set_xy(115, 13)
     pdf.set_font(_FONT, "B", 24)
     pdf.set_text_color(*_ACCENT)
-    pdf.cell(80, 11, _pdf_text(pdf.title_text.upper()), align="R", new_x="LEFT", new_y="NEXT")
+    pdf.cell(80, 11, pdf.title_text.upper(), align="R", new_x="LEFT", new_y="NEXT")
     issued = "-" if invoice.issued_at is None else _day(invoice.issued_at)
     facts = (
         (f"{pdf.title_text} no.", invoice.number),
@@ -515,28 +570,26 @@ def _title_block(pdf: _InvoicePDF, invoice: Invoice) -> None:
         pdf.cell(26, 5, label, align="R")
         pdf.set_font(_FONT, "B", 9)
         pdf.set_text_color(*_INK)
-        pdf.cell(54, 5, _pdf_text(value, 34), align="R", new_x="LMARGIN", new_y="NEXT")
+        pdf.multi_cell(54, 5, _pdf_text(value), align="R", new_x="LMARGIN", new_y="NEXT")
     if invoice.status is not InvoiceStatus.FINALIZED:
         pdf.set_x(115)
         pdf.set_font(_FONT, "B", 11)
         pdf.set_text_color(*(_ACCENT if invoice.status is InvoiceStatus.PAID else _ALERT))
-        pdf.cell(80, 7, invoice.status.value.upper(), align="R")
+        pdf.cell(80, 7, invoice.status.value.upper(), align="R", new_x="LMARGIN", new_y="NEXT")
+    return pdf.get_y()
 
 
-def _bill_to_block(pdf: FPDF, invoice: Invoice) -> None:
-    pdf.set_xy(15, 52)
+def _bill_to_block(pdf: FPDF, invoice: Invoice, top: float) -> None:
+    pdf.set_xy(15, max(top + 4, 52))
     pdf.set_font(_FONT, "B", 8)
     pdf.set_text_color(*_MUTED)
     pdf.cell(95, 5, "BILL TO", new_x="LMARGIN", new_y="NEXT")
     pdf.set_font(_FONT, "B", 11)
     pdf.set_text_color(*_INK)
-    pdf.cell(95, 6, _pdf_text(invoice.tenant.name, 50), new_x="LMARGIN", new_y="NEXT")
+    _lines(pdf, 95, 6, [invoice.tenant.name])
     pdf.set_font(_FONT, "", 9)
     pdf.set_text_color(*_MUTED)
-    pdf.cell(95, 4.6, _pdf_text(f"Account: {invoice.tenant.slug}", 60), new_x="LMARGIN")
-    pdf.ln(4.6)
-    for line in invoice.tenant.address_lines:
-        pdf.cell(95, 4.6, _pdf_text(line, 60), new_x="LMARGIN", new_y="NEXT")
+    _lines(pdf, 95, 4.6, [f"Account: {invoice.tenant.slug}", *invoice.tenant.address_lines])
     pdf.set_y(max(pdf.get_y() + 6, 82))
 
 
@@ -552,27 +605,21 @@ def _lines_table(pdf: FPDF, invoice: Invoice) -> None:
         borders_layout="HORIZONTAL_LINES",
         headings_style=FontFace(emphasis="BOLD", fill_color=_HEADING_FILL),
         line_height=4.2,
-        padding=(0.9, 1.5),
+        padding=(0.9, _CELL_PADDING),
         repeat_headings=1,
     ) as table:
         table.row(headings)
         for line in invoice.lines:
-            description, instance, spec = (
-                _pdf_text(text, limit)
-                for text, limit in zip(
-                    (line.description, line.instance_name, line.spec_code),
-                    _MAX_CELL_CHARS,
-                    strict=True,
-                )
-            )
+            texts = (line.description, line.instance_name, line.spec_code)
             table.row(
                 (
-                    description,
-                    instance,
-                    spec,
+                    *(
+                        _wrap(pdf, text, width - 2 * _CELL_PADDING)
+                        for text, width in zip(texts, _COLUMN_WIDTHS, strict=False)
+                    ),
                     f"{line.seconds:,}",
-                    f"{line.unit_price_per_hour:,f}",
-                    f"{line.amount:,.6f}",
+                    format_money(line.unit_price_per_hour, invoice.currency, AS_RATED),
+                    format_money(line.amount, invoice.currency, AS_RATED),
                 )
             )
 
@@ -580,51 +627,62 @@ def _lines_table(pdf: FPDF, invoice: Invoice) -> None:
 def _totals_block(pdf: FPDF, invoice: Invoice) -> None:
     tax_label = "Tax" if invoice.tax_rate is None else f"Tax ({_percent(invoice.tax_rate)})"
     rows = (
-        ("Subtotal", _money(invoice.subtotal)),
-        ("Credits applied", _money(-invoice.credits_applied)),
-        (tax_label, _money(invoice.tax_amount)),
+        ("Subtotal", invoice.subtotal),
+        ("Credits applied", -invoice.credits_applied),
+        (tax_label, invoice.tax_amount),
     )
     if pdf.will_page_break(4 * 6 + 14):
         pdf.add_page()
     pdf.ln(4)
     for label, value in rows:
-        pdf.set_x(115)
+        pdf.set_x(105)
         pdf.set_font(_FONT, "", 9)
         pdf.set_text_color(*_MUTED)
-        pdf.cell(45, 6, label)
+        pdf.cell(40, 6, label)
         pdf.set_text_color(*_INK)
-        pdf.cell(35, 6, value, align="R", new_x="LMARGIN", new_y="NEXT")
+        pdf.cell(
+            50, 6, format_money(value, invoice.currency), align="R", new_x="LMARGIN", new_y="NEXT"
+        )
     pdf.set_draw_color(*_INK)
-    pdf.line(115, pdf.get_y() + 0.5, 195, pdf.get_y() + 0.5)
+    pdf.line(105, pdf.get_y() + 0.5, 195, pdf.get_y() + 0.5)
     pdf.ln(1.5)
-    pdf.set_x(115)
+    pdf.set_x(105)
     pdf.set_font(_FONT, "B", 11)
-    pdf.cell(45, 8, f"Total ({invoice.currency})")
-    pdf.cell(35, 8, _money(invoice.total), align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(40, 8, "Total")
+    pdf.cell(
+        50,
+        8,
+        format_money(invoice.total, invoice.currency),
+        align="R",
+        new_x="LMARGIN",
+        new_y="NEXT",
+    )
     pdf.ln(6)
     pdf.set_font(_FONT, "", 7.5)
     pdf.set_text_color(*_MUTED)
     pdf.multi_cell(
         0,
         4,
-        "Usage is billed per second (rounded up, minimum per start). Line amounts are shown "
-        "to 6 decimal places; the subtotal is their sum rounded half-up to the cent. "
+        "Usage is billed per second (rounded up, minimum per start). Line amounts and prices "
+        "are shown to 6 decimal places; the subtotal is their sum rounded half-up to the cent. "
         "Times are UTC.",
     )
 
 
 def render_invoice_pdf(invoice: Invoice, *, title: str = "Invoice") -> bytes:
     """An A4 invoice: issuer and title blocks, bill-to, the lines table (its header repeats
-    on every page), the totals block and a footer with the page number."""
+    on every page), the totals block and a footer with the page number. Every text is drawn
+    whole (long text wraps) in Unicode fonts from Debian packages (``MissingFont`` names the
+    package when one is not installed)."""
     pdf = _InvoicePDF(invoice, title)
-    pdf.set_title(_pdf_text(f"{title} {invoice.number}"))
-    pdf.set_author(_pdf_text(invoice.issuer.name))
+    pdf.set_title(f"{title} {invoice.number}")
+    pdf.set_author(invoice.issuer.name)
     pdf.set_creator("gpucloud")
     pdf.set_creation_date(invoice.issued_at or invoice.period_start)
     pdf.add_page()
-    _issuer_block(pdf, invoice)
-    _title_block(pdf, invoice)
-    _bill_to_block(pdf, invoice)
+    issuer_bottom = _issuer_block(pdf, invoice)
+    title_bottom = _title_block(pdf, invoice)
+    _bill_to_block(pdf, invoice, max(issuer_bottom, title_bottom))
     _lines_table(pdf, invoice)
     _totals_block(pdf, invoice)
     return bytes(pdf.output())

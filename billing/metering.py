@@ -1,7 +1,8 @@
 """Usage segments and the meter.
 
 A GPU segment opens when an instance enters ``running`` and closes when it leaves it; a
-disk segment does the same for ``stopped``. The receiver of ``instance_state_changed``
+disk segment does the same for the states its disk rests in (stopped, failed, queued again)
+once the instance was placed. The receiver of ``instance_state_changed``
 calls ``record_transition``; because that signal is sent after commit, a crash between the
 commit and the receiver would lose a segment, so the meter also repairs segments from the
 instances' event history (``reconcile``). Both sides are idempotent: a segment is unique by
@@ -10,7 +11,15 @@ instances' event history (``reconcile``). Both sides are idempotent: a segment i
 The meter then rates every segment that is open or closed but not yet rated
 (``rate_pending``) into ``UsagePiece`` rows, one per UTC month and price, upserted by
 ``(segment, start)``: rating again gives the same rows. Pieces in a month whose invoice is
-no longer a draft are never written again (an issued invoice is immutable).
+no longer a draft are never written again (an issued invoice is immutable): a change there
+(a late failover that moves a stop back, a repair) is billed as a ``UsageCorrection`` in the
+month open when the meter finds it, once.
+
+A price point added since the meter's last run marks every GPU segment of its spec with time
+at or after its effective moment unrated (``mark_repriced``), so the stored pieces are rated
+with the price history as it is now, the one ``rate`` that the usage page, the API, the
+draft and the budget use live: a point back-dated into the open month re-rates all of that
+month's usage of the spec from its effective moment on, whatever was rated before.
 """
 
 import dataclasses
@@ -23,7 +32,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, Max, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from billing import locks
@@ -31,22 +40,37 @@ from billing.bulk import upsert_rows
 from billing.models import (
     Invoice,
     MeterCursor,
+    UsageCorrection,
     UsageKind,
     UsagePiece,
     UsageSegment,
     decimal_to_micros,
 )
-from billing.rating import DiskPiece, PricePoint, RatedPiece, as_utc, rate_disk, rate_segment
+from billing.rating import (
+    DiskPiece,
+    PricePoint,
+    RatedPiece,
+    as_utc,
+    month_start,
+    rate_disk,
+    rate_segment,
+)
 from console.catalog.models import Spec, SpecPrice
 from console.instances.models import Instance, InstanceEvent, State
 
 log = logging.getLogger(__name__)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The state a segment kind bills for.
-KIND_STATE = {UsageKind.GPU: State.RUNNING, UsageKind.DISK: State.STOPPED}
+# The states a segment kind bills for: the GPU while it runs; the disk while it rests on its
+# host without a workload (stopped, failed, queued again), from the first placement (where
+# it is made) until terminate deletes it. The moves between (stopping, starting, rebooting,
+# provisioning: seconds, or the pull of an image) bill neither.
+KIND_STATES = {
+    UsageKind.GPU: frozenset({State.RUNNING}),
+    UsageKind.DISK: frozenset({State.STOPPED, State.FAILED, State.PENDING}),
+}
 # Entering these places an instance on a host, where its disk is made: only an instance that
-# was placed has a disk to bill while stopped (one stopped while still queued has none).
+# was placed has a disk to bill (one stopped while still queued has none).
 PLACED_STATES = (State.PROVISIONING, State.STARTING)
 # Instances with a transition this recent are checked against their segments on every run.
 REPAIR_WINDOW = timedelta(hours=1)
@@ -198,13 +222,71 @@ def locked_segments(segments: QuerySet) -> list:
     return list(locks.segments(segments).values_list(*SEGMENT_COLUMNS, named=True))
 
 
-def frozen_months(tenant_ids: Iterable[int]) -> set[tuple[int, date]]:
-    """(tenant, month) pairs whose invoice is issued: their pieces never change again."""
-    return set(
-        Invoice.objects.filter(kind=Invoice.Kind.INVOICE, tenant_id__in=set(tenant_ids))
+def frozen_months(tenant_ids: Iterable[int]) -> dict[tuple[int, date], int]:
+    """(tenant, month) pairs whose invoice is issued, with that invoice: their pieces never
+    change again (a change is billed later, as a ``UsageCorrection``)."""
+    return {
+        (tenant_id, month): pk
+        for pk, tenant_id, month in Invoice.objects.filter(
+            kind=Invoice.Kind.INVOICE, tenant_id__in=set(tenant_ids)
+        )
         .exclude(status=Invoice.Status.DRAFT)
-        .values_list("tenant_id", "month")
+        .values_list("pk", "tenant_id", "month")
+    }
+
+
+def corrections_held(segment_ids: Iterable[int]) -> dict[tuple[int, datetime], tuple[int, int]]:
+    """Per corrected piece (segment, start), the seconds and millionths its corrections
+    already add."""
+    held: dict[tuple[int, datetime], tuple[int, int]] = {}
+    rows = UsageCorrection.objects.filter(segment_id__in=segment_ids).values_list(
+        "segment_id", "start", "seconds", "amount_micros"
     )
+    for segment_id, start, seconds, micros in rows:
+        before = held.get((segment_id, start), (0, 0))
+        held[(segment_id, start)] = (before[0] + seconds, before[1] + micros)
+    return held
+
+
+def correction(
+    row: PieceRow | None,
+    stored: PieceRow | None,
+    held: tuple[int, int],
+    invoice_id: int,
+    now: datetime,
+) -> list[UsageCorrection]:
+    """What a piece of an issued month (``stored``, as invoiced; None: it had none) now
+    rates at (``row``; None: nothing) and its corrections (``held``) do not bill yet: a
+    correction billed in the month open at ``now``, or nothing."""
+    base = row or stored
+    seconds = (row.seconds if row else 0) - (stored.seconds if stored else 0) - held[0]
+    micros = (row.amount_micros if row else 0) - (stored.amount_micros if stored else 0) - held[1]
+    if not seconds and not micros:
+        return []
+    log.warning(
+        "usage of segment %s in %s changed after its invoice was issued; the difference is "
+        "billed in %s",
+        base.segment_id,
+        base.month,
+        f"{now:%Y-%m}",
+    )
+    return [
+        UsageCorrection(
+            segment_id=base.segment_id,
+            start=base.start,
+            corrects_id=invoice_id,
+            tenant_id=base.tenant_id,
+            instance_id=base.instance_id,
+            spec_id=base.spec_id,
+            kind=base.kind,
+            disk_gib=base.disk_gib,
+            unit_price=base.unit_price,
+            month=month_start(now).date(),
+            seconds=seconds,
+            amount_micros=micros,
+            created_at=now,
+        )
+    ]
 
 
 def store_pieces(
@@ -212,8 +294,10 @@ def store_pieces(
 ) -> int:
     """Rate ``segments`` (locked by the caller) as of ``now`` and make their stored pieces
     match: upsert what changed, delete what no longer exists, mark fully rated segments
-    ``rated``, and make sure each (tenant, month) billed has an invoice (a draft). Months
-    already invoiced are left alone. Answers how many pieces were written."""
+    ``rated``, and make sure each (tenant, month) billed has an invoice (a draft). Pieces of
+    months already invoiced stay as invoiced: what they now rate at beyond them and their
+    corrections becomes a correction in the month open at ``now``. Answers how many pieces
+    were written."""
     if not segments:
         return 0
     by_pk = {segment.pk: segment for segment in segments}
@@ -227,8 +311,10 @@ def store_pieces(
             )
         )
     }
+    held = corrections_held(by_pk)
     keep: set[tuple[int, datetime]] = set()
     upserts: list[PieceRow] = []
+    fixes: list[UsageCorrection] = []
     rated: list[int] = []
     for segment in segments:
         pieces = rate(segment, prices, now)
@@ -237,30 +323,30 @@ def store_pieces(
             key = (segment.pk, row.start)
             keep.add(key)
             old = stored.get(key)
-            if old is not None and _same(old, row):
-                continue
-            if (segment.tenant_id, row.month) in frozen:
-                log.warning(
-                    "usage of segment %s in %s changed after its invoice was issued; "
-                    "the invoice stands",
-                    segment.pk,
-                    row.month,
-                )
-                continue
-            upserts.append(row)
+            invoice_id = frozen.get((segment.tenant_id, row.month))
+            if invoice_id is not None:
+                fixes += correction(row, old, held.get(key, (0, 0)), invoice_id, now)
+            elif old is None or not _same(old, row):
+                upserts.append(row)
         closed = segment.ended_at is not None and segment.ended_at <= now
         if closed and all(piece.is_final for piece in pieces):
             rated.append(segment.pk)
-    stale = [
-        piece.pk
-        for key, piece in stored.items()
-        if key not in keep and (piece.tenant_id, piece.month) not in frozen
-    ]
+    stale = []
+    for key, piece in stored.items():
+        invoice_id = frozen.get((piece.tenant_id, piece.month))
+        if key in keep:
+            continue
+        if invoice_id is None:
+            stale.append(piece.pk)
+        else:
+            fixes += correction(None, piece, held.get(key, (0, 0)), invoice_id, now)
     if stale:
         UsagePiece.objects.filter(pk__in=stale).delete()
     if upserts:
         upsert_rows(UsagePiece, ("segment", "start"), PIECE_FIELDS, upserts)
-        ensure_drafts({(row.tenant_id, row.month) for row in upserts})
+    if fixes:
+        UsageCorrection.objects.bulk_create(fixes)
+    ensure_drafts({(row.tenant_id, row.month) for row in [*upserts, *fixes]})
     if rated:
         UsageSegment.objects.filter(pk__in=rated).update(rated=True)
     return len(upserts)
@@ -295,11 +381,51 @@ def unrated(now: datetime, period: tuple[datetime, datetime] | None = None) -> Q
     return segments
 
 
+def mark_repriced() -> int:
+    """Mark unrated every GPU segment that a price point added since the last look
+    (``MeterCursor.price_id``) prices differently: those of its spec with time at or after
+    its effective moment (all of them for a new first point, which also covers the time
+    before it). ``rate_pending`` then rates them again. Answers how many were marked."""
+    with transaction.atomic():
+        cursor, _ = MeterCursor.objects.get_or_create(pk=1)
+        new = list(
+            SpecPrice.objects.filter(pk__gt=cursor.price_id).values_list(
+                "pk", "spec_id", "effective_from"
+            )
+        )
+        if not new:
+            return 0
+        since: dict[int, datetime] = {}
+        for _, spec_id, effective_from in new:
+            since[spec_id] = min(since.get(spec_id, effective_from), effective_from)
+        first = dict(
+            SpecPrice.objects.filter(spec_id__in=since)
+            .values("spec_id")
+            .annotate(first=Min("effective_from"))
+            .values_list("spec_id", "first")
+        )
+        repriced = Q()
+        for spec_id, moment in since.items():
+            if moment <= first[spec_id]:
+                moment = EPOCH
+            repriced |= Q(spec_id=spec_id) & (Q(ended_at__isnull=True) | Q(ended_at__gt=moment))
+        marked = (
+            UsageSegment.objects.filter(kind=UsageKind.GPU, rated=True)
+            .filter(repriced)
+            .update(rated=False)
+        )
+        newest = max(pk for pk, _, _ in new)
+        MeterCursor.objects.filter(pk=1, price_id__lt=newest).update(price_id=newest)
+    return marked
+
+
 def rate_pending(now: datetime | None = None, *, period=None, chunk_size: int = CHUNK_SIZE) -> int:
     """Rate every open or not yet rated segment (those overlapping ``period`` only, when
-    given), in chunks, each in its own transaction with its segments locked in pk order.
-    Answers how many pieces were written."""
+    given), those a new price point reprices included, in chunks, each in its own
+    transaction with its segments locked in pk order. Answers how many pieces were
+    written."""
     now = now or timezone.now()
+    mark_repriced()
     pending = unrated(now, period)
     ids = list(pending.order_by("pk").values_list("pk", flat=True))
     if not ids:
@@ -374,18 +500,23 @@ def open_segment(instance: Instance, kind: str, at: datetime) -> UsageSegment:
     return segment
 
 
-def close_segment(instance: Instance, kind: str, at: datetime) -> None:
-    """The instance left the state ``kind`` bills for at ``at``. Idempotent."""
+def close_segment(instance: Instance, kind: str, at: datetime, to_state: str = "") -> None:
+    """The instance left the states ``kind`` bills for at ``at``, for ``to_state``; a
+    segment that then bills nothing (``bills``) is dropped. Idempotent."""
     at = as_utc(at, "at")
     with transaction.atomic():
-        open_ids = list(
+        open_segments = list(
             locks.segments(
                 UsageSegment.objects.filter(
                     instance_id=instance.pk, kind=kind, ended_at__isnull=True, started_at__lte=at
                 )
-            ).values_list("pk", flat=True)
+            ).values_list("pk", "started_at", named=True)
         )
+        open_ids = [segment.pk for segment in open_segments]
         if len(open_ids) == 1:
+            if not bills(kind, Period(open_segments[0].started_at, at, None, to_state)):
+                drop_segments(open_ids, at)
+                return
             UsageSegment.objects.filter(pk=open_ids[0]).update(ended_at=at, rated=False)
             return
     closed = UsageSegment.objects.filter(instance_id=instance.pk, kind=kind, ended_at=at)
@@ -402,14 +533,37 @@ def has_disk(instance: Instance, at: datetime) -> bool:
 
 def record_transition(instance: Instance, from_state: str, to_state: str, at: datetime) -> None:
     """Open and close the segments a transition implies (the signal receiver's work)."""
-    for kind, state in KIND_STATE.items():
-        if from_state == state and to_state != state:
-            close_segment(instance, kind, at)
-    for kind, state in KIND_STATE.items():
-        if to_state == state and from_state != state:
+    for kind, states in KIND_STATES.items():
+        if from_state in states and to_state not in states:
+            close_segment(instance, kind, at, to_state)
+    for kind, states in KIND_STATES.items():
+        if to_state in states and from_state not in states:
             if kind == UsageKind.DISK and not has_disk(instance, at):
                 continue
             open_segment(instance, kind, at)
+
+
+def bills(kind: str, period: "Period") -> bool:
+    """Whether a period is billed: one of no length is not, a disk's (nothing to bill) or a
+    run that failed at the instant it began (its workload never ran: a command not in the
+    image, an image that could not be pulled); any other run bills at least the minimum."""
+    if period.end != period.start:
+        return True
+    return kind == UsageKind.GPU and period.ended_by != State.FAILED
+
+
+def drop_segments(segment_ids: Sequence[int], at: datetime) -> int:
+    """Delete segments that bill nothing, with their pieces; one with a piece in an issued
+    month stays, closed at ``at`` (the invoice stands). Answers how many went."""
+    pieces = UsagePiece.objects.filter(segment_id__in=segment_ids)
+    months = set(pieces.values_list("tenant_id", "month"))
+    frozen = months & frozen_months(tenant_id for tenant_id, _ in months).keys()
+    kept = set(
+        pieces.filter(month__in={month for _, month in frozen}).values_list("segment_id", flat=True)
+    )
+    UsageSegment.objects.filter(pk__in=kept).update(ended_at=at, rated=False)
+    deleted, _ = UsageSegment.objects.filter(pk__in=set(segment_ids) - kept).delete()
+    return deleted
 
 
 def end_at_last_heartbeat(instance: Instance, at: datetime) -> int:
@@ -430,29 +584,32 @@ def end_at_last_heartbeat(instance: Instance, at: datetime) -> int:
 @dataclass(frozen=True)
 class Period:
     """Time an instance spent in a billed state, with the spec it had (None: not recorded
-    on its events, which are older than ``InstanceEvent.spec``)."""
+    on its events, which are older than ``InstanceEvent.spec``) and the state it left for."""
 
     start: datetime
     end: datetime | None
     spec_id: int | None
+    ended_by: str = ""
 
 
 def periods_from_events(
     events: Iterable[tuple[str, str, datetime, int | None]],
 ) -> dict[str, list[Period]]:
-    """Per segment kind, the periods the instance spent in its state, from its events
+    """Per segment kind, the periods the instance spent in its states, from its events
     (from_state, to_state, at, spec_id) in order; the last one may still be open (end None).
     A period has the spec of the event that began it, as a segment opened by the signal
-    does. Time stopped before the instance was first placed has no disk: no disk period."""
-    periods: dict[str, list[Period]] = {kind: [] for kind in KIND_STATE}
+    does. Time before the instance was first placed has no disk: no disk period."""
+    periods: dict[str, list[Period]] = {kind: [] for kind in KIND_STATES}
     state, placed = "", False
     for from_state, to_state, at, spec_id in events:
         if from_state == to_state and from_state:
             continue  # a note, not a transition
-        for kind, billed in KIND_STATE.items():
-            if state == billed and to_state != billed and periods[kind]:
-                periods[kind][-1] = dataclasses.replace(periods[kind][-1], end=at)
-            elif to_state == billed and state != billed and (placed or kind != UsageKind.DISK):
+        for kind, billed in KIND_STATES.items():
+            if state in billed and to_state not in billed and periods[kind]:
+                periods[kind][-1] = dataclasses.replace(
+                    periods[kind][-1], end=at, ended_by=to_state
+                )
+            elif to_state in billed and state not in billed and (placed or kind != UsageKind.DISK):
                 periods[kind].append(Period(at, None, spec_id))
         state = to_state
         placed = placed or to_state in PLACED_STATES
@@ -476,10 +633,10 @@ def disk_price_at(at: datetime) -> Decimal:
 def reconcile_instances(instance_ids: Iterable[int]) -> int:
     """Make the instances' segments match their event history: create the segments of
     periods that have none (each with the spec it had then, the disk of that spec and the
-    disk price of that time), close open segments whose period ended, and pull back to its
+    disk price of that time), close open segments whose period ended, pull back to its
     period's end a segment closed later than that (never forward: a GPU segment ended at a
-    lost host's last heartbeat stays there). Answers how many segments were created or
-    closed."""
+    lost host's last heartbeat stays there), and drop those of periods that bill nothing.
+    Answers how many segments were created, closed or dropped."""
     instance_ids = sorted(set(instance_ids))
     if not instance_ids:
         return 0
@@ -504,13 +661,19 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
     }
     to_create: list[UsageSegment] = []
     to_close: list[tuple[int, datetime]] = []
+    to_drop: list[tuple[int, datetime]] = []
     for instance_id, history in events.items():
         instance = instances.get(instance_id)
         if instance is None:
             continue
         for kind, periods in periods_from_events(history).items():
+            billed = {period.start for period in periods if bills(kind, period)}
             for period in periods:
                 segment = segments.get((instance_id, kind, period.start))
+                if period.start not in billed:
+                    if segment is not None:  # opened by its signal; its period bills nothing
+                        to_drop.append((segment.pk, period.start))
+                    continue
                 if segment is None:
                     to_create.append(
                         _new_segment(
@@ -542,6 +705,8 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
                 .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=end))
                 .update(ended_at=end, rated=False)
             )
+        for pk, start in sorted(to_drop):
+            changed += drop_segments([pk], start)
     if changed:
         log.warning(
             "billing repaired %d segment(s) of instance(s) %s from their events",
@@ -553,21 +718,21 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
 
 def instances_to_reconcile(now: datetime, window: timedelta = REPAIR_WINDOW) -> set[int]:
     """Instances whose segments may not match their history: in a billed state without an
-    open segment, with an open segment while out of its state, or with a recent
-    transition."""
+    open segment (for the disk: once placed), with an open segment while out of its states,
+    or with a recent transition."""
     candidates: set[int] = set()
-    for kind, state in KIND_STATE.items():
+    placed = InstanceEvent.objects.filter(instance=OuterRef("pk"), to_state__in=PLACED_STATES)
+    for kind, states in KIND_STATES.items():
         open_segment_of = UsageSegment.objects.filter(
             instance=OuterRef("pk"), kind=kind, ended_at__isnull=True
         )
-        candidates.update(
-            Instance.objects.filter(state=state)
-            .exclude(Exists(open_segment_of))
-            .values_list("pk", flat=True)
-        )
+        billed = Instance.objects.filter(state__in=states).exclude(Exists(open_segment_of))
+        if kind == UsageKind.DISK:
+            billed = billed.filter(Exists(placed))
+        candidates.update(billed.values_list("pk", flat=True))
         candidates.update(
             UsageSegment.objects.filter(kind=kind, ended_at__isnull=True)
-            .exclude(instance__state=state)
+            .exclude(instance__state__in=states)
             .values_list("instance_id", flat=True)
         )
     candidates.update(

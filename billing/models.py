@@ -262,6 +262,37 @@ class InvoiceLine(models.Model):
         return f"{self.description}: {self.amount}"
 
 
+class UsageCorrection(models.Model):
+    """A change to usage of a month whose invoice is already issued (a late failover that
+    moves a stop back, a repair from the events): the issued invoice stands, and the
+    difference is billed on the invoice of ``month``, the month open when the meter found
+    it, as a line naming the invoice it corrects.
+
+    Keyed like the piece it corrects, ``(segment, start)``; the meter adds a row only for
+    what the rows of that key do not hold yet, so running it again adds nothing."""
+
+    segment = models.ForeignKey(UsageSegment, on_delete=models.CASCADE, related_name="corrections")
+    start = models.DateTimeField(help_text="the start of the corrected piece")
+    corrects = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="corrected_by")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    instance = models.ForeignKey(Instance, on_delete=models.PROTECT, related_name="+")
+    spec = models.ForeignKey(Spec, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=8, choices=UsageKind.choices)
+    disk_gib = models.PositiveIntegerField(default=0)
+    unit_price = models.DecimalField(max_digits=18, decimal_places=6)
+    month = models.DateField(help_text="first day of the UTC month it is billed in")
+    seconds = models.BigIntegerField(help_text="seconds added (negative: taken back)")
+    amount_micros = models.BigIntegerField(help_text="the amount in millionths")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["segment", "start", "pk"]
+        indexes = [models.Index(fields=["month", "tenant"], name="correction_month_tenant")]
+
+    def __str__(self) -> str:
+        return f"correction of {self.corrects_id} in {self.month:%Y-%m}: {self.amount_micros}"
+
+
 class CreditGrant(models.Model):
     """Credit given to a tenant. Finalization uses it (never more than an invoice's
     subtotal); what is left carries over to the next invoice."""
@@ -344,12 +375,14 @@ class BudgetAlert(models.Model):
 
 
 class MeterCursor(models.Model):
-    """How far the meter has compared segments with the event history: the newest instance
-    event seen by its last repair. One row. Events after it are checked on the next run
-    however long the meter was away (the recent-transition window alone would miss a signal
-    lost while the meter was down for longer than the window)."""
+    """How far the meter has looked: the newest instance event seen by its last repair, and
+    the newest price point (``SpecPrice``) whose segments it marked for rating again. One
+    row. Events and points after them are checked on the next run however long the meter was
+    away (the recent-transition window alone would miss a signal lost while the meter was
+    down for longer than the window)."""
 
     event_id = models.BigIntegerField(default=0)
+    price_id = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
-        return f"events up to {self.event_id}"
+        return f"events up to {self.event_id}, prices up to {self.price_id}"

@@ -4,6 +4,10 @@ API (lines, per instance, per spec, per day, current rate, forecast). Read only.
 Lines group usage by (kind, instance, spec, unit price, disk size), both here (rated live
 from the segments) and in finalization (summed from the stored pieces), through the same
 ``make_line``, so a month's report and its invoice show the same lines.
+
+A month whose invoice is issued is history: its report is the invoice's stored lines, and
+its days spread the stored pieces that invoice was made from, never a live rating (a
+correction that arrives after issue changes neither).
 """
 
 from collections import defaultdict
@@ -13,12 +17,21 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounts.models import Tenant
 from billing.metering import price_history, rate, unit_price
-from billing.models import UsageKind, UsageSegment, decimal_to_micros, micros_to_decimal
+from billing.models import (
+    Invoice,
+    UsageCorrection,
+    UsageKind,
+    UsagePiece,
+    UsageSegment,
+    decimal_to_micros,
+    micros_to_decimal,
+    month_bounds,
+)
 from billing.rating import (
     ZERO,
     forecast_month_end,
@@ -41,6 +54,7 @@ class LineKey:
     spec_id: int
     unit_price: Decimal
     disk_gib: int
+    corrects: str = ""  # a correction's line: the number of the issued invoice it corrects
 
 
 @dataclass(frozen=True)
@@ -78,10 +92,14 @@ def disk_hourly(gib: int, price_per_gib_month: Decimal, month: date) -> Decimal:
     )
 
 
-def describe(kind: str, spec_name: str, disk_gib: int, unit_price: Decimal) -> str:
-    if kind == UsageKind.GPU:
-        return f"GPU time: {spec_name}"
-    return f"Disk while stopped: {disk_gib} GiB at {unit_price.normalize():f} per GiB-month"
+def describe(key: LineKey, spec_name: str, instance_name: str) -> str:
+    if key.kind == UsageKind.GPU:
+        what = f"GPU time: {spec_name}"
+    else:
+        what = f"Disk: {key.disk_gib} GiB at {key.unit_price.normalize():f} per GiB-month"
+    if key.corrects:
+        return f"Correction to {key.corrects}, {instance_name}: {what}"
+    return what
 
 
 def make_line(
@@ -104,7 +122,7 @@ def make_line(
         instance_name=instance_name,
         spec_code=spec_code,
         spec_name=spec_name,
-        description=describe(key.kind, spec_name, key.disk_gib, key.unit_price),
+        description=describe(key, spec_name, instance_name),
         seconds=seconds,
         unit_price=key.unit_price,
         unit_price_per_hour=hourly,
@@ -275,7 +293,51 @@ def _rate_month(tenant_ids, month: date, now: datetime, on_segment=None) -> dict
             on_segment(segment, prices)
         if segment.ended_at is None and start <= now < end:
             tenant.accruing.append((segment, _per_hour(segment, prices, now)))
+    for row in month_corrections(tenant_ids, month, now):
+        tenant = rated[row["tenant_id"]]
+        key = correction_key(row)
+        tenant.seconds[key] += row["total_seconds"]
+        tenant.micros[key] += row["micros"]
     return rated
+
+
+CORRECTION_GROUP = (
+    "tenant_id",
+    "kind",
+    "instance_id",
+    "instance__name",
+    "spec_id",
+    "spec__code",
+    "spec__name",
+    "unit_price",
+    "disk_gib",
+    "corrects__number",
+)
+
+
+def month_corrections(tenant_ids, month: date, now: datetime | None = None):
+    """The corrections billed in ``month`` (made by ``now``), grouped by line, with their
+    ``total_seconds`` and ``micros``: what the month's invoice adds for issued invoices that
+    changed (``UsageCorrection``)."""
+    rows = UsageCorrection.objects.filter(tenant_id__in=tenant_ids, month=month)
+    if now is not None:
+        rows = rows.filter(created_at__lte=now)
+    return (
+        rows.values(*CORRECTION_GROUP)
+        .annotate(total_seconds=Sum("seconds"), micros=Sum("amount_micros"))
+        .order_by()
+    )
+
+
+def correction_key(row: dict) -> LineKey:
+    return LineKey(
+        row["kind"],
+        row["instance_id"],
+        row["spec_id"],
+        row["unit_price"],
+        row["disk_gib"],
+        row["corrects__number"],
+    )
 
 
 @dataclass(frozen=True)
@@ -307,9 +369,18 @@ def so_far(tenant_ids, month: date, now: datetime | None = None) -> dict[int, So
 
 
 def usage_report(tenant: Tenant, month: date, now: datetime | None = None) -> UsageReport:
-    """The tenant's usage in ``month`` as of ``now``, rated live from its segments (its
-    ``total`` is ``so_far``'s amount at the same moment)."""
+    """The tenant's usage in ``month`` as of ``now``: as issued when the month's invoice is
+    issued (``issued_report``), else rated live from its segments (its ``total`` is
+    ``so_far``'s amount at the same moment)."""
     now = now or timezone.now()
+    invoice = (
+        Invoice.objects.filter(tenant=tenant, kind=Invoice.Kind.INVOICE, month=month)
+        .exclude(status=Invoice.Status.DRAFT)
+        .select_related("tenant")
+        .first()
+    )
+    if invoice is not None:
+        return issued_report(invoice, now)
     start = datetime(month.year, month.month, 1, tzinfo=UTC)
     end = next_month_start(start)
     daily: dict[date, Decimal] = defaultdict(lambda: ZERO)
@@ -319,6 +390,8 @@ def usage_report(tenant: Tenant, month: date, now: datetime | None = None) -> Us
         now,
         on_segment=lambda segment, prices: _add_daily(daily, segment, prices, start, end, now),
     ).get(tenant.pk, _Rated())
+    for day, amount in correction_days(tenant.pk, month, now):
+        daily[day] += micros_to_decimal(amount)
     seconds, micros, accruing = rated.seconds, rated.micros, rated.accruing
     instance_ids = {key.instance_id for key in seconds} | {s.instance_id for s, _ in accruing}
     names = dict(Instance.objects.filter(pk__in=instance_ids).values_list("pk", "name"))
@@ -364,6 +437,68 @@ def usage_report(tenant: Tenant, month: date, now: datetime | None = None) -> Us
             for segment, per_hour in accruing
         ],
     )
+
+
+def issued_report(invoice: Invoice, now: datetime) -> UsageReport:
+    """The report of a month whose invoice is issued (finalized, paid or void): the
+    invoice's lines as stored, and per day the stored pieces it was made from. Nothing
+    accrues in it."""
+    rows = list(invoice.lines.order_by("position"))
+    names = dict(
+        Spec.objects.filter(code__in={row.spec_code for row in rows}).values_list("code", "name")
+    )
+    lines = [
+        UsageLine(
+            kind=row.kind,
+            instance_id=row.instance_id or 0,
+            instance_name=row.instance_name,
+            spec_code=row.spec_code,
+            spec_name=names.get(row.spec_code, row.spec_code),
+            description=row.description,
+            seconds=row.seconds,
+            unit_price=row.unit_price_per_hour,  # an issued line keeps its price per hour only
+            unit_price_per_hour=row.unit_price_per_hour,
+            disk_gib=0,
+            amount=row.amount,
+        )
+        for row in rows
+    ]
+    start, end = month_bounds(invoice.month)
+    pieces = UsagePiece.objects.filter(tenant_id=invoice.tenant_id, month=invoice.month)
+    daily: dict[date, int] = defaultdict(int)
+    for piece_start, piece_end, micros in pieces.values_list("start", "end", "amount_micros"):
+        _spread(daily, piece_start, piece_end, micros)
+    for day, micros in correction_days(invoice.tenant_id, invoice.month, now):
+        daily[day] += micros
+    days = []
+    day = start
+    while day < end:
+        days.append(Day(day.date(), micros_to_decimal(daily.get(day.date(), 0))))
+        day += timedelta(days=1)
+    return UsageReport(tenant=invoice.tenant, month=invoice.month, now=now, lines=lines, daily=days)
+
+
+def correction_days(tenant_id: int, month: date, now: datetime) -> list[tuple[date, int]]:
+    """The corrections billed in ``month`` by ``now``: the day each was made, its amount
+    (millionths)."""
+    return [
+        (made.date(), micros)
+        for made, micros in UsageCorrection.objects.filter(
+            tenant_id=tenant_id, month=month, created_at__lte=now
+        ).values_list("created_at", "amount_micros")
+    ]
+
+
+def _spread(daily: dict[date, int], start: datetime, end: datetime, micros: int) -> None:
+    """Add a stored piece's amount (millionths) to the days it covers, in proportion to its
+    time in each (all on its first day when it has no length), exactly."""
+    length = (end - start) // timedelta(microseconds=1)
+    before, spread = start, 0
+    for moment in [*_midnights(start, end), end]:
+        elapsed = (moment - start) // timedelta(microseconds=1)
+        cumulative = micros * elapsed // length if length else micros
+        daily[before.date()] += cumulative - spread
+        before, spread = moment, cumulative
 
 
 def _month_amount(segment, prices, month: datetime, at: datetime) -> Decimal:

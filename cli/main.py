@@ -10,6 +10,7 @@ import os
 import shlex
 import sys
 import time
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import httpx
@@ -76,6 +77,13 @@ class Client:
                 return results
 
 
+def money(amount: str, currency: str, places: int = 2) -> str:
+    """The console's money format (billing.money.format_money): charged amounts in cents,
+    rated ones (lines, prices, rates) at 6 places, with the currency: 1,234.50 USD."""
+    value = Decimal(amount).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    return f"{value + 0:,.{places}f} {currency}"
+
+
 def table(rows: list[dict], columns: list[str]) -> str:
     if not rows:
         return "(none)"
@@ -120,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument(
         "--port", action="append", default=[], dest="ports", metavar="PORT:NAME",
         help="a web port to open through the console, e.g. 8080:app (repeat for more)",
+    )  # fmt: skip
+    launch.add_argument(
+        "--restart", choices=("never", "on-failure", "always"),
+        help="whether it runs again after a failure, such as its host lost (default: its image's)",
+    )  # fmt: skip
+    launch.add_argument(
+        "--on-host-loss", choices=("keep_disk", "fresh_disk"),
+        help="if its host is lost: keep_disk (wait for the host, which holds its disk; default) "
+        "or fresh_disk (run again elsewhere on a new, empty disk)",
     )  # fmt: skip
     keys = sub.add_parser("ssh-keys", help="your SSH keys in this tenant")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -261,6 +278,10 @@ def run(args, config: dict) -> tuple[object, str]:
             body["ssh_keys"] = args.ssh_keys
         if args.ports:
             body["ports"] = [parse_port(item) for item in args.ports]
+        if args.restart:
+            body["restart_policy"] = args.restart
+        if args.on_host_loss:
+            body["on_host_loss"] = args.on_host_loss
         try:
             instance = client.call("POST", "instances/", json=body)
         except CliError as error:
@@ -313,15 +334,26 @@ def run(args, config: dict) -> tuple[object, str]:
         return instance, table([instance], INSTANCE_COLUMNS)
     if args.command == "usage":
         usage = client.call("GET", "usage/", params={"month": args.month} if args.month else {})
-        lines = [{**line, "instance": line["instance"]["name"]} for line in usage["lines"]]
+        currency = usage["currency"]
+        lines = [
+            {
+                **line,
+                "instance": line["instance"]["name"],
+                "price_per_hour": money(line["price_per_hour"], currency, 6),
+                "amount": money(line["amount"], currency, 6),
+            }
+            for line in usage["lines"]
+        ]
         text = table(lines, ["instance", "kind", "spec", "seconds", "price_per_hour", "amount"])
+        forecast = "-" if usage["forecast"] is None else money(usage["forecast"], currency)
         return usage, (
-            f"{text}\n\ntotal {usage['total']} {usage['currency']} · now "
-            f"{usage['rate_per_hour']}/h · month-end forecast {usage['forecast']}"
+            f"{text}\n\ntotal {money(usage['total'], currency)} · now "
+            f"{money(usage['rate_per_hour'], currency, 6)}/h · month-end forecast {forecast}"
         )
     if args.command == "invoices":
         rows = client.all("invoices/")
-        return rows, table(rows, ["id", "number", "month", "status", "total", "currency"])
+        shown = [{**row, "total": money(row["total"], row["currency"])} for row in rows]
+        return rows, table(shown, ["id", "number", "month", "status", "total"])
     raise CliError(f"unknown command {args.command}")
 
 

@@ -11,11 +11,13 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-def enqueue_on_commit(task_name: str, *args) -> None:
+def enqueue_on_commit(task_name: str, *args, countdown: float | None = None) -> None:
     """Queue the task registered as ``task_name`` once the current transaction commits (at
-    once outside one). By its pinned name, so that a module queues work without importing
-    the module (or the layer) that does it."""
-    transaction.on_commit(lambda: app.signature(task_name, args=args).delay())
+    once outside one), to run `countdown` seconds later if given. By its pinned name, so that
+    a module queues work without importing the module (or the layer) that does it."""
+    transaction.on_commit(
+        lambda: app.signature(task_name, args=args).apply_async(countdown=countdown)
+    )
 
 
 @signals.setup_logging.connect

@@ -385,7 +385,10 @@ INVITATION_VALID_DAYS = env_int("INVITATION_VALID_DAYS", 7)
 
 # Fleet
 HOST_HEARTBEAT_GRACE_SECONDS = env_float("HOST_HEARTBEAT_GRACE_SECONDS", 15.0)
-HOST_FAILOVER_SECONDS = env_float("HOST_FAILOVER_SECONDS", 60.0)
+# A host unreachable this long is lost: its instances (`unreachable` meanwhile, and adopted
+# back if it returns sooner) fail over. Minutes, so that an agent's upgrade or restart keeps
+# its workloads.
+HOST_FAILOVER_SECONDS = env_float("HOST_FAILOVER_SECONDS", 300.0)
 # Hosts that stop being heard within one grace period of each other, this share of the fleet
 # or more (and at least two), are not failed over: the console's own outage, most likely.
 HOST_FAILOVER_SILENT_SHARE = env_float("HOST_FAILOVER_SILENT_SHARE", 1.0)

@@ -3,25 +3,26 @@ from decimal import Decimal
 from django import template
 from django.conf import settings
 
+from billing.money import AS_RATED, format_money
 from billing.services import stopped_disk_cost_per_month
 
 register = template.Library()
 
 
 @register.filter
-def money(value) -> str:
-    """An amount in cents with thousands separators (half-up), e.g. 1,234.50."""
+def money(value, currency=None) -> str:
+    """A charged amount in cents with the currency (``billing.money``): 1,234.50 USD."""
     if value is None or value == "":
         return "—"
-    return f"{Decimal(value).quantize(Decimal('0.01'), rounding='ROUND_HALF_UP') + 0:,.2f}"
+    return format_money(value, currency or settings.BILLING_CURRENCY)
 
 
 @register.filter
-def micro(value) -> str:
-    """An amount at 6 places, as billed."""
+def micro(value, currency=None) -> str:
+    """A rated amount or price at 6 places, as billed, with the currency: 0.002000 USD."""
     if value is None or value == "":
         return "—"
-    return f"{Decimal(value):,.6f}"
+    return format_money(value, currency or settings.BILLING_CURRENCY, AS_RATED)
 
 
 @register.filter

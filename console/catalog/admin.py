@@ -23,11 +23,28 @@ class GpuModelAdmin(admin.ModelAdmin):
     inlines = [MigProfileInline]
 
 
+# What a price point does, as the price admin states it (billing.metering.mark_repriced).
+PRICE_CHANGE_RULE = (
+    "The price from this moment on. A moment already past in the open month re-rates all of "
+    "this month's usage of the spec from then on, on the usage page, the API, the budget and "
+    "the invoice alike. An earlier month is invoiced, so it is refused: a correction there is "
+    "a credit note."
+)
+
+
+class SpecPriceForm(forms.ModelForm):
+    class Meta:
+        model = SpecPrice
+        fields = ["effective_from", "price_per_hour"]
+        help_texts = {"effective_from": PRICE_CHANGE_RULE}
+
+
 class SpecPriceInline(admin.TabularInline):
     """The price history: points are added, never edited or deleted (usage was billed and
-    shown with them); a change takes effect from its time on."""
+    shown with them); a change takes effect from its time on (``PRICE_CHANGE_RULE``)."""
 
     model = SpecPrice
+    form = SpecPriceForm
     extra = 0
     can_delete = False
 
@@ -110,5 +127,6 @@ class ImageAdmin(admin.ModelAdmin):
         "command",
         "env",
         "ports",
+        "restart_policy",
         "active",
     ]

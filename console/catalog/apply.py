@@ -53,7 +53,14 @@ SPEC_KEYS = (
 PRICE_KEYS = ({"from", "per_hour"}, {})
 IMAGE_KEYS = (
     {"name", "reference", "cuda_version"},
-    {"description": "", "command": [], "env": {}, "ports": [], "active": True},
+    {
+        "description": "",
+        "command": [],
+        "env": {},
+        "ports": [],
+        "restart_policy": "on-failure",
+        "active": True,
+    },
 )
 SHAPE = (
     "gpu_model",
@@ -456,6 +463,7 @@ class _Applier:
                 "command",
                 "env",
                 "ports",
+                "restart_policy",
                 "active",
             )
         }

@@ -326,6 +326,16 @@ def port_errors(ports) -> list[str]:
     return errors
 
 
+class RestartPolicy(models.TextChoices):
+    """What happens to an instance whose workload ended, or whose host was lost: `never` it
+    stays as it ended; `on-failure` it runs again when it failed (a host lost, and for a
+    workload exit one that failed); `always` also when its workload exited 0."""
+
+    NEVER = "never", "Never"
+    ON_FAILURE = "on-failure", "On failure"
+    ALWAYS = "always", "Always"
+
+
 class Image(models.Model):
     name = models.CharField(max_length=80, unique=True)
     reference = models.CharField(
@@ -348,6 +358,12 @@ class Image(models.Model):
         help_text='ports it serves, e.g. [{"port": 8888, "name": "Jupyter", "app": "jupyter"}]; '
         '"app": "jupyter" gives each instance a token in JUPYTER_TOKEN and opens the port '
         "signed in with it",
+    )
+    restart_policy = models.CharField(
+        max_length=12,
+        choices=RestartPolicy.choices,
+        default=RestartPolicy.ON_FAILURE,
+        help_text="the restart policy of its instances unless their launch chooses one",
     )
     active = models.BooleanField(default=True)
 

@@ -13,7 +13,16 @@ class RegionSerializer(serializers.ModelSerializer):
 class ImageSerializer(serializers.ModelSerializer):
     class Meta:
         model = Image
-        fields = ["name", "reference", "cuda_version", "description", "command", "env", "ports"]
+        fields = [
+            "name",
+            "reference",
+            "cuda_version",
+            "description",
+            "command",
+            "env",
+            "ports",
+            "restart_policy",
+        ]
 
 
 class PriceChangeSerializer(serializers.ModelSerializer):

@@ -1,7 +1,10 @@
 """`POST /agent/v1/events`: what an agent pushes about its allocations as it happens (a
 workload that exits, fails or starts running; the progress of a launch; an ssh session
 opened or ended). The host speaks only for itself; what the events change is decided in
-outcomes.record_outcome (sessions: access.record_session)."""
+outcomes.record_outcome (sessions: access.record_session). Each event takes its own time
+(`at`, bounded by what the console knows there), and a batch is applied in the order of
+those times, so events an agent buffered while the console was away are billed as they
+happened, however late and in whatever order they arrive."""
 
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -66,7 +69,8 @@ class EventsView(AgentView):
     def post(self, request):
         data = _valid(EventsSerializer, request)
         host = self.speaking_host(request, data["host_id"])
-        applied = sum(apply(host, event) for event in data["events"])
+        events = sorted(data["events"], key=lambda event: event["at"])
+        applied = sum(apply(host, event) for event in events)
         accepted = len(data["events"])
         return Response(
             {"accepted": accepted, "applied": applied, "ignored": accepted - applied},

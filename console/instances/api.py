@@ -109,6 +109,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             env=body.validated_data.get("env"),
             ssh_keys=body.validated_data.get("ssh_keys"),
             ports=body.validated_data.get("ports"),
+            restart_policy=body.validated_data.get("restart_policy"),
+            on_host_loss=body.validated_data["on_host_loss"],
             actor=request.user,
         )
         return self._respond(instance)

@@ -3,8 +3,16 @@ import shlex
 from django import forms
 
 from accounts.models import SshKey
-from console.catalog.models import Image, Region, Spec, command_errors, env_errors
+from console.catalog.models import (
+    Image,
+    Region,
+    RestartPolicy,
+    Spec,
+    command_errors,
+    env_errors,
+)
 from console.instances import availability, placement, services
+from console.instances.models import OnHostLoss
 
 
 class SpecChoiceField(forms.ModelChoiceField):
@@ -46,6 +54,22 @@ class LaunchForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
     )
 
+    restart_policy = forms.ChoiceField(
+        choices=[("", "The image's default"), *RestartPolicy.choices],
+        required=False,
+        label="Restart policy",
+        help_text="Whether it runs again after its workload exits (on failure: a non-zero exit) "
+        "or its host is lost.",
+    )
+    on_host_loss = forms.ChoiceField(
+        choices=OnHostLoss.choices,
+        initial=OnHostLoss.KEEP_DISK,
+        required=False,
+        label="If its host is lost",
+        help_text="A disk stays on its host: wait for the host, or run again elsewhere on a new, "
+        "empty disk.",
+    )
+
     ssh_keys = forms.ModelMultipleChoiceField(
         queryset=SshKey.objects.none(),
         to_field_name="name",
@@ -72,6 +96,9 @@ class LaunchForm(forms.Form):
             if not found.launchable:
                 self.add_error("spec", f"{spec.name} cannot be launched: {found.detail}")
         return data
+
+    def clean_on_host_loss(self) -> str:
+        return self.cleaned_data["on_host_loss"] or OnHostLoss.KEEP_DISK
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"]

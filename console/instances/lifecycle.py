@@ -6,7 +6,9 @@ message, the last two after commit).
        ▲  └──► stopped             │ ▲                       │  └──► pending (nothing fits)
        │                           ▼ │                       │
        └── (start, nothing fits)  rebooting (reboot, resize in place)
+    running ◄──► unreachable (its host silent; adopted back when heard) ──► failed (host lost)
     any live state ──► terminating ──► terminated;   host-touching states ──► failed
+    provisioning, starting, rebooting ──► stopping (its tenant suspended)
 """
 
 import logging
@@ -26,12 +28,13 @@ S = State
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.PROVISIONING, S.STOPPED, S.TERMINATING, S.FAILED}),
-    S.PROVISIONING: frozenset({S.RUNNING, S.TERMINATING, S.FAILED}),
-    S.RUNNING: frozenset({S.STOPPING, S.REBOOTING, S.TERMINATING, S.FAILED}),
+    S.PROVISIONING: frozenset({S.RUNNING, S.STOPPING, S.TERMINATING, S.FAILED}),
+    S.RUNNING: frozenset({S.STOPPING, S.REBOOTING, S.UNREACHABLE, S.TERMINATING, S.FAILED}),
+    S.UNREACHABLE: frozenset({S.RUNNING, S.STOPPING, S.TERMINATING, S.FAILED}),
     S.STOPPING: frozenset({S.STOPPED, S.TERMINATING, S.FAILED}),
     S.STOPPED: frozenset({S.STARTING, S.PENDING, S.TERMINATING}),
-    S.STARTING: frozenset({S.RUNNING, S.TERMINATING, S.FAILED}),
-    S.REBOOTING: frozenset({S.RUNNING, S.TERMINATING, S.FAILED}),
+    S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.TERMINATING, S.FAILED}),
+    S.REBOOTING: frozenset({S.RUNNING, S.STOPPING, S.TERMINATING, S.FAILED}),
     S.TERMINATING: frozenset({S.TERMINATED, S.FAILED}),
     S.TERMINATED: frozenset(),
     S.FAILED: frozenset({S.STARTING, S.PENDING, S.TERMINATING}),
@@ -47,8 +50,13 @@ ACTIONS: dict[str, frozenset[str]] = {
     "terminate": frozenset(set(State.values) - {S.TERMINATING, S.TERMINATED}),
 }
 
+# States in which an instance may wait for a restart (its exit's stop completes first).
+RESTART_WAITING = frozenset({S.STOPPING, S.STOPPED, S.FAILED})
+
 # States in which the instance holds (or is getting) a slice on a host.
-ON_HOST = frozenset({S.PROVISIONING, S.RUNNING, S.STOPPING, S.STARTING, S.REBOOTING, S.TERMINATING})
+ON_HOST = frozenset(
+    {S.PROVISIONING, S.RUNNING, S.UNREACHABLE, S.STOPPING, S.STARTING, S.REBOOTING, S.TERMINATING}
+)
 
 
 class InvalidTransition(DomainError):
@@ -64,8 +72,19 @@ def can(from_state: str, to_state: str) -> bool:
     return to_state in TRANSITIONS.get(from_state, frozenset())
 
 
-def allowed_actions(state: str) -> list[str]:
-    return [action for action, states in ACTIONS.items() if state in states]
+def waits_for_restart(state: str, restart_at: datetime | None) -> bool:
+    """Whether an instance waits for a restart after its workload ended (restarts.schedule);
+    a start, stop or terminate ends the wait."""
+    return restart_at is not None and state in RESTART_WAITING
+
+
+def allowed_actions(state: str, restart_at: datetime | None = None) -> list[str]:
+    """What may be asked of an instance in `state`; one that waits for a restart may also be
+    stopped (it is then not restarted)."""
+    actions = [action for action, states in ACTIONS.items() if state in states]
+    if waits_for_restart(state, restart_at) and "stop" not in actions:
+        actions.insert(0, "stop")
+    return actions
 
 
 def actor_label(actor) -> str:
@@ -187,7 +206,7 @@ def state_payload(instance: Instance, from_state: str, at: datetime) -> dict:
             "spec_name": spec.name,
             "region": instance.region.code,
             "at": at.isoformat(),
-            "actions": allowed_actions(instance.state),
+            "actions": allowed_actions(instance.state, instance.restart_at),
         },
     }
 

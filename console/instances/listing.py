@@ -8,8 +8,10 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from django.utils import timezone
+
 from console.catalog.models import SpecPrice, gpu_equivalents, price_in_force
-from console.instances import access, lifecycle, placement, port_origin, sign_in
+from console.instances import access, lifecycle, placement, port_origin, restarts, sign_in
 from console.instances.models import Allocation, Instance, State
 from console.prepared import Prepared, PreparedRows
 
@@ -17,7 +19,7 @@ COLUMNS = (
     "id", "name", "state", "state_reason", "command", "env", "exit_code", "ports", "disk_gib",
     "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id", "spec__code",
     "image__name", "image__reference", "image__ports", "region__code", "disk_host__name",
-    "app_token",
+    "app_token", "restart_policy", "on_host_loss", "restart_count", "restart_at",
 )  # fmt: skip
 SPEC_FIGURES = ("spec__mode", "spec__gpu_count", "spec__mig_profile__size", "spec__milli")
 HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
@@ -76,7 +78,7 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
 
 
 def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
-    instance_id = row["id"]
+    instance_id, state, restart_at = row["id"], row["state"], row["restart_at"]
     ports = access.declared_ports(row["image__ports"], row["ports"])
     queries = [_query(entry, row["app_token"], shell) for entry in ports]
     return {
@@ -90,6 +92,12 @@ def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
         "command": row["command"],
         "env": row["env"],
         "exit_code": row["exit_code"],
+        "restart_policy": row["restart_policy"],
+        "on_host_loss": row["on_host_loss"],
+        "restart_count": row["restart_count"],
+        "restart_at": timestamp(restart_at),
+        "restarting": restarts.describe(state, row["restart_count"], restart_at, timezone.now())
+        or None,
         "disk": {"size_gib": row["disk_gib"], "host": row["disk_host__name"]},
         "ssh": access.ssh_endpoint(instance_id, *host) if host else None,
         "ssh_keys": [
@@ -108,7 +116,7 @@ def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
         "region": row["region__code"],
         "gpu_equivalents": figures[0],
         "price_per_hour": figures[1],
-        "actions": lifecycle.allowed_actions(row["state"]),
+        "actions": lifecycle.allowed_actions(state, restart_at),
         "created_at": timestamp(row["created_at"]),
         "updated_at": timestamp(row["updated_at"]),
         "terminated_at": timestamp(row["terminated_at"]),

@@ -8,7 +8,7 @@ from django.db import models
 from django.utils import timezone
 
 from accounts.models import SshKey, Tenant
-from console.catalog.models import Image, Mode, Region, Spec
+from console.catalog.models import Image, Mode, Region, RestartPolicy, Spec
 from console.fleet.models import Gpu, Host
 
 
@@ -16,6 +16,9 @@ class State(models.TextChoices):
     PENDING = "pending", "Pending"
     PROVISIONING = "provisioning", "Provisioning"
     RUNNING = "running", "Running"
+    # Its host went silent: its agent may still run it (billing stops at the last heartbeat
+    # until the agent, heard again, shows that it did).
+    UNREACHABLE = "unreachable", "Unreachable"
     STOPPING = "stopping", "Stopping"
     STOPPED = "stopped", "Stopped"
     STARTING = "starting", "Starting"
@@ -23,6 +26,15 @@ class State(models.TextChoices):
     TERMINATING = "terminating", "Terminating"
     TERMINATED = "terminated", "Terminated"
     FAILED = "failed", "Failed"
+
+
+class OnHostLoss(models.TextChoices):
+    """What an instance whose host is lost does (when its restart policy is not `never`): wait
+    for the host, which holds its disk (`keep_disk`), or run again elsewhere on a new, empty
+    disk (`fresh_disk`), its old disk left on the lost host."""
+
+    KEEP_DISK = "keep_disk", "Keep its disk (wait for the host)"
+    FRESH_DISK = "fresh_disk", "Run again elsewhere on a fresh disk"
 
 
 def new_app_token() -> str:
@@ -84,6 +96,18 @@ class Instance(models.Model):
     # "jupyter"): given to every allocation of it (sign_in.token_env), so that it outlives stop,
     # start and a move, and put in its port links for members (sign_in.app_query).
     app_token = models.CharField(max_length=64, default=new_app_token, editable=False)
+    # Whether it runs again after a failure (its image's policy unless the launch chose one),
+    # and how when its host is lost (recovery.fail_over_hosts).
+    restart_policy = models.CharField(
+        max_length=12, choices=RestartPolicy.choices, default=RestartPolicy.ON_FAILURE
+    )
+    on_host_loss = models.CharField(
+        max_length=12, choices=OnHostLoss.choices, default=OnHostLoss.KEEP_DISK
+    )
+    # Consecutive restarts after its workload ended by itself, and when the next one is due
+    # while it waits for it (restarts.schedule).
+    restart_count = models.PositiveIntegerField(default=0)
+    restart_at = models.DateTimeField(null=True, blank=True)
 
     objects = InstanceQuerySet.as_manager()
 

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
+from accounts.models import Tenant
 from console.fleet.models import Host
-from console.instances import lifecycle, locks, placement, queue
+from console.instances import lifecycle, locks, placement, queue, restarts
 from console.instances.models import Allocation, Instance, State
 
 log = logging.getLogger(__name__)
@@ -58,8 +60,11 @@ def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
     )
 
 
-def mark_running(instance_pk: int, allocation_id: str, message: str = "Running") -> bool:
-    """The agent runs the allocation: provisioning/starting/rebooting → running."""
+def mark_running(
+    instance_pk: int, allocation_id: str, message: str = "Running", at: datetime | None = None
+) -> bool:
+    """The agent runs the allocation (since `at`, its time; default now): provisioning/
+    starting/rebooting → running. An instance of a suspended tenant never runs: it stops."""
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
         if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
@@ -67,8 +72,20 @@ def mark_running(instance_pk: int, allocation_id: str, message: str = "Running")
         allocation = instance.current_allocation()
         if allocation is None or allocation.pk != allocation_id:
             return False
-        lifecycle.transition(instance, S.RUNNING, message=message)
+        at = _clamp(instance, at)
+        if not tenant_active(instance):
+            lifecycle.transition(
+                instance, S.STOPPING, message="Stopped: its tenant is suspended", at=at
+            )
+            queue.enqueue("stop", instance.pk)
+            return True
+        lifecycle.transition(instance, S.RUNNING, message=message, at=at)
     return True
+
+
+def tenant_active(instance: Instance) -> bool:
+    """Whether the instance's tenant may run anything (a suspended one may not)."""
+    return Tenant.objects.filter(pk=instance.tenant_id, status=Tenant.Status.ACTIVE).exists()
 
 
 def finish_stop(instance_pk: int) -> bool:
@@ -84,8 +101,8 @@ def finish_stop(instance_pk: int) -> bool:
 def stop_here(instance: Instance, message: str) -> None:
     for allocation in instance.allocations.filter(released_at__isnull=True):
         placement.release(allocation)
-    resume = instance.resume_after_stop
-    if resume:
+    resume = instance.resume_after_stop and tenant_active(instance)
+    if instance.resume_after_stop:
         instance.resume_after_stop = False
         Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
     # A workload that exited by itself stays stopped with that reason.
@@ -146,11 +163,13 @@ def fail_instance(
     at: datetime | None = None,
     only_states: tuple[str, ...] | None = None,
     exit_code: int | None = None,
+    never_ran: bool = False,
 ) -> bool:
     """Something went wrong on the host side: failed, with the reason (and the workload's
     exit code, when it ended by itself), and its slice freed (the agent's copy, if any, is
     torn down by reconcile). With `allocation_id`, only if that is still the instance's
-    current allocation."""
+    current allocation. A workload that `never_ran` fails at the start of its run, if the
+    console saw one begin (billing bills no run then)."""
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
         if instance is None or not lifecycle.can(instance.state, S.FAILED):
@@ -168,6 +187,8 @@ def fail_instance(
         if exit_code is not None:
             instance.exit_code = exit_code
             Instance.objects.filter(pk=instance.pk).update(exit_code=exit_code)
+        if never_ran and instance.state == S.RUNNING:
+            at = instance.events.filter(to_state=S.RUNNING).order_by("-at").first().at
         at = _clamp(instance, at) if at is not None else None
         lifecycle.transition(instance, S.FAILED, message=reason, reason=reason, at=at)
         queue.kick_scheduler()
@@ -176,18 +197,28 @@ def fail_instance(
 
 def _clamp(instance: Instance, at: datetime | None) -> datetime:
     """The time an agent gives for an outcome, not later than now and not earlier than the
-    instance's last event (billing closes there)."""
+    instance's last transition (its allocation's placement, or what the console recorded
+    since: billing closes there). Notes (progress, sessions) do not count: they carry the
+    time they were recorded, and a late batch of events must keep the times of its own."""
     now = timezone.now()
     at = min(at or now, now)
-    last = instance.events.order_by("-at").values_list("at", flat=True).first()
+    last = (
+        instance.events.exclude(from_state=F("to_state"))
+        .order_by("-at")
+        .values_list("at", flat=True)
+        .first()
+    )
     return max(at, last) if last is not None else at
 
 
 # --- what the agents report ---------------------------------------------------------------
 
 # States in which the workload of the current allocation is (being) run by its agent.
-WORKLOAD_STATES = (S.PROVISIONING, S.STARTING, S.REBOOTING, S.RUNNING)
+WORKLOAD_STATES = (S.PROVISIONING, S.STARTING, S.REBOOTING, S.RUNNING, S.UNREACHABLE)
 ENDED = ("exited", "failed", "lost")
+# Reasons of a failure before the workload ran (the container may have started, its command
+# never did): the run, if the console saw one begin, ends where it began and costs nothing.
+NEVER_RAN = ("command_not_found", "image_not_found", "image_pull_failed", "launch_failed")
 
 
 @dataclass(frozen=True)
@@ -215,27 +246,41 @@ def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
     if not owned:
         return False
     if outcome.state == "running":
-        return mark_running(instance_pk, outcome.allocation_id, outcome.message or "Running")
+        return mark_running(
+            instance_pk, outcome.allocation_id, outcome.message or "Running", at=outcome.at
+        )
     if outcome.state == "exited":
         return _workload_exited(instance_pk, outcome)
     if outcome.state in ("failed", "lost"):
         reason = outcome.reason or "reported by the agent"
         if outcome.state == "lost":
             reason = f"allocation_lost: {reason}"
-        return fail_instance(
-            instance_pk,
-            reason,
-            allocation_id=outcome.allocation_id,
-            at=outcome.at or timezone.now(),
-            only_states=WORKLOAD_STATES,
-            exit_code=outcome.exit_code,
-        )
+        never_ran = reason.split(":", 1)[0] in NEVER_RAN
+        at = outcome.at or timezone.now()
+        with transaction.atomic():
+            if not fail_instance(
+                instance_pk,
+                reason,
+                allocation_id=outcome.allocation_id,
+                at=at,
+                only_states=WORKLOAD_STATES,
+                exit_code=outcome.exit_code,
+                never_ran=never_ran,
+            ):
+                return False
+            if outcome.state == "failed":  # the workload's own failure, not its GPU's
+                instance = locks.instance_to_change(instance_pk)
+                restarts.schedule(
+                    instance, failed=True, never_ran=never_ran, why=reason, at=_clamp(instance, at)
+                )
+        return True
     return False
 
 
 def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
     """The workload ended by itself with exit code 0: stopping (billing closes at the exit),
-    then the stop task takes the allocation off its host; the disk stays."""
+    then the stop task takes the allocation off its host; the disk stays. Restart policy
+    `always` then starts it again (restarts.schedule; a failure: record_outcome)."""
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
         if instance is None or instance.state not in WORKLOAD_STATES:
@@ -244,7 +289,9 @@ def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
         if current is None or current.pk != outcome.allocation_id:
             return False
         at = _clamp(instance, outcome.at)
-        if instance.state != S.RUNNING:  # it ended before the console saw it run
+        # it ended before the console saw it run (an unreachable one goes straight to
+        # stopping: its billing stopped at its host's last heartbeat)
+        if instance.state not in (S.RUNNING, S.UNREACHABLE):
             lifecycle.transition(instance, S.RUNNING, message="Running", at=at)
         instance.exit_code = outcome.exit_code or 0
         Instance.objects.filter(pk=instance.pk).update(exit_code=instance.exit_code)
@@ -253,6 +300,7 @@ def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
             message += f": {outcome.message}"
         lifecycle.transition(instance, S.STOPPING, message=message, reason="exited", at=at)
         queue.enqueue("stop", instance.pk)
+        restarts.schedule(instance, failed=False, never_ran=False, why=message, at=at)
     return True
 
 

@@ -22,9 +22,10 @@ ANNOUNCED = {
 }
 
 
-def enqueue(task: str, *args) -> None:
-    """Queue ``console.instances.tasks.<task>`` once the current transaction commits."""
-    enqueue_on_commit(f"console.instances.tasks.{task}", *args)
+def enqueue(task: str, *args, countdown: float | None = None) -> None:
+    """Queue ``console.instances.tasks.<task>`` once the current transaction commits (to run
+    `countdown` seconds later if given)."""
+    enqueue_on_commit(f"console.instances.tasks.{task}", *args, countdown=countdown)
 
 
 def kick_scheduler() -> None:

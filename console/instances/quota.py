@@ -14,6 +14,7 @@ COUNTED_STATES = (
     State.PENDING,
     State.PROVISIONING,
     State.RUNNING,
+    State.UNREACHABLE,
     State.STARTING,
     State.REBOOTING,
 )

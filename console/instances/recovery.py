@@ -1,5 +1,6 @@
-"""What mends the database when a host or a worker failed: failover of the instances of hosts
-that stayed silent, and reconcile's help (requeue what a lost task left stuck, re-drive a
+"""What mends the database when a host or a worker failed: instances of silent hosts marked
+unreachable and adopted back when heard again, failover of those of hosts lost, allocations
+no one owns, and reconcile's help (requeue what a lost task left stuck, re-drive a
 launch that never reached its agent)."""
 
 import logging
@@ -9,10 +10,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from console.catalog.models import RestartPolicy
+from console.fleet import agent_client
+from console.fleet import services as fleet
 from console.fleet.models import Host
-from console.fleet.services import hosts_to_fail_over
-from console.instances import locks, outcomes, queue
-from console.instances.models import Allocation, Instance, State
+from console.instances import lifecycle, locks, outcomes, queue
+from console.instances.models import Allocation, Instance, OnHostLoss, State, new_disk_name
 from console.instances.signals import host_lost
 
 log = logging.getLogger(__name__)
@@ -22,17 +25,18 @@ S = State
 
 # --- hosts that went silent ---------------------------------------------------------------
 
-HOST_UNREACHABLE = "host_unreachable"
-
 
 def fail_over_hosts(now: datetime | None = None) -> int:
-    """Instances on hosts unreachable for longer than HOST_FAILOVER_SECONDS: failed (reason
-    host_unreachable, at the host's last heartbeat, where billing stops) and their slices
-    freed. A stop or a terminate that was under way completes instead; hosts that went silent
-    together with most of the fleet are left alone (fleet.services.hosts_to_fail_over).
-    Answers how many instances were moved."""
+    """Running instances on unreachable hosts become `unreachable` (mark_unreachable). Those on
+    hosts lost (unreachable for HOST_FAILOVER_SECONDS) fail, at the host's last heartbeat (where
+    billing stops), with the reason in words, and their slices are freed; a stop or a terminate
+    that was under way completes instead. One whose restart policy is not `never` and whose
+    launch chose on_host_loss `fresh_disk` is then placed again on a new disk (_on_fresh_disk).
+    Hosts that went silent together with most of the fleet are not lost
+    (fleet.services.hosts_to_fail_over). Answers how many instances were moved off lost hosts."""
+    mark_unreachable()
     moved = 0
-    for host in hosts_to_fail_over(now or timezone.now()):
+    for host in fleet.hosts_to_fail_over(now or timezone.now()):
         at = host.last_heartbeat_at or host.unreachable_since
         rows = (
             Allocation.objects.filter(host=host, released_at__isnull=True)
@@ -45,6 +49,58 @@ def fail_over_hosts(now: datetime | None = None) -> int:
     return moved
 
 
+def mark_unreachable() -> int:
+    """Running instances whose host is unreachable: `unreachable` from the host's last heartbeat
+    (billing stops there), their slices kept, since their agent may well still run them (an
+    upgrade, a reboot of its unit). Answers how many."""
+    rows = Allocation.objects.filter(
+        released_at__isnull=True, host__status=Host.Status.UNREACHABLE, instance__state=S.RUNNING
+    ).values_list("instance_id", "pk", "host__name", "host__last_heartbeat_at")
+    return sum(_mark_unreachable(*row) for row in rows)
+
+
+def _mark_unreachable(instance_pk: int, allocation_id: str, host_name: str, seen) -> bool:
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state != S.RUNNING:
+            return False
+        current = instance.current_allocation()
+        if current is None or current.pk != allocation_id:
+            return False
+        last = instance.events.order_by("-at").values_list("at", flat=True).first()
+        at = max(seen or timezone.now(), last) if last is not None else seen or timezone.now()
+        reason = f"host {host_name} not heard since {at:%Y-%m-%d %H:%M:%S} UTC"
+        message = f"Unreachable: {reason}; it may still run there, and is adopted back if so"
+        lifecycle.transition(instance, S.UNREACHABLE, message=message, reason=reason, at=at)
+    return True
+
+
+def adopt(host: Host, instance_pk: int, allocation_id: str) -> bool:
+    """The agent of `host`, heard again, still runs the allocation of an unreachable instance:
+    running again, as it is (same container, processes and start time). Its container never
+    stopped (the engine restarts none by itself), so billing goes on from where it stopped,
+    the host's last heartbeat. Answers whether it did."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state != S.UNREACHABLE:
+            return False
+        current = instance.current_allocation()
+        if current is None or current.pk != allocation_id or current.host_id != host.pk:
+            return False
+        since = (
+            instance.events.filter(to_state=S.UNREACHABLE)
+            .order_by("-at", "-pk")
+            .values_list("at", flat=True)
+            .first()
+        )
+        message = (
+            f"Running: {host.name} is heard again and still runs it (adopted, not restarted); "
+            f"billed on from {since:%H:%M:%S} UTC"
+        )
+        lifecycle.transition(instance, S.RUNNING, message=message, at=since)
+    return True
+
+
 def _fail_over(instance_pk: int, allocation_id: str, host: Host, at: datetime) -> bool:
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
@@ -55,14 +111,82 @@ def _fail_over(instance_pk: int, allocation_id: str, host: Host, at: datetime) -
             # a released allocation that reconcile will tear down; nothing to do here
             return False
         host_lost.send(sender=Instance, instance=instance, at=at)
-        detail = f"{HOST_UNREACHABLE}: host stopped answering at {at:%Y-%m-%d %H:%M:%S} UTC"
+        lost = f"host {host.name} lost at {at:%Y-%m-%d %H:%M} UTC"
         if instance.state == S.STOPPING:
-            outcomes.stop_here(instance, message=f"Stopped; {detail}")
+            outcomes.stop_here(instance, message=f"Stopped; {lost}")
             return True
         if instance.state == S.TERMINATING:
-            outcomes.terminate_here(instance, message=f"Terminated; {detail}")
+            outcomes.terminate_here(instance, message=f"Terminated; {lost}")
             return True
-    return outcomes.fail_instance(instance_pk, HOST_UNREACHABLE, allocation_id=allocation_id, at=at)
+        if instance.restart_policy == RestartPolicy.NEVER:
+            why = "restart policy: never"
+        elif instance.on_host_loss == OnHostLoss.KEEP_DISK:
+            why = "its disk cannot move; launch with on_host_loss=fresh_disk to come back elsewhere"
+        else:
+            why = None
+    if why is not None:
+        reason = f"{lost}; its disk stays there until the host returns ({why})"
+        return outcomes.fail_instance(instance_pk, reason, allocation_id=allocation_id, at=at)
+    # one transaction: the quota it holds is never seen free between the two
+    with transaction.atomic():
+        reason = f"{lost}; it runs again elsewhere on a fresh disk, its old disk stays there"
+        if not outcomes.fail_instance(instance_pk, reason, allocation_id=allocation_id, at=at):
+            return False
+        _on_fresh_disk(instance_pk, host)
+    return True
+
+
+def _on_fresh_disk(instance_pk: int, host: Host) -> None:
+    """The instance failed over from the lost `host`, with on_host_loss fresh_disk: placed
+    again through the queue on a new, empty disk (starting, or pending while nothing fits),
+    from now (its failure closed its billing at the host's last heartbeat). Its old disk
+    stays on `host`, which the host's events tell its operators."""
+    instance = locks.instance_to_change(instance_pk)
+    old_disk = instance.disk_name
+    instance.disk_name, instance.disk_host, instance.exit_code = new_disk_name(), None, None
+    Instance.objects.filter(pk=instance_pk).update(
+        disk_name=instance.disk_name, disk_host=None, exit_code=None
+    )
+    message = f"Re-placed on a fresh disk after host {host.name} was lost"
+    if queue.place(instance, S.STARTING, message=f"{message}; GPU slice reserved") != "placed":
+        lifecycle.transition(
+            instance,
+            S.PENDING,
+            message=f"{message}; waiting for capacity",
+            reason=queue.waiting_reason(instance),
+        )
+    fleet.report(
+        host,
+        f"Disk {old_disk} of instance {instance_pk} ({instance.name}) left here: the instance "
+        "runs again elsewhere on a fresh disk; delete the old one when the host returns",
+    )
+
+
+def settle_orphan(host: Host, item: dict) -> str:
+    """An allocation `host`'s agent holds that the console does not own (`item`, from its
+    listing). One the console made whose instance is terminated, or that runs nothing any more
+    (the console released it: a stop, a failure), leaves the host as a stop would have taken
+    it: "removed" (the disk stays). One that still runs, or that the console never made, is
+    never destroyed: its workload is stopped, its container kept, and the host's operators
+    told in a host event: "stopped" (or "kept", when it runs nothing). Agent errors propagate."""
+    alloc_id = str(item.get("id"))
+    known = Allocation.objects.filter(pk=alloc_id).values_list("instance__state", flat=True)
+    running = item.get("state") == "running"
+    if known and (known[0] == S.TERMINATED or not running):
+        agent_client.delete_allocation(host, alloc_id)
+        log.info("reconcile: removed allocation %s from %s", alloc_id, host.name)
+        return "removed"
+    if not running:
+        return "kept"
+    agent_client.allocation_action(host, alloc_id, "stop")
+    instance = (item.get("labels") or {}).get("instance") or "?"
+    whose = "an instance the console no longer runs there" if known else "nothing it knows"
+    fleet.report(
+        host,
+        f"Found allocation {alloc_id} (instance {instance}) running, of {whose}: stopped, "
+        "kept (not deleted) for an operator to look at",
+    )
+    return "stopped"
 
 
 # --- reconcile ----------------------------------------------------------------------------

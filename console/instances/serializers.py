@@ -1,9 +1,17 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from console.catalog.models import MAX_ARGS, MAX_VALUE, Image, Region, Spec, env_errors
+from console.catalog.models import (
+    MAX_ARGS,
+    MAX_VALUE,
+    Image,
+    Region,
+    RestartPolicy,
+    Spec,
+    env_errors,
+)
 from console.instances import access
-from console.instances.models import InstanceEvent, State
+from console.instances.models import InstanceEvent, OnHostLoss, State
 from console.instances.services import MAX_DISK_GIB
 
 
@@ -48,6 +56,21 @@ class InstanceSerializer(serializers.Serializer):
     command = serializers.JSONField(read_only=True, allow_null=True)
     env = serializers.JSONField(read_only=True)
     exit_code = serializers.IntegerField(read_only=True, allow_null=True)
+    restart_policy = serializers.ChoiceField(choices=RestartPolicy.choices, read_only=True)
+    on_host_loss = serializers.ChoiceField(choices=OnHostLoss.choices, read_only=True)
+    restart_count = serializers.IntegerField(
+        read_only=True,
+        help_text="consecutive restarts after its workload ended by itself (back to 1 after a "
+        "run of 10 minutes)",
+    )
+    restart_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="when the next restart is due, while it waits"
+    )
+    restarting = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text='while it waits for a restart: "restarting in N s (restart 3, backoff)"',
+    )
     disk = DiskSerializer(read_only=True, help_text="its size, and the host that holds it")
     ssh = SshSerializer(
         read_only=True,
@@ -111,6 +134,18 @@ class LaunchSerializer(serializers.Serializer):
         required=False,
         max_length=access.MAX_PORTS,
         help_text='Web ports to proxy besides the image\'s, e.g. [{"port": 8080, "name": "app"}].',
+    )
+    restart_policy = serializers.ChoiceField(
+        choices=RestartPolicy.choices,
+        required=False,
+        help_text="Whether it runs again after a failure (its host lost): never, on-failure, "
+        "always. Default: its image's.",
+    )
+    on_host_loss = serializers.ChoiceField(
+        choices=OnHostLoss.choices,
+        default=OnHostLoss.KEEP_DISK,
+        help_text="When its host is lost: keep_disk, it stays failed until the host (which holds "
+        "its disk) returns; fresh_disk, it runs again on another host with a new, empty disk.",
     )
 
     def validate_env(self, env):

@@ -24,7 +24,7 @@ from console.fleet import agent_client
 from console.fleet.models import Host
 from console.instances import access, availability, lifecycle, locks, placement, queue
 from console.instances.lifecycle import InvalidTransition
-from console.instances.models import Allocation, Instance, State
+from console.instances.models import Allocation, Instance, OnHostLoss, State
 from console.instances.quota import usage
 from console.instances.signals import launch_requested
 
@@ -91,6 +91,12 @@ def _check_budget(tenant: Tenant) -> None:
 
 def _num(value) -> str:
     return f"{value.normalize():f}" if value else "0"
+
+
+def _check_active(instance: Instance, action: str) -> None:
+    """A suspended tenant's instances neither start nor resize (a resize may start one)."""
+    if not Tenant.objects.filter(pk=instance.tenant_id, status=Tenant.Status.ACTIVE).exists():
+        raise InvalidState(f"{instance.tenant.name} is suspended: its instances cannot {action}.")
 
 
 def _lock_for(instance: Instance, action: str) -> Instance:
@@ -171,13 +177,17 @@ def launch_instance(
     env: dict[str, str] | None = None,
     ssh_keys: list[str] | None = None,
     ports: list[dict] | None = None,
+    restart_policy: str | None = None,
+    on_host_loss: str = OnHostLoss.KEEP_DISK,
     actor=None,
 ) -> Instance:
     """Accept a launch: within quota, it is placed at once when a slice is free (and goes on
     to provisioning) or waits in `pending` for the scheduler. `command` replaces the image's
     default command; `env` is laid over the image's default environment. `ssh_keys` names
     the keys that open its shells (default: all of the launching user's keys in the
-    tenant; see access.launch_keys); `ports` adds web ports to the image's.
+    tenant; see access.launch_keys); `ports` adds web ports to the image's. `restart_policy`
+    (default: the image's) and `on_host_loss` say what it does when its host is lost
+    (recovery.fail_over_hosts).
 
     What needs no lock is checked first: the request's own fields, the region, whether its
     hardware could ever hold the spec. The transaction (on SQLite the database's one write
@@ -210,6 +220,8 @@ def launch_instance(
             env=env or {},
             disk_gib=spec.disk_gib,
             ports=ports or [],
+            restart_policy=restart_policy or image.restart_policy,
+            on_host_loss=on_host_loss,
             state=S.PENDING,
             created_at=now,
             updated_at=now,
@@ -226,8 +238,14 @@ def launch_instance(
 
 def stop_instance(instance: Instance, *, actor=None) -> Instance:
     """Stop: the slice goes back to the pool, the disk stays. A queued instance just stops
-    waiting."""
+    waiting; one that waits for a restart (restarts.schedule) is not restarted."""
     with transaction.atomic():
+        locked = locks.instance_to_change(instance.pk)
+        if locked is not None and lifecycle.waits_for_restart(locked.state, locked.restart_at):
+            locked.restart_at = None
+            Instance.objects.filter(pk=locked.pk).update(restart_at=None)
+            lifecycle.announce_note(locked, "Stop requested: not restarted", actor=actor)
+            return locked
         instance = _lock_for(instance, "stop")
         if instance.state == S.PENDING:
             lifecycle.transition(instance, S.STOPPED, actor=actor, message="Stopped while queued")
@@ -237,25 +255,25 @@ def stop_instance(instance: Instance, *, actor=None) -> Instance:
     return instance
 
 
-def start_instance(instance: Instance, *, actor=None) -> Instance:
-    """Start a stopped (or failed) instance: placed again, or queued when nothing fits."""
+def start_instance(instance: Instance, *, actor=None, message: str = "Start requested") -> Instance:
+    """Start a stopped (or failed) instance: placed again, or queued when nothing fits.
+    `message` begins its event (a restart says which)."""
     with transaction.atomic():
         quota = _lock_quota(instance.tenant)
-        if not Tenant.objects.filter(pk=instance.tenant_id, status=Tenant.Status.ACTIVE).exists():
-            raise InvalidState(f"{instance.tenant.name} is suspended: its instances cannot start.")
+        _check_active(instance, "start")
         instance = _lock_for(instance, "start")
         _check_quota(quota, instance.spec, exclude_instance_id=instance.pk)
         _check_budget(instance.tenant)
         _forget_exit(instance)
         placed = queue.place(
-            instance, S.STARTING, actor=actor, message="Start requested; GPU slice reserved"
+            instance, S.STARTING, actor=actor, message=f"{message}; GPU slice reserved"
         )
         if placed != "placed":
             lifecycle.transition(
                 instance,
                 S.PENDING,
                 actor=actor,
-                message="Start requested; waiting for capacity",
+                message=f"{message}; waiting for capacity",
                 reason=queue.waiting_reason(instance),
             )
     return instance
@@ -278,10 +296,11 @@ def terminate_instance(instance: Instance, *, actor=None) -> Instance:
 
 
 def _forget_exit(instance: Instance) -> None:
-    """A new run of the workload: how the last one ended is history (its events keep it)."""
-    if instance.exit_code is not None:
-        instance.exit_code = None
-        Instance.objects.filter(pk=instance.pk).update(exit_code=None)
+    """A new run of the workload: how the last one ended is history (its events keep it),
+    and a restart it waited for is this start."""
+    if instance.exit_code is not None or instance.restart_at is not None:
+        instance.exit_code = instance.restart_at = None
+        Instance.objects.filter(pk=instance.pk).update(exit_code=None, restart_at=None)
 
 
 class NeedsStop(InstanceError):
@@ -361,6 +380,7 @@ def resize_instance(
     never shrinks, and the spec's own disk size does not matter after the launch."""
     with transaction.atomic():
         quota = _lock_quota(instance.tenant)
+        _check_active(instance, "resize")
         instance = _lock_for(instance, "resize")
         validate_resize(instance, spec, disk_gib)
         old = instance.spec

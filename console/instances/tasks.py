@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 from console.fleet import agent_client
 from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
 from console.fleet.models import Host
-from console.instances import access, lifecycle, outcomes, queue, recovery
+from console.instances import access, lifecycle, outcomes, queue, recovery, restarts
 from console.instances.models import Allocation, State
 
 log = logging.getLogger(__name__)
@@ -217,6 +217,12 @@ def push_ssh_keys(instance_pk: int) -> bool:
     return True
 
 
+@shared_task(name="console.instances.tasks.restart")
+def restart(instance_pk: int, due: str) -> bool:
+    """Start again an instance whose workload ended, its restart's backoff over."""
+    return restarts.restart(instance_pk, due)
+
+
 @shared_task(name="console.instances.tasks.schedule_pending")
 def schedule_pending() -> int:
     """Fail over silent hosts, then place queued instances (priority, then age)."""
@@ -236,13 +242,19 @@ def reconcile() -> None:
         reconcile_host.delay(host_pk)
 
 
+# States whose allocation ran on its host: one that vanished from there fails the instance.
+RAN = (S.RUNNING, S.UNREACHABLE)
+
+
 @shared_task(name="console.instances.tasks.reconcile_host")
 def reconcile_host(host_pk: int) -> dict:
     """Mend drift between one agent and the database: an allocation on the agent that no
-    instance owns is deleted; what the agent reports of the others is applied as its events
-    would have been (running, exited, failed, lost: an event lost on the way); a running
-    instance whose allocation vanished from the agent is marked failed; a launch whose
-    allocation never reached the agent (its worker died) is queued again."""
+    instance owns is settled (recovery.settle_orphan: removed when the console ended it,
+    otherwise stopped and reported, never deleted); an unreachable instance the agent still
+    runs is adopted back; what the agent reports of the others is applied as its events
+    would have been (running, exited, failed, lost: an event lost on the way); a running or
+    unreachable instance whose allocation vanished from the agent is marked failed; a launch
+    whose allocation never reached the agent (its worker died) is queued again."""
     host = Host.objects.filter(pk=host_pk).first()
     if host is None or host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
         return {}
@@ -255,19 +267,25 @@ def reconcile_host(host_pk: int) -> dict:
         log.info("reconcile: %s", exc)
         return {}
     owned = recovery.owned_allocations(host)
-    removed, failed, redriven = [], [], []
+    removed, stopped, failed, redriven, adopted = [], [], [], [], []
     for item in reported:
         alloc_id = item.get("id")
         allocation = owned.get(alloc_id)
         if allocation is None:
             try:
-                agent_client.delete_allocation(host, alloc_id)
-                removed.append(alloc_id)
-                log.info("reconcile: removed orphan allocation %s from %s", alloc_id, host.name)
+                settled = recovery.settle_orphan(host, item)
             except AgentError as exc:
-                log.info("reconcile: could not remove %s: %s", alloc_id, exc)
+                log.info("reconcile: could not settle %s: %s", alloc_id, exc)
+                continue
+            if settled == "removed":
+                removed.append(alloc_id)
+            elif settled == "stopped":
+                stopped.append(alloc_id)
             continue
         outcome = _outcome(alloc_id, item)
+        if outcome.state == "running" and recovery.adopt(host, allocation.instance_id, alloc_id):
+            adopted.append(allocation.instance_id)
+            continue
         changed = outcome.state in ("running", *outcomes.ENDED) and outcomes.record_outcome(
             host, allocation.instance_id, outcome
         )
@@ -278,13 +296,19 @@ def reconcile_host(host_pk: int) -> dict:
         instance = allocation.instance
         if alloc_id not in seen and recovery.redrive_launch(allocation, listed_at):
             redriven.append(instance.pk)
-        if alloc_id in seen or instance.state != S.RUNNING or instance.updated_at >= listed_at:
+        if alloc_id in seen or instance.state not in RAN or instance.updated_at >= listed_at:
             continue
         if outcomes.fail_instance(
             instance.pk,
             f"allocation_vanished: allocation {alloc_id} is no longer on its host",
             allocation_id=alloc_id,
-            only_states=(S.RUNNING,),
+            only_states=RAN,
         ):
             failed.append(instance.pk)
-    return {"removed": removed, "failed": failed, "redriven": redriven}
+    return {
+        "removed": removed,
+        "stopped": stopped,
+        "failed": failed,
+        "redriven": redriven,
+        "adopted": adopted,
+    }

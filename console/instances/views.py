@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
@@ -16,7 +17,15 @@ from accounts.roles import OPERATE, READ
 from console.catalog.models import Region, Spec
 from console.errors import DomainError
 from console.fleet.models import Host
-from console.instances import access, availability, lifecycle, placement, services, sign_in
+from console.instances import (
+    access,
+    availability,
+    lifecycle,
+    placement,
+    restarts,
+    services,
+    sign_in,
+)
 from console.instances.forms import LaunchForm, ResizeForm, resize_options
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
@@ -127,6 +136,8 @@ def launch(request):
                 command=data["command"],
                 env=data["env"],
                 ssh_keys=[key.name for key in data["ssh_keys"]],
+                restart_policy=data["restart_policy"] or None,
+                on_host_loss=data["on_host_loss"],
                 actor=request.user,
             )
         except ValidationError as error:
@@ -180,12 +191,15 @@ def _announced_host(instance):
 
 def _detail_context(request, instance):
     can_operate = request.membership.can(OPERATE)
-    actions = lifecycle.allowed_actions(instance.state)
+    actions = lifecycle.allowed_actions(instance.state, instance.restart_at)
     allocation = None
     if request.user.is_staff:
         allocation = instance.allocations.select_related("host").first()
     return {
         "instance": instance,
+        "restarting": restarts.describe(
+            instance.state, instance.restart_count, instance.restart_at, timezone.now()
+        ),
         "announced_host": _announced_host(instance),
         "events": instance.events.order_by("-at", "-pk")[:100],
         "actions": actions,

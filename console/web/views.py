@@ -1,9 +1,10 @@
-"""The console's home page: the tenant's instances and quota at a glance."""
+"""The console's home page: the tenant's instances, quota and spend at a glance."""
 
 from django.db.models import Count
 from django.shortcuts import render
 
 from accounts.guards import tenant_view
+from billing.budgets import month_to_date
 from console.instances.models import Instance, State
 from console.instances.quota import usage
 
@@ -28,6 +29,7 @@ def dashboard(request):
         {
             "quota": quota,
             "used": used,
+            "spent": month_to_date(tenant),
             "gpu_pct": min(gpu_pct, 100),
             "inst_pct": min(inst_pct, 100),
             "by_state": [row for row in by_state if row[2] != State.TERMINATED],

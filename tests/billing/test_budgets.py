@@ -113,7 +113,7 @@ def test_launch_allowed_unless_stop_budget_is_spent(world, tenant):
             budgets.ensure_launch_allowed(tenant)
         assert refused.value.status == 409
         assert refused.value.code == "budget_exceeded"
-        assert "3.20 of its monthly budget of 1.00" in refused.value.detail
+        assert "3.20 USD of its monthly budget of 1.00 USD" in refused.value.detail
         set_budget(tenant, "100.00", "stop")
         budgets.ensure_launch_allowed(tenant)
     with time_machine.travel(at(2026, 4, 1), tick=False):

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import io
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pypdf import PdfReader
 
+from billing import documents
 from billing.documents import (
     BillTo,
     Invoice,
@@ -26,6 +28,7 @@ from billing.documents import (
     render_invoice_pdf,
     render_month_export_csv,
 )
+from billing.money import AS_RATED, format_money
 from billing.rating import NaiveDatetimeError, invoice_totals, quantize_amount
 
 ISSUER = Issuer("Northwind GPU Cloud GmbH", ("Musterstrasse 12", "10115 Berlin"), "DE123456789")
@@ -253,7 +256,7 @@ def test_pdf_opens_and_shows_the_number_and_the_total():
     assert pages == 1
     assert "GC-2026-000123" in text
     assert "INVOICE" in text
-    assert f"{SAMPLE.total:,.2f}" in text
+    assert format_money(SAMPLE.total, "USD") in text
     assert "Acme Research Ltd." in text
     assert render_invoice_pdf(SAMPLE) == data  # deterministic
 
@@ -275,8 +278,8 @@ def test_pdf_with_hundreds_of_lines_and_long_names_repeats_the_table_header():
     reader = PdfReader(io.BytesIO(render_invoice_pdf(invoice)))
     for page in reader.pages:
         assert "Description" in page.extract_text()
-    assert long_name not in text
-    assert f"{invoice.total:,.2f}" in text
+    assert long_name in "".join(text.split())  # wrapped, never cut
+    assert format_money(invoice.total, "USD") in text
     assert f"page {pages} of {pages}" in text
 
 
@@ -284,3 +287,45 @@ def test_pdf_marks_drafts_and_void_invoices():
     for status in (InvoiceStatus.DRAFT, InvoiceStatus.VOID):
         _, text = pdf_text(render_invoice_pdf(make_invoice([usage_line(30, "1")], status=status)))
         assert status.value.upper() in text
+
+
+def pdftotext(data: bytes) -> str:
+    return subprocess.run(
+        ["pdftotext", "-", "-"], input=data, capture_output=True, check=True
+    ).stdout.decode()
+
+
+def test_pdf_draws_every_name_whole_in_unicode_and_matches_the_csv():
+    """Issue 27, item 7: no '?' for CJK or Latin Extended, no two names cut to one, no spec
+    code cut: a long cell wraps (before a hyphen), so its lines run together give the CSV's
+    text, and each line's amount is there in the money format."""
+    tenant = BillTo("株式会社 東京AI Łódź Ğ", "tokyo-ai", ("1-2-3 Chiyoda", "Tokyo"))
+    first = "llama-70b-finetune-run-2026-05-01-experiment-alpha-v2-seed-0001"
+    second = first[:-1] + "2"
+    spec = "h100-sxm5-80gb-x8-nvlink-infiniband-ndr400-premium"
+    assert len(first) == len(second) == 63
+    lines = [usage_line(3_600, "24.80", first, spec), usage_line(61, "24.80", second, spec)]
+    invoice = make_invoice(lines, tenant=tenant, credit="3", tax_rate=Decimal("0.1"))
+    text = pdftotext(render_invoice_pdf(invoice))
+    assert tenant.name in text.splitlines()
+    assert "?" not in text and "..." not in text
+    run_together = "".join(text.split())
+    assert run_together.count(first) == run_together.count(second) == 1
+    rows = list(csv.DictReader(io.StringIO(render_invoice_csv(invoice))))
+    for row in rows:
+        if row["row_type"] == "line":
+            money = format_money(row["amount"], row["currency"], AS_RATED)
+            cells = (row["description"], row["instance"], row["spec"], money)
+        else:
+            cells = (format_money(row["amount"], row["currency"]),)
+        for cell in cells:
+            assert "".join(cell.split()) in run_together, cell
+
+
+def test_pdf_names_the_package_of_a_missing_font(monkeypatch):
+    family, style, _, package = documents._FALLBACK_FILE
+    monkeypatch.setattr(
+        documents, "_FALLBACK_FILE", (family, style, "/nonexistent/wqy.ttc", package)
+    )
+    with pytest.raises(documents.MissingFont, match="install the Debian package fonts-wqy"):
+        render_invoice_pdf(SAMPLE)

@@ -107,6 +107,8 @@ def test_a_failover_just_before_midnight_leaves_no_numbered_empty_invoice(world,
     assert Invoice.objects.filter(tenant=tenant, month=at(2026, 4, 1).date()).exists()
     with time_machine.travel(at(2026, 4, 1, 0, 2), tick=False):
         move(box, S.FAILED, at(2026, 3, 31, 23, 59, 30))
+        # terminated at once: a failed instance's disk is billed until then
+        move(box, S.TERMINATING, at(2026, 3, 31, 23, 59, 30))
     services.run_meter(at(2026, 4, 1, 0, 3))
     services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 1))
     result = services.finalize_month(at(2026, 4, 1).date(), now=at(2026, 5, 1, 1))

@@ -17,6 +17,7 @@ from pypdf import PdfReader
 
 from billing import documents, invoices, services
 from billing.models import CreditApplication, Invoice, InvoiceSequence
+from billing.money import format_money
 from billing.usage import usage_report
 from console.instances.models import State
 from tests.billing.conftest import at, move, snapshot
@@ -236,7 +237,7 @@ def test_exports_parse_back_to_the_same_totals(march, settings, tax):
     pdf = PdfReader(io.BytesIO(invoices.export(invoice, "pdf").content))
     text = pdf.pages[0].extract_text()
     expected = ["INVOICE", "GC-2026-000001", "Acme AI", "gpucloud operator", "1 Datacenter Way"]
-    expected += [f"{invoice.total:,.2f}", "1 Mar 2026 - 31 Mar 2026"]
+    expected += [format_money(invoice.total, "USD"), "1 Mar 2026 - 31 Mar 2026"]
     for snippet in expected:
         assert snippet in text
 

@@ -6,7 +6,10 @@ silence or not), voids and month ends:
 - every issued document adds up: sum(lines) - credits + tax = total, and a credit note is
   its invoice negated;
 - billed GPU seconds are the running intervals, each rounded up to a second with the
-  60 s minimum per start; billed disk seconds are the stopped intervals after placement.
+  60 s minimum per start; billed disk seconds are the stopped intervals after placement;
+- with price points back-dated into the open month (as the admin allows), every month reads
+  the same to the cent on the invoice, the usage page, the API, the CSV and (this month) the
+  budget: one rating path, and an issued month reads as issued.
 
 Meant for PostgreSQL (``DATABASE_URL=postgres://…``); it runs on SQLite too."""
 
@@ -15,21 +18,25 @@ from decimal import Decimal
 
 import pytest
 import time_machine
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.test import override_settings
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from billing import services
-from billing.invoices import finalize_grace
+from accounts.roles import Role
+from billing import budgets, services
+from billing.documents import parse_invoice_csv
+from billing.invoices import export, finalize_grace, with_so_far
 from billing.metering import end_at_last_heartbeat
 from billing.models import Invoice, UsageKind, UsagePiece
-from billing.rating import next_month_start, round_to_cents
+from billing.rating import month_start, next_month_start, round_to_cents
+from billing.usage import usage_report
 from console.catalog.models import SpecPrice
 from console.instances import lifecycle
 from console.instances.models import Instance, State
 from tests.billing.conftest import at, move, walk
-from tests.factories import SpecFactory, TenantFactory
+from tests.factories import MembershipFactory, SpecFactory, TenantFactory, UserFactory
 
 S = State
 START = at(2026, 1, 27, 22, 13, 5, 123_456)
@@ -57,6 +64,14 @@ actions = st.one_of(
     st.tuples(st.just("void"), pick),
     st.tuples(st.just("month_end")),
 )
+
+# A price point back-dated into the open month after the meter stored the month so far,
+# through the admin's validation: after how long, effective this far (millionths) from the
+# month's start to now, for which spec, the new price.
+backdated_prices = st.tuples(
+    st.just("backdate"), gaps, st.integers(0, 10**6), st.integers(0, 1), price
+)
+ledger_actions = st.one_of(actions, backdated_prices)
 
 
 def ceil_seconds(length: timedelta) -> int:
@@ -95,6 +110,32 @@ def check_documents() -> None:
                 -original.tax_amount,
                 -original.total,
             )
+
+
+def check_one_figure(tenant, api, now) -> None:
+    """Every month of the tenant reads the same to the cent wherever it is shown: the usage
+    page (``usage_report``), the API, the invoice (a draft's so far, an issued one's
+    subtotal), its CSV and, for the month now open, the budget (the launch refusal's live
+    figure and the meter's stored one). Meant right after the meter ran at ``now``."""
+    months = set(UsagePiece.objects.filter(tenant=tenant).values_list("month", flat=True))
+    invoices = {i.month: i for i in Invoice.objects.filter(tenant=tenant, kind="invoice")}
+    for month in sorted(months | invoices.keys()):
+        figures = {"usage page": round_to_cents(usage_report(tenant, month, now).total)}
+        answer = api.get(f"/api/v1/usage/?month={month:%Y-%m}").json()
+        figures["API"] = round_to_cents(Decimal(answer["total"]))
+        invoice = invoices.get(month)
+        if invoice is not None and invoice.is_draft:
+            figures["draft"] = with_so_far([invoice], now)[0].so_far_totals.subtotal
+        elif invoice is not None:
+            figures["invoice"] = invoice.subtotal
+        if invoice is not None:
+            csv = export(invoice, "csv", now=now).content.decode()
+            figures["CSV"] = parse_invoice_csv(csv).subtotal
+        if month == month_start(now).date():
+            figures["budget"] = round_to_cents(budgets.month_to_date(tenant, now))
+            stored = budgets.stored_spend(month, [tenant.pk]).get(tenant.pk, Decimal(0))
+            figures["budget alerts"] = round_to_cents(stored)
+        assert len(set(figures.values())) == 1, f"{month:%Y-%m}: {figures}"
 
 
 class Ledger:
@@ -144,8 +185,7 @@ class Ledger:
         if box is None:
             return
         self.tick(gap)
-        if box.state == S.STOPPED:
-            self.leave(box, self.disk)
+        self.leave(box, self.disk)  # stopped or failed: its disk was billed
         walk(box, [S.STARTING, S.RUNNING], self.now)
         self.enter(box, UsageKind.GPU, self.gpu)
 
@@ -195,6 +235,25 @@ class Ledger:
             move(box, S.FAILED, heartbeat)
             self.leave(box, self.gpu)
             self.gpu[box.pk][-1][1] = heartbeat
+            if self.gpu[box.pk][-1][0] == heartbeat:  # lost as it began: it never ran
+                self.gpu[box.pk].pop()
+            self.disk.setdefault(box.pk, []).append([heartbeat, None])  # its disk stays
+
+    def backdate(self, gap, millionths, spec_index, per_hour):
+        """The meter stores the month so far; then a price point effective earlier in the
+        open month is added as the admin adds it (validated: the open month is allowed). It
+        re-rates the month's usage from its effective moment, stored or not."""
+        self.meter(gap)
+        opened = month_start(self.now)
+        effective = opened + (self.now - opened) * millionths // 10**6
+        point = SpecPrice(
+            spec=self.specs[spec_index], effective_from=effective, price_per_hour=per_hour
+        )
+        try:
+            point.full_clean()
+        except ValidationError:  # before the spec's first price, or a moment already priced
+            return
+        point.save()
 
     def meter(self, gap):
         self.tick(gap)
@@ -248,8 +307,20 @@ class Ledger:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(steps=st.lists(actions, min_size=1, max_size=16), tail=gaps)
-def test_issued_invoices_never_change_and_billed_time_is_running_time(world, steps, tail):
+@given(steps=st.lists(ledger_actions, min_size=1, max_size=16), tail=gaps)
+# Issue 27, item 1: 10 h at 0.90 stored by the meter, then 2.00 from earlier in the month:
+# the stored pieces (the budget's alerts, the invoice to be) kept 0.90, the usage page 2.00.
+@example(
+    steps=[
+        ("launch", timedelta(0), 0),
+        ("stop", 0, timedelta(hours=10)),
+        ("backdate", timedelta(0), 950_000, 0, Decimal("2")),
+    ],
+    tail=timedelta(0),
+)
+def test_issued_invoices_never_change_and_billed_time_is_running_time(
+    world, token_client, steps, tail
+):
     with override_settings(BILLING_MINIMUM_SECONDS=MINIMUM), transaction.atomic():
         with time_machine.travel(START - timedelta(days=1), tick=False) as clock:
             specs = [
@@ -257,12 +328,16 @@ def test_issued_invoices_never_change_and_billed_time_is_running_time(world, ste
                 SpecFactory(price_per_hour=Decimal("3.2"), disk_gib=200),
             ]
             ledger = Ledger(world, TenantFactory(), specs, clock)
+            member = MembershipFactory(user=UserFactory(), tenant=ledger.tenant, role=Role.VIEWER)
+            api = token_client(member)
             ledger.tick(timedelta(days=1))
             for name, *args in steps:
                 getattr(ledger, name)(*args)
             ledger.tick(tail)
             services.run_meter(ledger.now)
             ledger.check_seconds()
+            check_one_figure(ledger.tenant, api, ledger.now)
             ledger.month_end()
             ledger.check_seconds()
+            check_one_figure(ledger.tenant, api, ledger.now)
         transaction.set_rollback(True)

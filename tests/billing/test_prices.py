@@ -122,7 +122,7 @@ def test_the_price_shown_is_the_price_billed(world, tenant, client):
     box = world.running(tenant, change + timedelta(seconds=1))
     detail = client.get(f"/api/v1/instances/{box.pk}/").json()
     assert detail["price_per_hour"] == "1.2"
-    assert "$1.20/hour" in client.get(f"/instances/{box.pk}/").content.decode()
+    assert "1.20 USD/hour" in client.get(f"/instances/{box.pk}/").content.decode()
     services.run_meter(change + timedelta(hours=1))
     assert UsagePiece.objects.get(instance=box).unit_price == Decimal("1.2")
 

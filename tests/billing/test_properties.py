@@ -145,7 +145,8 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
     box = world.instance(tenant, spec=spec, when=now)
     state, last, placed = S.PENDING, now, False
     periods = {UsageKind.GPU: [], UsageKind.DISK: []}  # the truth: [start, end or None]
-    billed_state = {UsageKind.GPU: S.RUNNING, UsageKind.DISK: S.STOPPED}
+    # the disk rests stopped, failed or queued again; a run that fails as it begins never ran
+    billed_state = {UsageKind.GPU: {S.RUNNING}, UsageKind.DISK: {S.STOPPED, S.FAILED, S.PENDING}}
     with time_machine.travel(now, tick=False) as clock:
         for choice, gap, deliver, silent in walk:
             targets = sorted(TRANSITIONS[state])
@@ -159,9 +160,12 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
                 when = last + (now - last) * (1 - silent)  # the last heartbeat
             move(box, target, when, deliver=deliver)
             for kind, billed in billed_state.items():
-                if state == billed and target != billed and periods[kind]:
+                if state in billed and target not in billed and periods[kind]:
                     periods[kind][-1][1] = when
-                if target == billed and state != billed and (placed or kind == UsageKind.GPU):
+                    start = periods[kind][-1][0]
+                    if when == start and (kind == UsageKind.DISK or target == S.FAILED):
+                        periods[kind].pop()  # of no length: bills nothing
+                if target in billed and state not in billed and (placed or kind == UsageKind.GPU):
                     periods[kind].append([when, None])  # no disk before its first placement
             state, last = target, when
             placed = placed or target in (S.PROVISIONING, S.STARTING)

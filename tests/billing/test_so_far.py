@@ -60,16 +60,16 @@ def test_every_page_and_the_api_show_the_same_month_so_far(
 
     assert so_far([tenant.pk], running.month, NOW)[tenant.pk].amount == Decimal("6.426667")
     assert spent == Decimal("6.426667")  # what the budget counts, not the stored 6.40
-    assert _testid(usage, "month-to-date") == "6.43"
-    assert _testid(usage, "budget-spent") == "6.43"
+    assert _testid(usage, "month-to-date") == "6.43 USD"
+    assert _testid(usage, "budget-spent") == "6.43 USD"
     assert "As of 2026-04-15 12:00 UTC" in usage
-    assert _testid(invoice_page, "invoice-total") == "6.43"
+    assert _testid(invoice_page, "invoice-total") == "6.43 USD"
     assert _testid(invoice_page, "as-of") == "2026-04-15 12:00:30"
-    assert _testid(invoice_list, f"so-far-{running.pk}") == "6.43"
+    assert _testid(invoice_list, f"so-far-{running.pk}") == "6.43 USD"
     assert "so far, as of 12:00 UTC" in invoice_list
-    assert "6.43 <span" in admin_list and "so far at 12:00 UTC" in admin_list
+    assert "6.43 USD <span" in admin_list and "so far at 12:00 UTC" in admin_list
     assert 'title="the month so far, as of 2026-04-15 12:00:30 UTC"' in admin_list
-    assert "6.43 <span" in admin_page  # the draft's own page too, not its stored 0.00
+    assert "6.43 USD <span" in admin_page  # the draft's own page too, not its stored 0.00
     assert api_usage["total"] == "6.426667" and api_usage["as_of"] == "2026-04-15T12:00:30Z"
     [draft] = [row for row in api_list if row["id"] == running.pk]
     assert (draft["total"], draft["subtotal"], draft["as_of"]) == (
@@ -88,8 +88,8 @@ def test_the_admin_list_rates_every_draft_at_once(
     operator.force_login(UserFactory(is_staff=True, is_superuser=True))
     with time_machine.travel(NOW, tick=False), django_assert_max_num_queries(20):
         admin_list = operator.get("/admin/billing/invoice/").content.decode()
-    assert "6.43 <span" in admin_list  # acme: 2 h 30 s at 3.20
-    assert "0.91 <span" in admin_list  # globex: 1 h 30 s at 0.90 = 0.9075
+    assert "6.43 USD <span" in admin_list  # acme: 2 h 30 s at 3.20
+    assert "0.91 USD <span" in admin_list  # globex: 1 h 30 s at 0.90 = 0.9075
     assert "0.00 <span" not in admin_list
 
 

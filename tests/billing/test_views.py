@@ -1,15 +1,23 @@
 """Console pages: usage (with the owners' budget form), invoices, downloads."""
 
+import csv
+import functools
+import io
+import re
 from decimal import Decimal
 
+import httpx
 import pytest
 import time_machine
 from django.contrib.staticfiles import finders
 
 from accounts.models import Quota
 from accounts.roles import Role
-from billing import services
+from billing import budgets, services
 from billing.models import BudgetAlert, Invoice
+from billing.money import AS_RATED, format_money
+from billing.usage import usage_report
+from cli.main import main as cli_main
 from console.instances.models import State
 from tests.billing.conftest import at, move
 from tests.conftest import ROLES
@@ -44,14 +52,14 @@ def test_usage_page(client, usage, make_member):
         page = client.get("/billing/usage/")
     assert page.status_code == 200
     html = page.content.decode()
-    assert 'data-testid="month-to-date">6.40<' in html
-    assert 'data-testid="rate">3.20<' in html
+    assert 'data-testid="month-to-date">6.40 USD<' in html
+    assert 'data-testid="rate">3.200000 USD<' in html
     assert "vendor/plotly/plotly-basic.min.js" in html and 'id="usage-daily"' in html
     assert "infer" in html and "a100-1x" in html and "secret" not in html
     assert "Only owners change the budget." in html  # viewers read only
     with time_machine.travel(NOW, tick=False):
         march = client.get("/billing/usage/?month=2026-03").content.decode()
-    assert 'data-testid="month-to-date">1.80<' in march and "GC-2026-000001" in march
+    assert 'data-testid="month-to-date">1.80 USD<' in march and "GC-2026-000001" in march
 
 
 def test_bad_month_falls_back_with_a_message(client, usage, make_member):
@@ -119,7 +127,7 @@ def test_invoice_pages_and_downloads(client, usage, make_member):
     assert "GC-2026-000001" in listing and "Draft" in listing and "6.40" in listing
     invoice = Invoice.objects.get(number="GC-2026-000001")
     detail = client.get(f"/billing/invoices/{invoice.pk}/").content.decode()
-    assert 'data-testid="invoice-total">1.80<' in detail and "train" in detail
+    assert 'data-testid="invoice-total">1.80 USD<' in detail and "train" in detail
     download = client.get(f"/billing/invoices/{invoice.pk}/download/pdf/")
     assert download["Content-Type"] == "application/pdf"
     assert download["Content-Disposition"] == 'attachment; filename="invoice-GC-2026-000001.pdf"'
@@ -158,3 +166,64 @@ def test_budget_notices_for_every_page(rf, tenant, make_member):
     assert [alert.threshold for alert in notices] == [100, 80, 50]
     html = render_to_string("billing/_budget_notices.html", {"notices": notices})
     assert "used 100% of its monthly budget" in html and "New launches are refused" in html
+
+
+def _testid(html: str, testid: str) -> str:
+    return re.search(rf'data-testid="{testid}">([^<]*)<', html).group(1)
+
+
+def test_one_money_format_on_every_page_the_cli_and_the_csv(
+    client, usage, make_member, token_client, monkeypatch, tmp_path, capsys
+):
+    """Issue 27, item 8: April so far reads the same on the dashboard, the
+    usage page, the draft invoice's page, `gpucloud usage` and the draft's CSV (whose
+    amount column keeps a plain number, its currency column the code)."""
+    member = make_member(usage, Role.VIEWER)
+    login(client, member)
+    draft = Invoice.objects.get(tenant=usage, status="draft")
+    api = token_client(member)
+
+    def through_the_api(request: httpx.Request) -> httpx.Response:
+        answer = api.generic(request.method, request.url.raw_path.decode())
+        return httpx.Response(answer.status_code, content=answer.content)
+
+    transport = httpx.MockTransport(through_the_api)
+    monkeypatch.setattr(httpx, "Client", functools.partial(httpx.Client, transport=transport))
+    monkeypatch.setenv("GPUCLOUD_CONFIG", str(tmp_path / "config.json"))
+    monkeypatch.setenv("GPUCLOUD_URL", "http://testserver")
+    monkeypatch.setenv("GPUCLOUD_TOKEN", api.raw_token)
+    with time_machine.travel(NOW, tick=False):
+        dashboard = client.get("/").content.decode()
+        page = client.get("/billing/usage/").content.decode()
+        invoice_page = client.get(f"/billing/invoices/{draft.pk}/").content.decode()
+        export = client.get(f"/billing/invoices/{draft.pk}/download/csv/").content.decode()
+        assert cli_main(["usage"]) == 0
+    with time_machine.travel(NOW, tick=False):
+        shown = format_money(budgets.month_to_date(usage), "USD")
+    assert re.fullmatch(r"[1-9][0-9]*\.[0-9]{2} USD", shown)
+    assert _testid(dashboard, "month-to-date") == shown
+    assert "$" not in dashboard
+    assert _testid(page, "month-to-date") == shown
+    assert _testid(invoice_page, "invoice-total") == shown
+    assert f"total {shown} · now " in capsys.readouterr().out
+    [total] = [row for row in csv.DictReader(io.StringIO(export)) if row["row_type"] == "total"]
+    assert format_money(total["amount"], total["currency"]) == shown
+
+
+def test_per_instance_costs_read_like_their_lines(client, world, tenant, make_member):
+    """Issue 27, item 8: a minute at 0.90/h and its disk since: the per-instance row shows
+    the sum of its lines at their 6 places (it showed cents, 0.00 for what costs less)."""
+    box = world.running(tenant, at(2026, 4, 15, 11), name="blip")
+    move(box, S.STOPPING, at(2026, 4, 15, 11, 0, 30))
+    login(client, make_member(tenant, Role.VIEWER))
+    with time_machine.travel(NOW, tick=False):
+        page = client.get("/billing/usage/").content.decode()
+    report = usage_report(tenant, NOW.date().replace(day=1), NOW)
+    [row] = report.by_instance
+    assert row.amount == sum(line.amount for line in report.lines)
+    by_instance = page.split('data-testid="by-instance"')[1].split("</table>")[0]
+    assert format_money(row.amount, "USD", AS_RATED) in by_instance
+    assert format_money(row.amount, "USD") not in by_instance
+    lines = page.split('data-testid="usage-lines"')[1].split("</table>")[0]
+    for line in report.lines:
+        assert format_money(line.amount, "USD", AS_RATED) in lines

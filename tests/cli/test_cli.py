@@ -93,7 +93,7 @@ def test_login_saves_the_config(cli, live_server, monkeypatch, tmp_path):
 def test_usage_and_invoices(cli):
     code, out, _ = cli("usage")
     assert code == 0
-    assert "total 0" in out and "forecast" in out
+    assert "total 0.00 USD" in out and "forecast" in out
     code, out, _ = cli("invoices")
     assert code == 0
     code, out, _ = cli("usage", "--month", "2026-13")
@@ -131,6 +131,23 @@ def test_launch_with_a_command_and_env(cli):
         "--env", "NOEQUALS",
     )  # fmt: skip
     assert code == 1 and "NAME=VALUE" in err
+
+
+def test_launch_with_a_restart_policy_and_what_to_do_when_its_host_is_lost(cli):
+    code, out, _ = cli(
+        "--json", "launch", "svc", "--spec", "a100-quarter", "--image", "pytorch-2.5-cuda12.4",
+        "--restart", "always", "--on-host-loss", "fresh_disk",
+    )  # fmt: skip
+    assert code == 0
+    instance = json.loads(out)
+    assert (instance["restart_policy"], instance["on_host_loss"]) == ("always", "fresh_disk")
+    code, out, _ = cli(
+        "--json", "launch", "plain", "--spec", "a100-quarter", "--image", "pytorch-2.5-cuda12.4"
+    )  # fmt: skip
+    assert (json.loads(out)["restart_policy"], json.loads(out)["on_host_loss"]) == (
+        "on-failure",  # the image's
+        "keep_disk",
+    )
 
 
 def test_logs_and_follow_until_it_ended(cli, tenant, monkeypatch):

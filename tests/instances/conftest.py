@@ -97,7 +97,7 @@ def no_tasks(monkeypatch):
 
     sent = []
 
-    def enqueue(name, *args):
+    def enqueue(name, *args, countdown=None):
         sent.append((name, *args))
 
     monkeypatch.setattr(queue, "enqueue", enqueue)

@@ -105,7 +105,6 @@ def test_exit_0_stops_it_with_billing_closed_at_the_exit(
         ("oom_killed", 137),
         ("gpu_memory_cap", None),
         ("container_lost", None),
-        ("image_not_found: localhost/nope:latest", None),
     ],
 )
 def test_a_failure_fails_it_with_the_agents_reason(catalog, tenant, agents, reason, exit_code):
@@ -117,9 +116,9 @@ def test_a_failure_fails_it_with_the_agents_reason(catalog, tenant, agents, reas
     assert (instance.state, instance.state_reason) == (State.FAILED, reason)
     assert instance.exit_code == exit_code
     assert instance.current_allocation() is None  # its slice is free again
-    assert instance.events.get(to_state=State.FAILED).at == at
+    assert instance.events.get(from_state=State.RUNNING, to_state=State.FAILED).at == at
     assert push(host, body).json()["ignored"] == 1  # the same event again
-    assert instance.events.filter(to_state=State.FAILED).count() == 1
+    assert instance.events.filter(from_state=State.RUNNING, to_state=State.FAILED).count() == 1
 
 
 def test_a_launch_that_fails_before_running_fails(catalog, tenant, agents):
@@ -140,12 +139,16 @@ def test_a_time_in_the_future_or_before_the_last_event_is_clamped(catalog, tenan
     host, instance = started(catalog, tenant, agents)
     last = instance.events.order_by("-at").first().at
     push(host, event(instance, "failed", at=last - timedelta(hours=1), reason="oom_killed"))
-    assert fresh(instance).events.get(to_state=State.FAILED).at == last
+    assert fresh(instance).events.get(from_state=State.RUNNING, to_state=State.FAILED).at == last
     other = services.launch_instance(tenant, name="box2", spec=catalog.quarter, image=catalog.image)
     tasks.provision.apply(args=[other.pk])
     before = timezone.now()
     push(host, event(fresh(other), "failed", at=before + timedelta(days=1), reason="oom_killed"))
-    assert before <= fresh(other).events.get(to_state=State.FAILED).at <= timezone.now()
+    assert (
+        before
+        <= fresh(other).events.get(from_state=State.RUNNING, to_state=State.FAILED).at
+        <= timezone.now()
+    )
 
 
 def test_another_hosts_allocation_or_an_old_one_is_ignored(catalog, tenant, agents):
@@ -261,3 +264,31 @@ def test_terminate_deletes_the_disk_on_its_host_or_says_it_could_not(
     assert second.state == State.TERMINATED
     message = second.events.get(to_state=State.TERMINATED).message
     assert message == f"Terminated; its disk on {home.name} (unreachable) stays there"
+
+
+def test_a_host_in_maintenance_is_told_to_its_instances_tenants(
+    catalog, tenant, agents, no_tasks, member
+):
+    from console.fleet import services as fleet
+
+    home, instance = started(catalog, tenant, agents)
+    fleet.set_host_status(home, Host.Status.MAINTENANCE, note="GPU swap, back by 18:00 UTC")
+    browser = Client()
+    browser.force_login(member.user)
+    browser.post("/tenant/switch/", {"tenant": member.tenant_id})
+    page = browser.get(f"/instances/{instance.pk}/").content.decode()
+    assert 'data-testid="host-notice"' in page and "is in maintenance" in page
+    assert "The operator's note: GPU swap, back by 18:00 UTC" in page
+    services.stop_instance(instance)
+    tasks.stop.apply(args=[instance.pk])
+    services.start_instance(fresh(instance))  # its disk is on the host in maintenance
+    instance = fresh(instance)
+    assert instance.state == State.PENDING
+    assert instance.state_reason == (
+        f"Waiting for {home.name}, which holds its disk: it is in maintenance "
+        "(GPU swap, back by 18:00 UTC)."
+    )
+    assert "is in maintenance" in browser.get(f"/instances/{instance.pk}/").content.decode()
+    fleet.set_host_status(home, Host.Status.ACTIVE)
+    assert queue.schedule_pending() == 1
+    assert "host-notice" not in browser.get(f"/instances/{instance.pk}/").content.decode()

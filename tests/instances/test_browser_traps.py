@@ -107,13 +107,13 @@ def test_resize_offers_what_can_run_and_asks_before_stopping(
     page.goto(f"{live_server.url}/instances/{instance.pk}/")
 
     options = page.locator("#id_resize_spec option")
-    expect(options).to_have_text(["A100 1/2 — $1.80/h"])  # in place: no stop
+    expect(options).to_have_text(["A100 1/2 — 1.80 USD/h"])  # in place: no stop
     expect(page.locator("#id_resize_disk")).to_have_value("50")
 
     for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full now
         services.launch_instance(tenant, name=name, spec=spec, image=catalog.image)
     page.reload()
-    expect(options).to_have_text(["A100 1/2 — $1.80/h · stops it"])
+    expect(options).to_have_text(["A100 1/2 — 1.80 USD/h · stops it"])
     screenshot(page, "instances-resize-offers")
     page.fill("#id_resize_disk", "80")
     page.click("[data-action=resize]")

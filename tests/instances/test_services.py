@@ -547,7 +547,12 @@ class TestFailover:
         Host.objects.filter(pk=host.pk).update(unreachable_since=now - timedelta(seconds=61))
         assert recovery.fail_over_hosts(now) == 2
         running.refresh_from_db()
-        assert (running.state, running.state_reason) == (State.FAILED, "host_unreachable")
+        assert running.state == State.FAILED
+        assert running.state_reason == (
+            f"host {host.name} lost at {heartbeat:%Y-%m-%d %H:%M} UTC; its disk stays there "
+            "until the host returns (its disk cannot move; launch with on_host_loss=fresh_disk "
+            "to come back elsewhere)"
+        )
         event = running.events.last()
         assert event.at == heartbeat  # billing stops at the last heartbeat
         assert Instance.objects.get(pk=stopping.pk).state == State.STOPPED

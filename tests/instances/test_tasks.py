@@ -7,6 +7,7 @@ import pytest
 from django.utils import timezone
 
 from console.catalog.models import Mode
+from console.fleet.models import Host
 from console.instances import recovery, services, tasks
 from console.instances.models import Allocation, Instance, State
 from tests.instances.fakes import FakeAgents
@@ -126,14 +127,38 @@ def test_terminate_and_reboot(catalog, tenant, agents):
 
 
 class TestReconcile:
-    def test_orphans_are_removed(self, catalog, tenant, agents):
+    def test_an_allocation_the_console_never_made_is_stopped_and_reported_not_deleted(
+        self, catalog, tenant, agents
+    ):
         host = catalog.host(gpus=1, mode=Mode.SHARED)
         instance = launch(catalog, tenant)
         tasks.provision.apply(args=[instance.pk])
-        agents.hosts[host.name]["stray-1"] = {"id": "stray-1", "state": "running", "body": {}}
+        stray = {"id": "stray-1", "state": "running", "labels": {"instance": "77"}, "body": {}}
+        agents.hosts[host.name]["stray-1"] = stray
         outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
-        assert outcome == {"removed": ["stray-1"], "failed": [], "redriven": []}
-        assert list(agents.hosts[host.name]) == [instance.current_allocation().pk]
+        assert (outcome["removed"], outcome["stopped"]) == ([], ["stray-1"])
+        assert agents.hosts[host.name]["stray-1"]["state"] == "stopped"  # kept, not deleted
+        report = host.events.get(message__startswith="Found allocation stray-1")
+        assert "(instance 77) running, of nothing it knows: stopped, kept" in report.message
+        assert report.from_status == report.to_status == host.status
+        # stopped, it stays: nothing the console did not end is ever deleted
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert (outcome["removed"], outcome["stopped"]) == ([], [])
+        assert set(agents.hosts[host.name]) == {"stray-1", instance.current_allocation().pk}
+
+    def test_an_allocation_of_a_terminated_instance_is_removed(self, catalog, tenant, agents):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        allocation = instance.current_allocation().pk
+        left_behind = dict(agents.hosts[host.name][allocation])
+        services.terminate_instance(instance)
+        tasks.terminate.apply(args=[instance.pk])
+        assert state(instance) == State.TERMINATED
+        agents.hosts[host.name][allocation] = left_behind  # its delete got lost on the way
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome["removed"] == [allocation]
+        assert agents.hosts[host.name] == {}
 
     def test_a_launch_its_agent_already_runs_is_adopted(
         self, catalog, tenant, agents, django_capture_on_commit_callbacks
@@ -169,7 +194,9 @@ class TestReconcile:
         assert list(agents.hosts[host.name]) == [instance.current_allocation().pk]
         with django_capture_on_commit_callbacks(execute=True):
             outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
-        assert outcome == {"removed": [], "failed": [], "redriven": []}
+        assert outcome == {
+            "removed": [], "stopped": [], "failed": [], "redriven": [], "adopted": []
+        }  # fmt: skip
 
     def test_a_vanished_allocation_fails_its_instance(self, catalog, tenant, agents):
         host = catalog.host(gpus=1, mode=Mode.SHARED)
@@ -207,20 +234,83 @@ class TestReconcile:
         tasks.reconcile_host.apply(args=[host.pk])
         assert state(instance) == State.RUNNING
 
-    def test_a_host_that_comes_back_loses_what_it_ran(self, catalog, tenant, agents):
-        from console.fleet.models import Host
-
+    def test_a_lost_host_that_comes_back_stops_what_it_ran_then_removes_it(
+        self, catalog, tenant, agents
+    ):
         host = catalog.host(gpus=1, mode=Mode.SHARED)
         instance = launch(catalog, tenant)
         tasks.provision.apply(args=[instance.pk])
+        allocation = instance.current_allocation().pk
         Host.objects.filter(pk=host.pk).update(
             status=Host.Status.UNREACHABLE,
-            unreachable_since=timezone.now() - timedelta(minutes=5),
-            last_heartbeat_at=timezone.now() - timedelta(minutes=5),
+            unreachable_since=timezone.now() - timedelta(minutes=6),
+            last_heartbeat_at=timezone.now() - timedelta(minutes=6),
         )
         recovery.fail_over_hosts()
         assert state(instance) == State.FAILED
         assert Allocation.objects.get(instance=instance).released_at is not None
         Host.objects.filter(pk=host.pk).update(status=Host.Status.ACTIVE, unreachable_since=None)
-        tasks.reconcile_host.apply(args=[host.pk])
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome["stopped"] == [allocation]  # its work stopped, not destroyed
+        assert agents.hosts[host.name][allocation]["state"] == "stopped"
+        assert host.events.filter(message__contains="no longer runs there").exists()
+        # stopped, it leaves the host as a stop takes an allocation away (the disk stays)
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome["removed"] == [allocation]
         assert agents.hosts[host.name] == {}
+
+    def test_a_host_silent_for_a_while_keeps_its_instance_which_is_adopted_back(
+        self, catalog, tenant, agents
+    ):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        allocation = instance.current_allocation().pk
+        heard = timezone.now() - timedelta(seconds=90)
+        Instance.objects.filter(pk=instance.pk).update(updated_at=heard - timedelta(minutes=1))
+        instance.events.update(at=heard - timedelta(minutes=1))
+        Host.objects.filter(pk=host.pk).update(
+            status=Host.Status.UNREACHABLE,
+            unreachable_since=heard + timedelta(seconds=15),
+            last_heartbeat_at=heard,
+        )
+        assert recovery.fail_over_hosts() == 0  # not lost: HOST_FAILOVER_SECONDS is minutes
+        instance.refresh_from_db()
+        assert instance.state == State.UNREACHABLE
+        assert (
+            instance.state_reason
+            == f"host {host.name} not heard since {heard:%Y-%m-%d %H:%M:%S} UTC"
+        )
+        assert instance.events.last().at == heard  # billing stops at the last heartbeat
+        assert Allocation.objects.get(pk=allocation).released_at is None  # its slice kept
+
+        Host.objects.filter(pk=host.pk).update(status=Host.Status.ACTIVE, unreachable_since=None)
+        outcome = tasks.reconcile_host.apply(args=[host.pk]).get()
+        assert outcome["adopted"] == [instance.pk]
+        assert (outcome["removed"], outcome["stopped"], outcome["failed"]) == ([], [], [])
+        assert list(agents.hosts[host.name]) == [allocation]  # the same one, not made again
+        instance.refresh_from_db()
+        assert instance.state == State.RUNNING
+        back = instance.events.last()
+        assert (back.from_state, back.to_state, back.at) == ("unreachable", "running", heard)
+        assert "adopted, not restarted" in back.message
+        assert tasks.reconcile_host.apply(args=[host.pk]).get()["adopted"] == []
+
+    def test_an_unreachable_instance_whose_allocation_vanished_fails(self, catalog, tenant, agents):
+        host = catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = launch(catalog, tenant)
+        tasks.provision.apply(args=[instance.pk])
+        Host.objects.filter(pk=host.pk).update(
+            status=Host.Status.UNREACHABLE,
+            unreachable_since=timezone.now() - timedelta(seconds=20),
+            last_heartbeat_at=timezone.now() - timedelta(seconds=30),
+        )
+        recovery.fail_over_hosts()
+        assert state(instance) == State.UNREACHABLE
+        Instance.objects.filter(pk=instance.pk).update(
+            updated_at=timezone.now() - timedelta(seconds=5)
+        )
+        Host.objects.filter(pk=host.pk).update(status=Host.Status.ACTIVE, unreachable_since=None)
+        agents.hosts[host.name].clear()  # its host came back without it (its disk was wiped)
+        assert tasks.reconcile_host.apply(args=[host.pk]).get()["failed"] == [instance.pk]
+        assert state(instance) == State.FAILED

@@ -77,6 +77,14 @@ def test_launch_from_the_form(web, catalog, tenant):
     instance = Instance.objects.get(name="nb")
     assert response.status_code == 302 and response["Location"] == f"/instances/{instance.pk}/"
     assert instance.state == State.PROVISIONING
+    assert (instance.restart_policy, instance.on_host_loss) == ("on-failure", "keep_disk")
+    web.post(
+        "/instances/launch/",
+        {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name, "name": "svc",
+         "restart_policy": "never", "on_host_loss": "fresh_disk"},
+    )  # fmt: skip
+    chosen = Instance.objects.get(name="svc")
+    assert (chosen.restart_policy, chosen.on_host_loss) == ("never", "fresh_disk")
 
 
 def test_launch_form_errors(web, catalog, tenant):
@@ -124,7 +132,7 @@ def test_detail_actions_and_terminate_confirmation(web, catalog, tenant):
     assert 'data-action="start"' not in page
     assert "placement-host" not in page  # tenants do not see hosts
     # before stopping, the page says what the kept disk will cost (50 GiB x $0.10)
-    assert "$5.00/month for its 50 GiB disk" in page
+    assert "5.00 USD/month for its 50 GiB disk" in page
     fragment = web.get(f"/instances/{instance.pk}/?partial=1").content.decode()
     assert fragment.lstrip().startswith("<div data-live-detail")
 
@@ -157,7 +165,7 @@ def test_a_resize_that_stops_it_asks_first(web, catalog, tenant, no_tasks):
     for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full
         services.launch_instance(tenant, name=name, spec=spec, image=catalog.image)
     page = web.get(f"/instances/{instance.pk}/").content.decode()
-    assert 'data-needs-stop="1">A100 1/2 — $1.80/h · stops it</option>' in page
+    assert 'data-needs-stop="1">A100 1/2 — 1.80 USD/h · stops it</option>' in page
 
     response = web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half"})
     assert response.status_code == 200
