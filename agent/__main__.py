@@ -111,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="RAM offered to workloads in MiB (default: this machine's; sim: 128 GiB per GPU)",
     )
+    p.add_argument(
+        "--unbounded-layers",
+        action="store_true",
+        help="oci: run containers even where the engine cannot bound their writable layer",
+    )
     p.add_argument("--state-dir", type=Path, default=Path("/var/lib/gpucloud-agent"))
     p.add_argument(
         "--sample-interval",
@@ -195,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                 cdi=args.backend == "nvml",
                 mps_dir=args.state_dir / "mps" if args.backend == "nvml" else None,
                 gpus=len(backend.gpus()),
+                unbounded_layers=args.unbounded_layers,
             )
         except DockerException as exc:
             sys.exit(f"gpucloud-agent: container engine: {exc}")

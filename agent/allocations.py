@@ -141,8 +141,8 @@ def _image(value) -> str | None:
 def _resources(value) -> dict | None:
     if value is None:
         return None
-    obj = _object(value, "resources", {"vcpus", "memory_mib", "pids"})
-    for name, low in (("vcpus", 1), ("memory_mib", 6), ("pids", 16)):
+    obj = _object(value, "resources", {"vcpus", "memory_mib", "pids", "layer_gib"})
+    for name, low in (("vcpus", 1), ("memory_mib", 6), ("pids", 16), ("layer_gib", 1)):
         if name in obj:
             _int_field(obj, name, "resources", low)
     return obj

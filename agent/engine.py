@@ -81,9 +81,14 @@ def podman_command(storage: Path | None, *args: str) -> list[str]:
     storage by default)."""
     where = []
     if storage:
-        where = ["--root", str(storage / "root"), "--runroot", str(storage / "run")]
+        runroot = str(storage / "run")
+        if len(runroot) > 50:  # Podman refuses a longer runroot
+            runroot = f"/run/gpucloud-podman-{hashlib.sha256(runroot.encode()).hexdigest()[:12]}"
+        where = ["--root", str(storage / "root"), "--runroot", runroot]
         where += ["--network-config-dir", str(storage / "networks")]
         where += ["--tmpdir", str(storage / "tmp")]
+        if storage_driver(storage):
+            where += ["--storage-driver", storage_driver(storage)]
     return ["podman", *where, *args]
 
 
@@ -134,6 +139,8 @@ def start_docker_daemon(root: Path) -> subprocess.Popen:
     command += ["--bridge=none", "--default-address-pool", "base=172.30.0.0/16,size=24"]
     command += ["--containerd-namespace", "gpucloud-test"]
     command += ["--containerd-plugins-namespace", "gpucloud-test-plugins"]
+    if storage_driver(root / "data"):  # a data root on btrfs (layer_storage)
+        command += ["--storage-driver", storage_driver(root / "data")]
     (root / "daemon.json").write_text("{}\n")  # not the host's /etc/docker/daemon.json
     with open(root / "dockerd.log", "ab") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root)
@@ -263,3 +270,78 @@ def import_demo_image_docker(engine_url: str, reference: str = DEMO_IMAGE) -> No
         )
     finally:
         client.close()
+
+
+def _mount_type(point: Path) -> str | None:
+    """The file system type mounted at `point`, or None."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, where, kind, *_ = line.split(" ")
+        if where == str(point):
+            return kind
+    return None
+
+
+def storage_driver(storage: Path | None) -> str | None:
+    """The storage driver for engine storage at `storage`: btrfs on btrfs (its own driver
+    bounds a container's layer, with quota groups), else the engine's default (overlay)."""
+    return "btrfs" if storage and _mount_type(storage) == "btrfs" else None
+
+
+def _make_fs(image: Path, size_gib: int, command: list[str]) -> None:
+    partial = image.with_name(f".{image.name}")
+    with open(partial, "wb") as file:
+        file.truncate(size_gib * 1024**3)
+    made = subprocess.run([*command, str(partial)], capture_output=True)
+    if made.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise EngineError(f"{command[0]} failed: {made.stderr.decode(errors='replace')}")
+    partial.replace(image)
+
+
+def layer_storage(folder: Path, size_gib: int) -> str:
+    """Make `folder` engine storage that can bound each container's writable layer (the
+    storage option `size`), in a sparse image beside it mounted by loop; answer its type.
+    xfs with project quotas (`pquota`: the overlay driver's `size`) where the kernel has XFS
+    quotas, else btrfs with quota groups (the btrfs driver's `size`). Idempotent: a mounted
+    folder is left as it is, an image already made is mounted again. Undo:
+    unmount_layer_storage."""
+    folder.mkdir(parents=True, exist_ok=True)
+    kind = _mount_type(folder)
+    if kind:
+        return kind
+    xfs, btrfs = folder.with_name(f"{folder.name}.xfs"), folder.with_name(f"{folder.name}.btrfs")
+    if not btrfs.exists() and shutil.which("mkfs.xfs"):
+        if not xfs.exists():
+            _make_fs(xfs, size_gib, ["mkfs.xfs", "-q", "-f"])
+        mount = ["mount", "-o", "loop,pquota", str(xfs), str(folder)]
+        if subprocess.run(mount, capture_output=True).returncode == 0:
+            return "xfs"
+        xfs.unlink()  # this kernel has no XFS quotas ("quota support not available")
+    if shutil.which("mkfs.btrfs") is None:
+        raise EngineError(
+            "no file system here bounds a container's layer: xfs with pquota needs a kernel "
+            "with XFS quotas, btrfs needs btrfs-progs (apt-get install xfsprogs btrfs-progs)"
+        )
+    if not btrfs.exists():
+        _make_fs(btrfs, size_gib, ["mkfs.btrfs", "-q", "-f"])
+    for command in (
+        ["mount", "-o", "loop", str(btrfs), str(folder)],
+        ["btrfs", "quota", "enable", str(folder)],
+    ):
+        done = subprocess.run(command, capture_output=True)
+        if done.returncode != 0:
+            raise EngineError(f"{' '.join(command)}: {done.stderr.decode(errors='replace')}")
+    return "btrfs"
+
+
+def unmount_layer_storage(folder: Path, remove: bool = False) -> None:
+    """Undo layer_storage: unmount what lies under `folder` (the drivers' own mounts), then
+    `folder`; with `remove`, remove its image too."""
+    points = [line.split(" ")[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((p for p in points if p.startswith(f"{folder}/")), reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+    if _mount_type(folder):
+        subprocess.run(["umount", "--lazy", str(folder)], capture_output=True)
+    if remove:
+        for suffix in (".xfs", ".btrfs"):
+            folder.with_name(f"{folder.name}{suffix}").unlink(missing_ok=True)

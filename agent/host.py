@@ -12,7 +12,7 @@ from agent.allocations import MODES, Allocation, check_id, cuda_env, now_iso, pa
 from agent.errors import ApiError, conflict, invalid
 from agent.fit import check_placement
 from agent.gpu_models import mig_profiles
-from agent.runtime import Exit, LaunchError
+from agent.runtime import Exit, LaunchError, claim_output
 from agent.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -289,6 +289,8 @@ class LocalHost:
                 created_at=stamp,
                 updated_at=stamp,
             )
+            if spec.get("volume"):
+                claim_output(self.store.log_dir, alloc.instance, spec["volume"]["name"])
             self.allocations[alloc_id] = alloc
             self._save()
             await self._start_workload(alloc)

@@ -21,10 +21,12 @@ Every call here blocks: the host runs them in a worker thread.
 import asyncio
 import contextlib
 import functools
+import io
 import logging
 import os
 import re
 import socket
+import tarfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -45,6 +47,7 @@ from agent.runtime import (
     Exit,
     LaunchError,
     file_end,
+    forget_output,
     instance_log,
     keep_output,
     tail_lines,
@@ -94,6 +97,10 @@ REMOVAL_GRACE_SECONDS = 0.5
 # a login shell: bash where the image has it, else sh
 SHELL = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"]
 # what catatonit (Podman's init) and tini (Docker's) print when the command cannot be run
+DEFAULT_LAYER_GIB = 20
+# a throwaway image and container: whether the engine bounds a container's writable layer
+LAYER_PROBE_IMAGE = "localhost/gpucloud/layer-probe:latest"
+LAYER_UNBOUNDED = "the container's writable layer is unbounded (--unbounded-layers)"
 INIT_EXEC_FAILED = re.compile(r"failed to exec pid1|exec .* failed: (No such file|Permission)")
 
 
@@ -149,9 +156,37 @@ def describe_engine(engine_url: str | None) -> tuple[str, str | None]:
     engine = "podman" if any("Podman" in c for c in components) else "docker"
     path = gpu_path(engine, info)
     return (
-        f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs {GPU_PATHS[path]}",
+        f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs {GPU_PATHS[path]}"
+        f"; containers' writable layers {layers_bounded(info)}",
         path,
     )
+
+
+def layers_bounded(info: dict) -> str:
+    """Whether the engine's storage driver can bound a container's writable layer, from its
+    info alone (read-only, for the probe): btrfs can (quota groups); overlay only on xfs
+    mounted with pquota, which info does not tell."""
+    driver = info.get("Driver", "")
+    backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
+    if driver == "btrfs":
+        return "bounded (btrfs driver)"
+    if driver.startswith("overlay") and backing == "xfs":
+        return "bounded only if its xfs is mounted with pquota (the agent tries at start)"
+    return f"not bounded ({driver or 'unknown'} driver on {backing or 'unknown'})"
+
+
+def decide_layers(bounded: bool, unbounded_ok: bool, why: str) -> None:
+    """Refuse (DockerException) an engine that cannot bound a container's writable layer,
+    unless the operator allowed it (--unbounded-layers: then it is logged as a warning)."""
+    if bounded:
+        return
+    if not unbounded_ok:
+        raise DockerException(
+            f"the engine cannot bound a container's writable layer ({why}): keep its storage "
+            "on xfs mounted with pquota (overlay) or on btrfs (btrfs driver), or start the "
+            "agent with --unbounded-layers"
+        )
+    log.warning("containers' writable layers are NOT bounded (--unbounded-layers): %s", why)
 
 
 def remapped_root(info: dict) -> tuple[int, int] | None:
@@ -271,6 +306,7 @@ class OciRuntime:
         cdi: bool = False,
         mps_dir: Path | None = None,
         gpus: int = 1,
+        unbounded_layers: bool = False,
     ):
         """`cdi`: hand GPUs to containers (hosts with real GPUs) as CDI devices, or on a Docker
         without CDI as device requests for the NVIDIA runtime (`gpu_path`); without it the
@@ -279,7 +315,8 @@ class OciRuntime:
         tenant networks' names and what their containers may reach (agent/networks.py).
         `gpus`: how many the host has (the pids ceiling shares the host's among the containers
         they may hold). Disks are made beside `log_dir`, in `disks/`. Refuses
-        (DockerException) an engine that would run containers in the host's user namespace."""
+        (DockerException) an engine that would run containers in the host's user namespace,
+        and one that cannot bound a container's writable layer unless `unbounded_layers`."""
         self.engine_url = engine_url or self._find_engine()
         self.client = docker.DockerClient(base_url=self.engine_url, timeout=ENGINE_TIMEOUT_SECONDS)
         version = self.client.version()
@@ -292,6 +329,9 @@ class OciRuntime:
         # Docker has no `U` bind option: the disk's root is given to the remapped root
         self.remapped_root = remapped_root(info) if self.engine == "docker" else None
         self.pids_ceiling = pids_ceiling(CONTAINERS_PER_GPU * gpus)
+        why = self._probe_layers()
+        self.layers_bounded = why is None
+        decide_layers(self.layers_bounded, unbounded_layers, why or "")
         self.disks = Disks(log_dir.with_name("disks"))
         self.log_dir = log_dir
         self.stop_grace = stop_grace
@@ -303,13 +343,35 @@ class OciRuntime:
         self._images: set[str] = set()  # references seen here: a launch of one looks no more
         self._lock = threading.Lock()
         log.info(
-            "oci runtime: %s %s at %s; GPUs %s; at most %d pids a container",
+            "oci runtime: %s %s at %s; GPUs %s; at most %d pids a container; writable layers %s",
             self.engine,
             self.engine_version,
             self.engine_url,
             GPU_PATHS[self.gpu_path] if cdi else "not passed (simulated)",
             self.pids_ceiling,
+            "bounded" if self.layers_bounded else "NOT bounded",
         )
+
+    def _probe_layers(self) -> str | None:
+        """Whether the engine bounds a container's writable layer: a throwaway container
+        (from an empty image of our own) created with the storage option `size`; None when
+        it can, else why not."""
+        try:
+            self.client.images.get(LAYER_PROBE_IMAGE)
+        except ImageNotFound:
+            empty = io.BytesIO()
+            tarfile.open(fileobj=empty, mode="w").close()
+            repository, _, tag = LAYER_PROBE_IMAGE.rpartition(":")
+            self.client.api.import_image_from_data(empty.getvalue(), repository=repository, tag=tag)
+        try:
+            container = self.client.containers.create(
+                LAYER_PROBE_IMAGE, ["true"], storage_opt={"size": "1G"}
+            )
+        except APIError as exc:
+            return str(exc.explanation or exc)
+        with contextlib.suppress(APIError):
+            container.remove(force=True)
+        return None
 
     def _check_userns(self, info: dict) -> None:
         if self.engine == "podman" and not _subid_range("containers"):
@@ -467,6 +529,10 @@ class OciRuntime:
             "log_config": LOG_CONFIG,
             **gpu,
         }
+        if self.layers_bounded:
+            options["storage_opt"] = {"size": f"{resources.get('layer_gib') or DEFAULT_LAYER_GIB}G"}
+        else:
+            progress(LAYER_UNBOUNDED)
         if resources.get("vcpus"):
             options["nano_cpus"] = int(resources["vcpus"] * 1_000_000_000)
         if resources.get("memory_mib"):
@@ -794,7 +860,7 @@ class OciRuntime:
         for volume in self.client.volumes.list(filters={"label": f"{LABEL_INSTANCE}={instance}"}):
             with contextlib.suppress(NotFound):
                 volume.remove(force=True)
-        instance_log(self.log_dir, instance).unlink(missing_ok=True)
+        forget_output(self.log_dir, instance)
 
 
 def _split_reference(reference: str) -> tuple[str, str]:

@@ -84,6 +84,29 @@ def instance_log(log_dir: Path, instance: str) -> Path:
     return log_dir / f"instance-{instance}.log"
 
 
+def claim_output(log_dir: Path, instance: str, disk: str) -> None:
+    """The kept output of `instance` is that of the instance whose disk is `disk`: output an
+    earlier instance of the same id left here (another install, or a console whose database
+    was reset) is set aside under its own disk's name, never shown to the new one."""
+    marker = log_dir / f"instance-{instance}.disk"
+    kept = instance_log(log_dir, instance)
+    earlier = marker.read_text() if marker.exists() else None
+    if earlier == disk:
+        return
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if kept.exists() and earlier is not None:
+        kept.rename(log_dir / f"instance-{instance}.{earlier}.log")
+    elif kept.exists():  # kept before disks had names: whose it was is unknown
+        kept.rename(log_dir / f"instance-{instance}.unclaimed.log")
+    marker.write_text(disk)
+
+
+def forget_output(log_dir: Path, instance: str) -> None:
+    """The instance is deleted: its kept output goes, and so does whose disk it was."""
+    instance_log(log_dir, instance).unlink(missing_ok=True)
+    (log_dir / f"instance-{instance}.disk").unlink(missing_ok=True)
+
+
 def file_end(path: Path, max_bytes: int, enough=lambda chunk: False) -> bytes:
     """The end of a file from the start of a line, read backwards (a block, then twice as much,
     ...) until `enough(chunk)` or `max_bytes`: never the whole of a big file. Empty when there
@@ -282,4 +305,4 @@ class ProcessRuntime:
         return tail_lines(instance_log(self.log_dir, instance), tail)
 
     def delete_instance(self, instance: str) -> None:
-        instance_log(self.log_dir, instance).unlink(missing_ok=True)
+        forget_output(self.log_dir, instance)

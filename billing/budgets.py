@@ -12,6 +12,7 @@ rating every segment of the month again.
 """
 
 import logging
+from collections import defaultdict
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
@@ -27,7 +28,7 @@ from billing import locks
 from billing.models import BudgetAlert, UsagePiece, micros_to_decimal
 from billing.money import format_money
 from billing.rating import month_start
-from billing.usage import so_far
+from billing.usage import month_corrections, so_far
 from console.celery import enqueue_on_commit
 from console.errors import DomainError
 from console.instances.models import Instance, State
@@ -42,7 +43,8 @@ RESEND_AFTER = timedelta(minutes=2)
 
 
 def stored_spend(month: date, tenant_ids) -> dict[int, Decimal]:
-    """Each tenant's spend in ``month`` from the stored pieces (6 places): ``so_far`` as of
+    """Each tenant's spend in ``month`` from the stored pieces and corrections (6 places):
+    ``so_far`` as of
     the meter's last rating, which is now when the meter has just rated."""
     rows = (
         UsagePiece.objects.filter(month=month, tenant_id__in=tenant_ids)
@@ -50,7 +52,10 @@ def stored_spend(month: date, tenant_ids) -> dict[int, Decimal]:
         .annotate(micros=Sum("amount_micros"))
         .order_by()
     )
-    return {row["tenant_id"]: micros_to_decimal(row["micros"]) for row in rows}
+    spent: dict[int, int] = defaultdict(int)
+    for row in [*rows, *month_corrections(tenant_ids, month)]:
+        spent[row["tenant_id"]] += row["micros"]
+    return {tenant_id: micros_to_decimal(micros) for tenant_id, micros in spent.items()}
 
 
 def month_to_date(tenant: Tenant, now: datetime | None = None) -> Decimal:

@@ -96,6 +96,8 @@ class BillTo:
 
 @dataclass(frozen=True)
 class InvoiceLine:
+    """A line; a correction of an issued invoice may take seconds back (negative)."""
+
     description: str
     instance_name: str
     spec_code: str
@@ -106,8 +108,6 @@ class InvoiceLine:
     def __post_init__(self) -> None:
         if isinstance(self.seconds, bool) or not isinstance(self.seconds, int):
             raise TypeError("seconds must be an int")
-        if self.seconds < 0:
-            raise ValueError(f"seconds must not be negative, got {self.seconds}")
         for name in ("unit_price_per_hour", "amount"):
             object.__setattr__(self, name, as_decimal(getattr(self, name), name))
         if self.amount != quantize_amount(self.amount):

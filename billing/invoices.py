@@ -52,7 +52,16 @@ from billing.rating import (
     reversed_totals,
     round_to_cents,
 )
-from billing.usage import LineKey, SoFar, UsageLine, make_line, so_far, usage_report
+from billing.usage import (
+    LineKey,
+    SoFar,
+    UsageLine,
+    correction_key,
+    make_line,
+    month_corrections,
+    so_far,
+    usage_report,
+)
 from console.errors import DomainError
 
 log = logging.getLogger(__name__)
@@ -135,8 +144,8 @@ def _applicable_grants(tenant_ids: QuerySet, period_start: datetime, now: dateti
 
 
 def _month_lines(month: date, drafts: QuerySet) -> dict[int, list[UsageLine]]:
-    """The lines of every draft's tenant in ``month``, summed from the stored pieces in one
-    grouped query."""
+    """The lines of every draft's tenant in ``month``, summed from the stored pieces and the
+    corrections billed in the month, one grouped query each."""
     rows = (
         UsagePiece.objects.filter(month=month, tenant_id__in=drafts.values("tenant_id"))
         .values(
@@ -153,11 +162,16 @@ def _month_lines(month: date, drafts: QuerySet) -> dict[int, list[UsageLine]]:
         .annotate(seconds=Sum("seconds"), micros=Sum("amount_micros"))
         .order_by()
     )
+    corrections = month_corrections(drafts.values("tenant_id"), month)
     lines: dict[int, list[UsageLine]] = defaultdict(list)
-    for row in rows:
-        key = LineKey(
-            row["kind"], row["instance_id"], row["spec_id"], row["unit_price"], row["disk_gib"]
-        )
+    for row in [*rows, *corrections]:
+        if "corrects__number" in row:
+            key, seconds = correction_key(row), row["total_seconds"]
+        else:
+            key = LineKey(
+                row["kind"], row["instance_id"], row["spec_id"], row["unit_price"], row["disk_gib"]
+            )
+            seconds = row["seconds"]
         lines[row["tenant_id"]].append(
             make_line(
                 key,
@@ -165,7 +179,7 @@ def _month_lines(month: date, drafts: QuerySet) -> dict[int, list[UsageLine]]:
                 instance_name=row["instance__name"],
                 spec_code=row["spec__code"],
                 spec_name=row["spec__name"],
-                seconds=int(row["seconds"]),
+                seconds=int(seconds),
                 amount_micros=int(row["micros"]),
             )
         )

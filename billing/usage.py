@@ -96,7 +96,8 @@ def describe(key: LineKey, spec_name: str, instance_name: str) -> str:
     if key.kind == UsageKind.GPU:
         what = f"GPU time: {spec_name}"
     else:
-        what = f"Disk: {key.disk_gib} GiB at {key.unit_price.normalize():f} per GiB-month"
+        price = f"{key.unit_price.normalize():f}"
+        what = f"Disk while stopped: {key.disk_gib} GiB at {price} per GiB-month"
     if key.corrects:
         return f"Correction to {key.corrects}, {instance_name}: {what}"
     return what

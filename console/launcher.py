@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REGION = "local-1"
 # Seconds Ctrl-C waits for the instances to stop before it stops the processes anyway.
 STOP_INSTANCES_WAIT = 60
+# the sparse image Podman's storage lies in (it takes of the host what is written to it)
+PODMAN_STORAGE_GIB = 100
 DEMO_AGENTS = [
     # hostname, GPUs, model, per-GPU modes
     ("host-a", 8, "a100-80gb", "mig,mig,mig,mig,shared,shared,shared,shared"),
@@ -64,9 +66,19 @@ def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]
             ),
         )
     socket = var_dir / "podman" / "podman.sock"
-    children.append(("podman", engine.start_podman_service(socket, var_dir / "podman.log")))
-    engine.build_demo_image()
+    # storage of its own that bounds each container's writable layer (xfs with pquota, or
+    # btrfs), unmounted when make run ends
+    storage = podman_storage(var_dir)
+    engine.layer_storage(storage, PODMAN_STORAGE_GIB)
+    children.append(
+        ("podman", engine.start_podman_service(socket, var_dir / "podman.log", storage))
+    )
+    engine.build_demo_image(storage=storage)
     return "oci", f"unix://{socket}", "containers through Podman (started here)"
+
+
+def podman_storage(var_dir: Path) -> Path:
+    return var_dir / "podman" / "storage"
 
 
 def main() -> int:
@@ -79,6 +91,7 @@ def main() -> int:
     finally:
         stop_all(children)
         unmount_disks(var_dir)
+        engine.unmount_layer_storage(podman_storage(var_dir))
 
 
 def serve(port: int, var_dir: Path, children: list) -> int:

@@ -418,6 +418,8 @@ if CELERY_VISIBILITY_TIMEOUT <= INSTANCE_AGENT_RETRY_BACKOFF_MAX:
 LAUNCH_REDRIVE_SECONDS = env_float("LAUNCH_REDRIVE_SECONDS", 10.0)
 # The most processes (threads included) a workload may have at once in its container.
 INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 4096)
+# GiB a container may write to its own file system (its writable layer; /workspace aside)
+INSTANCE_LAYER_GIB = env_int("INSTANCE_LAYER_GIB", 20)
 
 # Billing
 BILLING_MINIMUM_SECONDS = env_int("BILLING_MINIMUM_SECONDS", 60)

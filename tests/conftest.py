@@ -20,6 +20,8 @@ from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.harness import running_stack
 from tests.registry import start_registry
 
+# the test engines' storage (sparse: it takes of the host what they write)
+LAYER_STORAGE_GIB = 40
 ROLES = [Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER]
 
 
@@ -116,6 +118,7 @@ class ContainerEngine:
 @dataclass(frozen=True)
 class DockerEngine:
     url: str
+    storage: Path  # its data root
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "-H", self.url, *args], capture_output=True, text=True)
@@ -143,6 +146,7 @@ def container_engine(tmp_path_factory):
         pytest.skip("podman is not installed (apt-get install podman runc busybox-static)")
     run = tmp_path_factory.mktemp("podman")
     storage = run / "storage"
+    engine.layer_storage(storage, LAYER_STORAGE_GIB)  # bounds each container's layer
     registry_port = processes.free_port()
     registries = run / "registries.conf"  # the test registry (tests/registry.py) speaks HTTP
     registries.write_text(
@@ -162,6 +166,7 @@ def container_engine(tmp_path_factory):
     subprocess.run(engine.podman_command(storage, "system", "reset", "--force"), env=env)
     # the overlay driver keeps its directory bind-mounted on itself: let pytest clean it up
     subprocess.run(["umount", "--lazy", str(storage / "root" / "overlay")], capture_output=True)
+    engine.unmount_layer_storage(storage, remove=True)
     _unmount_disks(tmp_path_factory)
 
 
@@ -186,11 +191,12 @@ def docker_engine(tmp_path_factory):
     # a short path of its own (the socket's must stay under 108 bytes), removed at the end
     root = Path(tempfile.mkdtemp(prefix="gpucloud-dockerd-"))
     chains = engine.docker_chains()
+    engine.layer_storage(root / "data", LAYER_STORAGE_GIB)  # bounds each container's layer
     service = engine.start_docker_daemon(root)
     url = f"unix://{root / 'docker.sock'}"
     try:
         engine.import_demo_image_docker(url)
-        yield DockerEngine(url)
+        yield DockerEngine(url, root / "data")
     finally:
         client = docker.DockerClient(base_url=url)
         for container in client.containers.list(all=True):

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from agent import engine
-from console import processes
+from console import launcher, processes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,9 +45,12 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def podman(*args: str) -> subprocess.CompletedProcess:
+def podman(var: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        engine.podman_command(None, *args), env=engine.podman_env(), capture_output=True, text=True
+        engine.podman_command(launcher.podman_storage(var), *args),
+        env=engine.podman_env(),
+        capture_output=True,
+        text=True,
     )
 
 
@@ -105,7 +108,7 @@ def test_ctrl_c_of_make_run_stops_the_instances_and_leaves_nothing_running(tmp_p
         )
         container_id = None
         if containers:
-            inspected = json.loads(podman("inspect", f"gpucloud-{pk}").stdout)[0]
+            inspected = json.loads(podman(var, "inspect", f"gpucloud-{pk}").stdout)[0]
             assert any(str(var) in m["Source"] for m in inspected["Mounts"])  # this run's
             container_id = inspected["Id"]
             assert processes_mentioning(container_id)  # its conmon
@@ -123,7 +126,7 @@ def test_ctrl_c_of_make_run_stops_the_instances_and_leaves_nothing_running(tmp_p
     assert processes_mentioning(str(var)) == []  # no agent, worker, beat or web left
     assert str(var) not in Path("/proc/self/mounts").read_text()  # no disk left mounted
     if container_id:
-        assert podman("container", "exists", container_id).returncode == 1
+        assert podman(var, "container", "exists", container_id).returncode == 1
         assert processes_mentioning(container_id) == []  # no conmon left
     database = sqlite3.connect(var / "gpucloud.sqlite3")
     state = database.execute("SELECT state FROM instances_instance WHERE id = ?", (pk,)).fetchone()

@@ -273,6 +273,7 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
                 ("vcpus", spec.vcpus),
                 ("memory_mib", spec.ram_mib),
                 ("pids", settings.INSTANCE_PIDS_LIMIT),
+                ("layer_gib", settings.INSTANCE_LAYER_GIB),
             )
             if value
         },

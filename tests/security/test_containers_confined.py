@@ -5,6 +5,7 @@ and on Docker (BOTH_ENGINES) for what each does its own way: user namespaces, lo
 
 import contextlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -131,6 +132,48 @@ def test_a_write_past_the_disk_size_fails_inside_and_changes_nothing_outside(
     mounted = os.statvfs(disk / "mnt")
     assert 0.9 * 1024**3 < mounted.f_blocks * mounted.f_frsize <= 1024**3
     assert mounted.f_bavail < 1024**2 // mounted.f_frsize  # full
+
+
+def _used(folder: Path) -> int:
+    stat = os.statvfs(folder)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+
+@BOTH_ENGINES
+def test_a_write_past_the_layer_size_fails_inside_and_changes_nothing_outside(
+    agent, engine, oci_engine
+):
+    instance = _instance()
+    before = _used(oci_engine.storage)
+    _run(agent, instance, "sleep 1000", layer_gib=1)
+    filled = _in(
+        oci_engine, instance, "dd if=/dev/zero of=/big bs=1M count=1300; rc=$?; sync; exit $rc"
+    )
+    assert filled.returncode != 0
+    assert re.search("No space left on device|Disk quota exceeded", filled.stderr), filled.stderr
+    # what the container's own file system took of the engine's storage: at most its size
+    assert _used(oci_engine.storage) - before < 1024**3 + 100 * 1024**2
+    written = _in(oci_engine, instance, "wc -c < /big")
+    assert 0.8 * 1024**3 < int(written.stdout) <= 1024**3
+
+
+def test_an_engine_that_cannot_bound_layers_is_refused_unless_allowed(caplog):
+    oci.decide_layers(True, False, "")
+    with pytest.raises(DockerException, match="--unbounded-layers"):
+        oci.decide_layers(False, False, "overlay on ext4")
+    oci.decide_layers(False, True, "overlay on ext4")
+    assert "NOT bounded" in caplog.text
+
+
+def test_the_agent_refuses_an_engine_without_layer_bounds(container_engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(OciRuntime, "_probe_layers", lambda self: "overlay on ext4")
+    with pytest.raises(DockerException, match="writable layer"):
+        OciRuntime(container_engine.url, tmp_path / "logs", 1, install="t")
+    allowed = OciRuntime(
+        container_engine.url, tmp_path / "logs", 1, install="t", unbounded_layers=True
+    )
+    assert allowed.layers_bounded is False
+    allowed.client.close()
 
 
 @BOTH_ENGINES

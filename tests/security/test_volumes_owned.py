@@ -112,3 +112,33 @@ def test_a_volume_an_earlier_agent_made_for_the_instance_is_still_its_own(agent,
     assert agent.client.delete(f"/v1/instances/{instance}").status_code == 204
     assert not engine.volumes.list(filters={"name": legacy})
     assert (agent.state_dir / "disks" / other_disk / "disk.img").exists()
+
+
+def test_an_earlier_instances_output_is_never_shown_to_a_new_one_of_the_same_id(
+    start_agent,
+):
+    """A console whose database was reset (or another install) gives the id 7 to a new
+    instance of another tenant: the agent's kept output of the old instance 7 is not its."""
+    agent = start_agent("--gpus", "1", "--mode", "whole", "--runtime", "process")
+
+    def run(alloc_id: str, disk: str, line: str) -> None:
+        body = {
+            "mode": "whole",
+            "gpus": [0],
+            "command": ["sh", "-c", f"echo {line}"],
+            "labels": {"instance": "7"},
+            "volume": {"name": disk},
+        }
+        assert agent.client.put(f"/v1/allocations/{alloc_id}", json=body).status_code == 201
+        assert wait_for(lambda: line in _lines(agent))
+        assert agent.client.delete(f"/v1/allocations/{alloc_id}").status_code == 204
+
+    run("old-1", "gpucloud-" + "a" * 32, "the-old-tenants-secret")
+    run("old-2", "gpucloud-" + "a" * 32, "its-second-run")
+    assert {"the-old-tenants-secret", "its-second-run"} <= set(_lines(agent))  # the same disk
+    run("new-1", "gpucloud-" + "b" * 32, "the-new-tenants-line")
+    assert _lines(agent) == ["the-new-tenants-line"]
+
+
+def _lines(agent) -> list[str]:
+    return agent.client.get("/v1/instances/7/logs?tail=100").json()["lines"]
