@@ -78,16 +78,20 @@ def test_launch_stop_start_resize_terminate(stack):
         "rebooting", "running", "terminating", "terminated",
     ]  # fmt: skip
 
-    # reconcile, against the real agent: an orphan goes, a vanished allocation fails its owner
+    # reconcile, against the real agent: an orphan is stopped and kept (never destroyed: the
+    # console did not make it), a vanished allocation fails its owner
     agent_client.create_allocation(host, "orphan-1", {"mode": "shared", "gpus": [0],
                                    "shared": {"milli": 125, "memory_mib": 1024}})  # fmt: skip
     slice_alloc = current(mig["id"])
     agent_client.delete_allocation(host, slice_alloc.pk)
     Instance.objects.filter(pk=mig["id"]).update(updated_at=timezone.now() - timedelta(seconds=1))
     outcome = tasks.reconcile_host(host.pk)
-    assert outcome == {"removed": ["orphan-1"], "failed": [mig["id"]], "redriven": []}
+    assert outcome == {
+        "removed": [], "stopped": ["orphan-1"], "adopted": [], "failed": [mig["id"]],
+        "redriven": [],
+    }  # fmt: skip
     failed = api.get(f"/instances/{mig['id']}/").json()
     assert failed["state"] == "failed"
     assert failed["state_reason"].startswith("allocation_vanished")
-    assert agent_allocations(host) == {}
+    assert {pk: a["state"] for pk, a in agent_allocations(host).items()} == {"orphan-1": "stopped"}
     assert Instance.objects.get(pk=iid).state == State.TERMINATED
