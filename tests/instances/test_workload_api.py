@@ -54,7 +54,12 @@ class TestLaunch:
         assert request["image"] == image.reference
         assert request["command"] == ["sh", "-c", "echo hi; exit 3"]
         assert request["env"] == {"LANG": "C.UTF-8", "MODE": "mine", "SEED": "7"}
-        assert request["resources"] == {"vcpus": 4, "memory_mib": 16384, "pids": 4096}
+        assert request["resources"] == {
+            "vcpus": 4,
+            "memory_mib": 16384,
+            "pids": 4096,
+            "layer_gib": 20,
+        }
         disk_name = Instance.objects.get(pk=data["id"]).disk_name
         assert re.fullmatch("gpucloud-[0-9a-f]{32}", disk_name)  # no other install's, ever
         assert request["volume"] == {"name": disk_name, "size_gib": 50}

@@ -130,15 +130,15 @@ def test_an_earlier_instances_output_is_never_shown_to_a_new_one_of_the_same_id(
             "volume": {"name": disk},
         }
         assert agent.client.put(f"/v1/allocations/{alloc_id}", json=body).status_code == 201
-        assert wait_for(lambda: line in _lines(agent))
+        assert wait_for(lambda: line in _kept_lines(agent))
         assert agent.client.delete(f"/v1/allocations/{alloc_id}").status_code == 204
 
     run("old-1", "gpucloud-" + "a" * 32, "the-old-tenants-secret")
     run("old-2", "gpucloud-" + "a" * 32, "its-second-run")
-    assert {"the-old-tenants-secret", "its-second-run"} <= set(_lines(agent))  # the same disk
+    assert {"the-old-tenants-secret", "its-second-run"} <= set(_kept_lines(agent))  # the same disk
     run("new-1", "gpucloud-" + "b" * 32, "the-new-tenants-line")
-    assert _lines(agent) == ["the-new-tenants-line"]
+    assert _kept_lines(agent) == ["the-new-tenants-line"]
 
 
-def _lines(agent) -> list[str]:
+def _kept_lines(agent) -> list[str]:
     return agent.client.get("/v1/instances/7/logs?tail=100").json()["lines"]
