@@ -53,6 +53,7 @@ from billing.rating import (
     round_to_cents,
 )
 from billing.usage import (
+    LINE_GROUP,
     LineKey,
     SoFar,
     UsageLine,
@@ -148,17 +149,7 @@ def _month_lines(month: date, drafts: QuerySet) -> dict[int, list[UsageLine]]:
     corrections billed in the month, one grouped query each."""
     rows = (
         UsagePiece.objects.filter(month=month, tenant_id__in=drafts.values("tenant_id"))
-        .values(
-            "tenant_id",
-            "kind",
-            "instance_id",
-            "instance__name",
-            "spec_id",
-            "spec__code",
-            "spec__name",
-            "unit_price",
-            "disk_gib",
-        )
+        .values(*LINE_GROUP)
         .annotate(seconds=Sum("seconds"), micros=Sum("amount_micros"))
         .order_by()
     )

@@ -302,7 +302,8 @@ def _rate_month(tenant_ids, month: date, now: datetime, on_segment=None) -> dict
     return rated
 
 
-CORRECTION_GROUP = (
+# What makes one line of a month's usage: pieces and corrections are grouped by it
+LINE_GROUP = (
     "tenant_id",
     "kind",
     "instance_id",
@@ -312,8 +313,8 @@ CORRECTION_GROUP = (
     "spec__name",
     "unit_price",
     "disk_gib",
-    "corrects__number",
 )
+CORRECTION_GROUP = (*LINE_GROUP, "corrects__number")
 
 
 def month_corrections(tenant_ids, month: date, now: datetime | None = None):
