@@ -18,6 +18,7 @@ from agent.networks import LABEL_INSTALL
 from console import processes
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.harness import running_stack
+from tests.pages import steady
 from tests.registry import start_registry
 
 # the test engines' storage (sparse: it takes of the host what they write)
@@ -283,7 +284,7 @@ def browser():
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 860}, accept_downloads=True)
-    page = context.new_page()
+    page = steady(context.new_page())
     page.set_default_timeout(10_000)
     yield page
     context.close()

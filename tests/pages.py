@@ -3,10 +3,48 @@
 import warnings
 from pathlib import Path
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 SHOTS = Path(__file__).resolve().parents[1] / "var" / "screenshots"
 PASSWORD = "correct-horse-battery"  # tests.factories.UserFactory's
+
+
+NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
+
+
+def steady(page):
+    """The page, loading again what Chromium dropped for a network change. Chromium cancels its
+    requests in flight when any interface of the machine gains or loses an address, and the
+    suite's containers add and remove interfaces (a veth's IPv6 link-local address appears a
+    moment after the container starts), so a script of the page can fail to load for no fault of
+    the console. goto and reload try again, up to three times, when that happened while they
+    loaded; any other failure stands."""
+    dropped = []
+    page.on(
+        "requestfailed",
+        lambda request: NETWORK_CHANGED in (request.failure or "") and dropped.append(request.url),
+    )
+
+    def again(load):
+        def load_steadily(*args, **kwargs):
+            for attempt in range(3):
+                dropped.clear()
+                try:
+                    response = load(*args, **kwargs)
+                except PlaywrightError as error:
+                    if NETWORK_CHANGED not in str(error) or attempt == 2:
+                        raise
+                    continue
+                if not dropped:
+                    return response
+            return response
+
+        return load_steadily
+
+    page.goto = again(page.goto)
+    page.reload = again(page.reload)
+    return page
 
 
 def sign_in(page, base_url: str, username: str) -> None:

@@ -18,7 +18,7 @@ from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.factories import MembershipFactory, UserFactory
 from tests.instances import test_jupyter_image
 from tests.instances.e2e import api_client, wait_state
-from tests.pages import screenshot, sign_in
+from tests.pages import screenshot, sign_in, steady
 
 pytestmark = [
     pytest.mark.integration,
@@ -63,7 +63,7 @@ def test_a_member_opens_jupyterlab_signed_in_and_runs_a_cell(stack, cloud, chrom
     (seen,) = api_client(stack, viewer).get(f"/instances/{iid}/").json()["ports"]
     assert "token" not in seen["url"] + seen["origin_url"]
 
-    page = chromium.new_context(viewport={"width": 1280, "height": 860}).new_page()
+    page = steady(chromium.new_context(viewport={"width": 1280, "height": 860}).new_page())
     page.set_default_timeout(30_000)
     sign_in(page, stack.url, "mia")
     page.goto(f"{stack.url}/instances/{iid}/")

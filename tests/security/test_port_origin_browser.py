@@ -14,7 +14,7 @@ from accounts.models import ApiToken, Membership
 from accounts.roles import Role
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.instances.e2e import api_client, make_tenant
-from tests.pages import screenshot, sign_in
+from tests.pages import screenshot, sign_in, steady
 from tests.security import test_port_origin
 from tests.security.test_port_origin import CONSOLE_HOST, PORTS_DOMAIN, launch_site, with_demo_image
 
@@ -82,7 +82,7 @@ def test_a_page_on_a_members_port_can_neither_read_nor_act_on_the_console(
     site = launch_site(stack, api_client(stack, mallory), script=script)
 
     context = chromium.new_context()
-    page = context.new_page()
+    page = steady(context.new_page())
     page.set_default_timeout(15_000)
     sign_in(page, stack.console, "alice")
     page.select_option("#tenant-select", str(globex.pk))
