@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench install clean images
+.PHONY: run test test-fast lint bench install clean images agent-wheel
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,24 @@ run: $(BIN)/.installed
 images: $(BIN)/.installed
 	$(BIN)/python -m agent.images
 
+# The host agent's own wheel (agent/pyproject.toml) for GPU hosts: no console, no Django;
+# it needs only pip (and PyPI, or a mirror, for setuptools), not the console's venv.
+# setuptools builds in agent/build, which would keep modules deleted since: start clean.
+AGENT_WHEEL_DIR ?= dist
+agent-wheel:
+	rm -rf agent/build
+	$(PYTHON) -m pip wheel -q --no-deps --wheel-dir $(AGENT_WHEEL_DIR) ./agent
+	rm -rf agent/build agent/gpucloud_agent.egg-info
+
 test: $(BIN)/.installed
 	$(BIN)/pytest
+
+# Every test that starts no process (worker, agent, server, Chromium, container, any program;
+# tests/conftest.py fails one that does unmarked) and is not marked slow: a check for every
+# change, in about a minute. `make test` (and CI) run them all.
+FAST_TESTS := not integration and not containers and not browser and not slow
+test-fast: $(BIN)/.installed
+	$(BIN)/pytest -m "$(FAST_TESTS)"
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -31,7 +47,7 @@ lint: $(BIN)/.installed
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 
 bench: $(BIN)/.installed
-	$(BIN)/python bench/scheduler.py --nodes ../shared/traces/openb_node_list_gpu_node.csv --pods ../shared/traces/openb_pod_list_default.csv
+	$(BIN)/python bench/scheduler.py --nodes ../shared/traces/openb_node_list_gpu_node.csv --pods ../shared/traces/openb_pod_list_default.csv --fractions
 
 clean:
 	-umount --lazy --recursive var/podman/storage 2>/dev/null

@@ -1,7 +1,10 @@
 """Invitations to a tenant by email address: an admin invites, the owner of the address accepts.
 
 Inviting answers the same whether or not the address belongs to an account, so the form tells
-nobody which addresses (or users) exist. The link's token is stored only as a hash."""
+nobody which addresses (or users) exist. The link's token is stored only as a hash. An
+invitation holds only while its sender may still send it: accepting checks the sender's role,
+and removing or demoting a member withdraws what they may no longer send
+(accounts.services)."""
 
 import secrets
 from collections.abc import Callable
@@ -19,7 +22,7 @@ from django.utils import timezone
 
 from accounts import locks, services
 from accounts.models import Invitation, Membership, Tenant, hash_token
-from accounts.roles import MANAGE, Role
+from accounts.roles import MANAGE, Role, may_invite
 
 User = get_user_model()
 
@@ -124,10 +127,48 @@ def has_account(invitation: Invitation) -> bool:
     return User.objects.filter(email__iexact=invitation.email, is_active=True).exists()
 
 
+def withdrawn_because(invitation: Invitation) -> str | None:
+    """Why the invitation no longer holds because of its sender (gone from the tenant, or
+    in a role that may not send it); None while it holds."""
+    sender = invitation.invited_by
+    tenant = invitation.tenant
+    membership = (
+        Membership.objects.filter(tenant=tenant, user=sender, user__is_active=True).first()
+        if sender is not None
+        else None
+    )
+    if membership is not None and may_invite(membership.role, invitation.role):
+        return None
+    who = f"{sender.username}, who sent it," if sender is not None else "The member who sent it"
+    if membership is None:
+        lapse = f"{who} is no longer a member of {tenant.name}"
+    else:
+        lapse = (
+            f"{who} is now {membership.role} of {tenant.name} "
+            f"and may not invite as {invitation.role}"
+        )
+    return f"This invitation was withdrawn: {lapse}."
+
+
+def refusal(invitation: Invitation) -> str | None:
+    """Why the invitation's link can no longer be used, in words for the invited person, or
+    None while it can."""
+    state = invitation.state
+    reason = withdrawn_because(invitation) if state in ("pending", "revoked") else None
+    if reason is None and state != "pending":
+        reason = {
+            "accepted": "This invitation was accepted: it has already been used.",
+            "revoked": "This invitation has been revoked.",
+            "expired": "This invitation has expired.",
+        }[state]
+    return f"{reason} Ask an admin of the tenant for a new one." if reason else None
+
+
 def _lock_usable(invitation: Invitation) -> Invitation:
     locked = locks.invitation(invitation.pk)
-    if locked.state != "pending":
-        raise ValidationError(f"This invitation has been {locked.state}.")
+    reason = refusal(locked)
+    if reason:
+        raise ValidationError(reason)
     return locked
 
 

@@ -21,3 +21,9 @@ BILLING = Role.OWNER  # budgets and billing settings
 
 def at_least(role: str, needed: str) -> bool:
     return RANK[Role(role)] >= RANK[Role(needed)]
+
+
+def may_invite(inviter_role: str, role: str) -> bool:
+    """Whether a member with `inviter_role` may invite someone as `role`: admins and owners
+    invite, only owners invite owners."""
+    return at_least(inviter_role, MANAGE) and (role != Role.OWNER or inviter_role == Role.OWNER)

@@ -13,8 +13,8 @@ from django.db.models import F, FilteredRelation, Q
 from django.utils import timezone
 
 from accounts import locks
-from accounts.models import ApiToken, Membership, Quota, Tenant, hash_token
-from accounts.roles import OPERATE, Role
+from accounts.models import ApiToken, Invitation, Membership, Quota, Tenant, hash_token
+from accounts.roles import OPERATE, Role, may_invite
 from accounts.signals import tenant_suspended
 from console.errors import DomainError
 from console.prepared import Prepared, columns, instances
@@ -89,7 +89,22 @@ def change_role(membership: Membership, role: str) -> Membership:
         raise ValidationError({"role": "A tenant needs at least one owner."})
     membership.role = role
     membership.save(update_fields=["role"])
+    _withdraw_invitations(membership.tenant, membership.user, role)
     return membership
+
+
+def _withdraw_invitations(tenant: Tenant, sender, role: str | None) -> None:
+    """Withdraw the open invitations `sender` sent that their role (None: no longer a member)
+    may no longer send: an invitation must not outlive its sender's authority."""
+    open_ones = Invitation.objects.filter(
+        tenant=tenant, invited_by=sender, accepted_at__isnull=True, revoked_at__isnull=True
+    )
+    withdrawn = [
+        invitation.pk
+        for invitation in open_ones
+        if role is None or not may_invite(role, invitation.role)
+    ]
+    Invitation.objects.filter(pk__in=withdrawn).update(revoked_at=timezone.now())
 
 
 @transaction.atomic
@@ -101,6 +116,7 @@ def remove_member(membership: Membership) -> None:
     ApiToken.objects.filter(user=membership.user, tenant=membership.tenant).update(
         revoked_at=timezone.now()
     )
+    _withdraw_invitations(membership.tenant, membership.user, None)
     membership.delete()
 
 

@@ -88,7 +88,9 @@ def invitation(request, token):
     if found is None:
         return render(request, "accounts/invitation.html", {"state": "unknown"}, status=404)
     context = {"invitation": found, "state": found.state}
-    if found.state != "pending":
+    refusal = invitations.refusal(found)
+    if refusal:
+        context.update(state="refused", refusal=refusal)
         return render(request, "accounts/invitation.html", context, status=410)
     if request.user.is_authenticated:
         return _accept_invitation(request, found, context)

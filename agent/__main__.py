@@ -12,7 +12,7 @@ from docker.errors import DockerException
 from agent.allocations import MODES
 from agent.api import create_app
 from agent.backends.nvml import NvmlBackend
-from agent.backends.sim import SimBackend
+from agent.backends.sim import SimBackend, sim_capacity
 from agent.control import RegistrationError, Reporter, Servers, ensure_identity
 from agent.firewall import EGRESS, FirewallError
 from agent.gpu_models import MODELS
@@ -25,9 +25,6 @@ from agent.state import StateStore
 
 DEFAULT_SAMPLE_INTERVAL = 1.0
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
-# A simulated host offers what a typical 8-GPU server has per GPU.
-SIM_CPUS_PER_GPU = 16
-SIM_MEMORY_MIB_PER_GPU = 128 * 1024
 
 
 def _seconds(text: str) -> float:
@@ -181,6 +178,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.log_level.upper() != "DEBUG":
+        # httpx logs each request at INFO: every sample push (one a second) and heartbeat
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     store = StateStore(args.state_dir)
     if args.backend == "sim":
         backend = SimBackend(args.hostname, MODELS[args.model], args.modes)
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         runtime = SimRuntime()
     if args.backend == "sim":
-        args.cpus = args.cpus or SIM_CPUS_PER_GPU * args.gpus
-        args.memory_mib = args.memory_mib or SIM_MEMORY_MIB_PER_GPU * args.gpus
+        cpus, memory = sim_capacity(args.gpus)
+        args.cpus, args.memory_mib = args.cpus or cpus, args.memory_mib or memory
     host = LocalHost(args.hostname, backend, runtime, store, args.cpus, args.memory_mib)
     host.restore()
     gateway = None

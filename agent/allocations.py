@@ -148,6 +148,17 @@ def _resources(value) -> dict | None:
     return obj
 
 
+LIMITS = ("vcpus", "memory_mib", "pids")
+
+
+def parse_limits(body) -> dict:
+    """The body of PUT /v1/allocations/{id}/limits: the limits a live resize changes
+    (`{"resources": {"vcpus", "memory_mib", "pids"}}`; one left out is not limited)."""
+    body = _object(body, "the body", {"resources"}, ("resources",))
+    resources = _resources(_object(body["resources"], "resources", set(LIMITS)))
+    return dict(resources or {})
+
+
 def _volume(value) -> dict | None:
     if value is None:
         return None

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent import grants
 from agent.backends.sim import FAULTS
@@ -28,6 +28,7 @@ from agent.host import LocalHost
 from agent.ports import PortProxy
 from agent.shell import Shell, until_either_ends
 from agent.ssh import parse_keys
+from agent.terminals import SESSION_KEY, Terminals
 
 PORT_PATH = "/v1/instances/{instance}/ports/{port:int}/{path:path}"
 PROXIED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -121,6 +122,10 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         created, alloc = await host.put(alloc_id, await _json_body(request))
         return JSONResponse(alloc.view(), status_code=201 if created else 200)
 
+    async def put_limits(request: Request) -> JSONResponse:
+        alloc = await host.set_limits(request.path_params["alloc_id"], await _json_body(request))
+        return JSONResponse(alloc.view())
+
     async def delete_allocation(request: Request) -> Response:
         await host.delete(request.path_params["alloc_id"])
         return Response(status_code=204)
@@ -179,6 +184,7 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         Route("/v1/allocations", control(allocations), methods=["GET"]),
         Route("/v1/allocations/{alloc_id}", control(put_allocation), methods=["PUT"]),
         Route("/v1/allocations/{alloc_id}", control(delete_allocation), methods=["DELETE"]),
+        Route("/v1/allocations/{alloc_id}/limits", control(put_limits), methods=["PUT"]),
         Route("/v1/allocations/{alloc_id}/stop", control(action(host.stop)), methods=["POST"]),
         Route("/v1/allocations/{alloc_id}/start", control(action(host.start)), methods=["POST"]),
         Route("/v1/allocations/{alloc_id}/reboot", control(action(host.reboot)), methods=["POST"]),
@@ -202,35 +208,65 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
 
 
 def terminal(host: LocalHost):
-    """`/v1/instances/{id}/terminal?cols=&rows=`: a login shell in the instance's container
-    with a PTY. Binary frames carry the terminal's bytes both ways; a text frame
+    """`/v1/instances/{id}/terminal?cols=&rows=[&session=]`: a login shell in the instance's
+    container with a PTY. Binary frames carry the terminal's bytes both ways; a text frame
     `{"type": "resize", "cols", "rows"}` resizes. Closes 1000 when the shell ends, 4404 when
-    the instance is not running here, 4400 for a bad query."""
+    the instance is not running here, 4400 for a bad query. With a session key the shell is
+    kept a while when the console goes without closing it, and the same key takes it back
+    (agent/terminals.py): the upgrade's `X-Terminal: resumed` header says so."""
+    terminals = Terminals(ended=lambda instance, message: host.session_event(instance, message))
 
     async def endpoint(ws: WebSocket) -> None:
-        await ws.accept()
+        instance = ws.path_params["instance"]
         try:
             cols, rows = (int(ws.query_params.get(k, d)) for k, d in (("cols", 80), ("rows", 24)))
         except ValueError:
             cols = rows = 0
-        if not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL):
+        key = ws.query_params.get("session")
+        if not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL) or (
+            key is not None and not SESSION_KEY.fullmatch(key)
+        ):
+            await ws.accept()
             await ws.close(4400)
             return
-        try:
-            shell = await Shell.open(host, ws.path_params["instance"], cols=cols, rows=rows)
-        except ApiError as exc:
-            await ws.close(4404 if exc.status == 404 else 4409)
-            return
-        await _pump(ws, shell)
+        kept = await terminals.take(instance, key) if key else None
+        if kept is not None:
+            shell, backlog = kept
+            await ws.accept(headers=[(b"x-terminal", b"resumed")])
+            await shell.resize(cols, rows)
+            if backlog:
+                try:
+                    await ws.send_bytes(backlog)
+                except WebSocketDisconnect:  # the tab went again at once: the shell waits on
+                    terminals.keep(instance, key, shell)
+                    return
+        else:
+            await ws.accept(headers=[(b"x-terminal", b"new")])
+            try:
+                shell = await Shell.open(host, instance, cols=cols, rows=rows)
+            except ApiError as exc:
+                with contextlib.suppress(WebSocketDisconnect):  # the tab may be gone already
+                    await ws.close(4404 if exc.status == 404 else 4409)
+                return
+        gone = await _pump(ws, shell)
+        if key and gone is not None and gone != 1000:
+            terminals.keep(instance, key, shell)
+        else:
+            shell.close()
 
     return endpoint
 
 
-async def _pump(ws: WebSocket, shell: Shell) -> None:
+async def _pump(ws: WebSocket, shell: Shell) -> int | None:
+    """Relay until the shell's output ends (None) or the client goes (its close code); the
+    shell stays open for the caller to end or keep."""
+    gone, ended = [], []
+
     async def keys() -> None:
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
+                gone.append(message.get("code") or 1006)
                 return
             if message.get("bytes") is not None:
                 await shell.write(message["bytes"])
@@ -242,11 +278,14 @@ async def _pump(ws: WebSocket, shell: Shell) -> None:
     async def screen() -> None:
         while (chunk := await shell.read()) is not None:
             await ws.send_bytes(chunk[1])
+        ended.append(True)
 
     await until_either_ends(keys(), screen())
-    shell.close()
-    with contextlib.suppress(RuntimeError):
-        await ws.close(1000)
+    if ended:
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # the client went meanwhile
+            await ws.close(1000)
+        return None
+    return gone[0] if gone else 1006  # a send that failed: the client went without a word
 
 
 def _resize(text: str) -> tuple[int, int] | None:

@@ -8,7 +8,16 @@ import logging
 import os
 
 from agent import AGENT_VERSION
-from agent.allocations import MODES, Allocation, check_id, cuda_env, now_iso, parse_spec
+from agent.allocations import (
+    LIMITS,
+    MODES,
+    Allocation,
+    check_id,
+    cuda_env,
+    now_iso,
+    parse_limits,
+    parse_spec,
+)
 from agent.errors import ApiError, conflict, invalid
 from agent.fit import check_placement
 from agent.gpu_models import mig_profiles
@@ -328,6 +337,23 @@ class LocalHost:
             self._check_healthy(alloc)
             await self._halt(alloc)
             await self._start_workload(alloc)
+            return alloc
+
+    async def set_limits(self, alloc_id: str, body) -> Allocation:
+        """A live resize: the workload's CPU, memory and pids limits change while it runs (the
+        engine updates its container; nothing restarts), and are those of its later starts.
+        ApiError 409 `limits_refused` when the engine cannot apply them."""
+        limits = parse_limits(body)
+        async with self._lock(alloc_id):
+            alloc = self._get(alloc_id)
+            await self._settled(alloc)
+            kept = {k: v for k, v in (alloc.spec["resources"] or {}).items() if k not in LIMITS}
+            resources = {**kept, **limits}
+            if alloc.state == "running":
+                await asyncio.to_thread(self.runtime.set_limits, alloc, resources)
+            alloc.spec["resources"] = resources
+            self._save()
+            log.info("allocation %s: limits now %s", alloc_id, limits)
             return alloc
 
     async def delete(self, alloc_id: str) -> None:

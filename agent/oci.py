@@ -82,6 +82,8 @@ LOG_CONFIG = LogConfig(type="json-file", config={"max-size": "8m", "max-file": "
 # nodes, the audit log, chroot, file capabilities and changing its own process names.
 DROPPED_CAPABILITIES = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT", "SETFCAP"]
 DEFAULT_PIDS = 4096
+CPU_PERIOD = 100_000  # µs: the CFS period Docker's NanoCpus use too
+LIBPOD_API = "v4.0.0"  # Podman's own API, for what its Docker-compatible one lacks
 # the containers may hold half the host's pids between them, each at least the floor
 PIDS_HOST_SHARE = 0.5
 PIDS_FLOOR = 256
@@ -762,6 +764,40 @@ class OciRuntime:
         self._keep_logs(container, container.labels.get(LABEL_INSTANCE, ""))
         with contextlib.suppress(NotFound):
             self._remove(container)
+
+    @_engine_answers
+    def set_limits(self, alloc: Allocation, resources: dict) -> None:
+        """Change the running container's CPU, memory and pids limits in place. Docker takes
+        them through its update call; Podman's Docker-compatible API has none before 5.0,
+        so its own (libpod) call is used. ApiError 409 `limits_refused` when the engine
+        refuses (memory below what the workload holds, on some kernels)."""
+        container = self._find(alloc)
+        if container is None:
+            return
+        cpus = resources.get("vcpus")
+        memory = resources.get("memory_mib", 0) * 1024 * 1024 or None
+        pids = min(resources.get("pids") or DEFAULT_PIDS, self.pids_ceiling)
+        api = self.client.api
+        if self.engine == "podman":
+            url = f"{api.base_url}/{LIBPOD_API}/libpod/containers/{container.id}/update"
+            body: dict = {"pids": {"limit": pids}}
+            if cpus:
+                body["cpu"] = {"quota": cpus * CPU_PERIOD, "period": CPU_PERIOD}
+            if memory:
+                body["memory"] = {"limit": memory, "swap": memory}
+        else:
+            url = api._url("/containers/{0}/update", container.id)
+            body = {"PidsLimit": pids}
+            if cpus:
+                body["NanoCpus"] = cpus * 1_000_000_000
+            if memory:
+                body["Memory"] = body["MemorySwap"] = memory
+        try:
+            api._raise_for_status(api._post_json(url, data=body))
+        except APIError as exc:
+            raise ApiError(
+                409, "limits_refused", f"the engine refused the new limits: {exc.explanation}"
+            ) from exc
 
     # --- exec: shells and commands inside a running container ------------------------------
 

@@ -2,8 +2,8 @@
 `oci` (agent/oci.py) runs a container per allocation.
 
 Every runtime answers the same calls: `launch`, `adopt`, `refresh`, `exit_status`, `stop`,
-`kill`, `remove`, `logs` and `delete_instance`. The blocking ones are run in a worker thread
-by the host.
+`kill`, `remove`, `set_limits`, `logs` and `delete_instance`. The blocking ones are run in a
+worker thread by the host.
 
 A process workload leads its own session and process group (its pid is the group id), so
 stopping it signals every process it started. Its pid and start time are recorded so that a
@@ -183,6 +183,9 @@ class SimRuntime:
     def remove(self, alloc: Allocation) -> None:
         return None
 
+    def set_limits(self, alloc: Allocation, resources: dict) -> None:
+        return None
+
     def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
         return []
 
@@ -298,6 +301,10 @@ class ProcessRuntime:
                     proc.wait(KILL_REAP_SECONDS)
 
     def remove(self, alloc: Allocation) -> None:
+        return None
+
+    def set_limits(self, alloc: Allocation, resources: dict) -> None:
+        """A process workload runs without kernel limits: nothing to change."""
         return None
 
     def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:

@@ -16,11 +16,15 @@ memory cap, so GPU memory never binds (GPUs are given TRACE_GPU_MEMORY_MIB for t
         --pods ../shared/traces/openb_pod_list_default.csv [--json] [--policies fgd] [--seed 1]
 
 A workload with more distinct fractions (the scheduler's cost must not grow with them):
---fractions 100,125,200,300,333,600,750 gives each fractional request of the file one of
-these instead, drawn at random (--seed); the hosts stay the same.
+--fractions gives each fractional request of the file one of eleven sizes (FRACTIONS)
+instead, drawn at random (--seed), or one of those listed (--fractions 100,125,333); the
+hosts stay the same. The file's own fractions are replayed too, in the same run, as the
+baseline: the table states the mix's decisions per CPU-second as a ratio to the file's
+(target: at least 0.5, placement cost within 2x whatever the mix).
 
 decisions_per_s and decisions_per_cpu_s count place() and apply() together, in wall-clock
-and in CPU time (the CPU figure does not move with what else the machine runs).
+and in CPU time (the CPU figure does not move with what else the machine runs). Each
+policy's unallocated share is also stated as a ratio to best-fit's on the same workload.
 """
 
 import argparse
@@ -46,6 +50,8 @@ from console.scheduler.policies import POLICIES, place  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 TRACE_GPU_MEMORY_MIB = 16384
+# the mix of --fractions: eleven sizes, from an eighth to four fifths of a GPU
+FRACTIONS = [100, 125, 200, 250, 300, 333, 460, 500, 600, 750, 810]
 REGION = "trace"
 
 
@@ -286,8 +292,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--fractions",
+        nargs="?",
+        const=FRACTIONS,
         type=lambda text: [int(m) for m in text.split(",")],
-        help="milli-GPU, comma-separated: each fractional request asks for one, at random",
+        help="milli-GPU, comma-separated (default: the eleven of FRACTIONS): each fractional"
+        " request asks for one, at random; the file's own fractions are the baseline",
     )
     parser.add_argument(
         "--dynamic", action="store_true", help="requests also leave; what does not fit waits"
@@ -306,30 +315,72 @@ def main(argv: list[str] | None = None) -> None:
     run = (
         functools.partial(dynamic, load=args.load, count=args.arrivals) if args.dynamic else replay
     )
+    policies = args.policies.split(",")
     results = {
-        policy: run(args.nodes, args.pods, policy, args.seed, args.fractions)
-        for policy in args.policies.split(",")
+        policy: run(args.nodes, args.pods, policy, args.seed, args.fractions) for policy in policies
     }
+    if args.dynamic:
+        if args.json:
+            print(json.dumps(results))
+        else:
+            print_dynamic(args.pods.name, results)
+        return
+    compare_with_best_fit(results)
+    workloads = {"file's fractions": results}
+    if args.fractions:
+        baseline = {policy: replay(args.nodes, args.pods, policy, args.seed) for policy in policies}
+        compare_with_best_fit(baseline)
+        for policy, r in results.items():
+            r["baseline"] = baseline[policy]
+            r["decisions_per_cpu_s_vs_baseline"] = (
+                r["decisions_per_cpu_s"] / baseline[policy]["decisions_per_cpu_s"]
+            )
+        workloads = {"file's fractions": baseline, f"{len(args.fractions)} fractions": results}
     if args.json:
         print(json.dumps(results))
         return
-    if args.dynamic:
-        first = next(iter(results.values()))
-        print(f"{args.pods.name}, dynamic: {first['capacity_gpus']:.0f} GPUs")
-        print("policy     GPUs allocated (time avg)  wait p50 s  wait p99 s  longest s  never")
-        for policy, r in results.items():
-            print(
-                f"{policy:<10} {r['allocated_share']:>25.2%} {r['wait_p50_s']:>11.0f}"
-                f" {r['wait_p99_s']:>11.0f} {r['wait_max_s']:>10.0f} {r['never_placed']:>6}"
-            )
-        return
     first = next(iter(results.values()))
-    print(f"{args.pods.name}: {first['capacity_gpus']:.0f} GPUs, {first['requests']} requests")
-    print("policy     GPUs allocated  unallocated  decisions/s  decisions/CPU-s  wall s")
+    print(f"{args.pods.name}: {first['capacity_gpus']:.0f} GPUs")
+    print(
+        "workload          policy     requests  GPUs allocated  unallocated  vs best-fit"
+        "  decisions/s  decisions/CPU-s  vs baseline  wall s"
+    )
+    for workload, by_policy in workloads.items():
+        for policy, r in by_policy.items():
+            versus = r.get("unallocated_vs_best_fit")
+            speed = r.get("decisions_per_cpu_s_vs_baseline")
+            speed = ratio(speed) if speed else "(baseline)" if args.fractions else ""
+            print(
+                f"{workload:<17} {policy:<10} {r['requests']:>8} {r['allocated_gpus']:>15.1f}"
+                f" {r['unallocated_share']:>12.2%} {ratio(versus):>12}"
+                f" {r['decisions_per_s']:>12.0f} {r['decisions_per_cpu_s']:>16.0f}"
+                f" {speed:>12} {r['wall_s']:>7.1f}"
+            )
+    if args.fractions:
+        print(f"{len(args.fractions)} fractions: {','.join(map(str, args.fractions))} milli-GPU")
+
+
+def compare_with_best_fit(results: dict) -> None:
+    """Each policy's unallocated share as a ratio to best-fit's, when best-fit ran."""
+    if "best-fit" in results and results["best-fit"]["unallocated_share"]:
+        for r in results.values():
+            r["unallocated_vs_best_fit"] = (
+                r["unallocated_share"] / results["best-fit"]["unallocated_share"]
+            )
+
+
+def ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
+def print_dynamic(pods: str, results: dict) -> None:
+    first = next(iter(results.values()))
+    print(f"{pods}, dynamic: {first['capacity_gpus']:.0f} GPUs")
+    print("policy     GPUs allocated (time avg)  wait p50 s  wait p99 s  longest s  never")
     for policy, r in results.items():
         print(
-            f"{policy:<10} {r['allocated_gpus']:>14.1f} {r['unallocated_share']:>12.2%}"
-            f" {r['decisions_per_s']:>12.0f} {r['decisions_per_cpu_s']:>16.0f} {r['wall_s']:>7.1f}"
+            f"{policy:<10} {r['allocated_share']:>25.2%} {r['wait_p50_s']:>11.0f}"
+            f" {r['wait_p99_s']:>11.0f} {r['wait_max_s']:>10.0f} {r['never_placed']:>6}"
         )
 
 

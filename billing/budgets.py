@@ -13,6 +13,7 @@ rating every segment of the month again.
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
@@ -25,12 +26,13 @@ from django.utils import timezone
 from accounts.models import Membership, Quota, Tenant
 from accounts.roles import Role
 from billing import locks
-from billing.models import BudgetAlert, UsagePiece, micros_to_decimal
+from billing.models import BudgetAlert, BudgetNoticeDismissal, UsagePiece, micros_to_decimal
 from billing.money import format_money
 from billing.rating import month_start
 from billing.usage import month_corrections, so_far
 from console.celery import enqueue_on_commit
 from console.errors import DomainError
+from console.instances import reasons
 from console.instances.models import Instance, State
 
 log = logging.getLogger(__name__)
@@ -227,14 +229,19 @@ def enforce(tenant_id: int) -> int:
     quota = Quota.objects.filter(tenant_id=tenant_id).select_related("tenant").first()
     if quota is None or quota.budget_action != Quota.BudgetAction.STOP:
         return 0
-    if not is_exhausted(month_to_date(quota.tenant), quota.monthly_budget):
+    spent = month_to_date(quota.tenant)
+    if not is_exhausted(spent, quota.monthly_budget):
         return 0
+    currency = settings.BILLING_CURRENCY
+    why = reasons.budget_stopped(
+        format_money(quota.monthly_budget, currency), format_money(spent, currency)
+    )
     stopped = 0
     for instance in Instance.objects.filter(tenant_id=tenant_id, state__in=STOPPABLE).order_by(
         "pk"
     ):
         try:
-            instance_services.stop_instance(instance, actor=None)
+            instance_services.stop_instance(instance, actor=None, reason=why)
         except DomainError as error:
             log.info("budget stop of instance %s skipped: %s", instance.pk, error)
             continue
@@ -244,8 +251,61 @@ def enforce(tenant_id: int) -> int:
     return stopped
 
 
-def notices(tenant: Tenant, now: datetime | None = None) -> list[BudgetAlert]:
-    """This month's alerts of the tenant, highest first (the console shows them)."""
-    month = month_start(now or timezone.now()).date()
-    alerts = BudgetAlert.objects.filter(tenant=tenant, month=month).select_related("tenant__quota")
-    return list(alerts.order_by("-threshold"))
+@dataclass(frozen=True)
+class Notice:
+    """The budget banner as a member sees it now: the highest threshold (``level``) that the
+    month's spend reaches of the current budget."""
+
+    tenant_name: str
+    level: int
+    spent: Decimal
+    budget: Decimal
+    stopping: bool  # at 100 % with budget_action stop: launches refused, instances stopped
+
+    @property
+    def percent(self) -> int | None:
+        return int(self.spent * 100 / self.budget) if self.budget else None
+
+
+def notice(membership: Membership, now: datetime | None = None) -> Notice | None:
+    """The banner on every page for ``membership``, from the current budget and the spend so
+    far (so a raised budget takes it away at once, for every member); None when the spend
+    reaches no threshold, there is no budget, or the member dismissed this level."""
+    now = now or timezone.now()
+    quota = Quota.objects.filter(tenant_id=membership.tenant_id).values_list(
+        "monthly_budget", "budget_action"
+    )
+    budget, action = quota.first() or (None, Quota.BudgetAction.ALERT)
+    if budget is None:
+        return None
+    tenant = membership.tenant
+    spent = month_to_date(tenant, now)
+    levels = crossed(spent, budget)
+    if not levels or _dismissed(membership, month_start(now).date(), levels[-1], budget):
+        return None
+    level = levels[-1]
+    stopping = level >= 100 and action == Quota.BudgetAction.STOP
+    return Notice(tenant.name, level, spent, budget, stopping)
+
+
+def _dismissed(membership: Membership, month: date, level: int, budget: Decimal) -> bool:
+    return BudgetNoticeDismissal.objects.filter(
+        membership_id=membership.pk, month=month, threshold=level, budget=budget
+    ).exists()
+
+
+def dismiss_notice(membership: Membership, level: int, now: datetime | None = None) -> bool:
+    """The member hides the banner at ``level``, the one it saw; a level that is no longer
+    the current one (the spend or the budget moved meanwhile) is not dismissed. Answers
+    whether it was."""
+    now = now or timezone.now()
+    current = notice(membership, now)
+    if current is None or current.level != level:
+        return False
+    BudgetNoticeDismissal.objects.get_or_create(
+        membership_id=membership.pk,
+        month=month_start(now).date(),
+        threshold=level,
+        budget=current.budget,
+    )
+    return True

@@ -1,12 +1,13 @@
 """Billing's notices on every console page (settings.TEMPLATES context_processors)."""
 
-from billing.budgets import notices
+from billing.budgets import notice
 
 
 def budget_notices(request) -> dict:
-    """This month's budget alerts of the current tenant, highest first, for
-    ``{% include "billing/_budget_notices.html" with notices=budget_notices %}``."""
+    """The budget banner of the current member (``budgets.notice``: the current budget and
+    spend, unless dismissed at this level), for
+    ``{% include "billing/_budget_notices.html" with notice=budget_notice %}``."""
     membership = getattr(request, "membership", None)
     if not membership:
         return {}
-    return {"budget_notices": notices(membership.tenant)}
+    return {"budget_notice": notice(membership)}

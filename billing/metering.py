@@ -1,12 +1,13 @@
 """Usage segments and the meter.
 
 A GPU segment opens when an instance enters ``running`` and closes when it leaves it; a
-disk segment does the same for the states its disk rests in (stopped, failed, queued again)
-once the instance was placed. The receiver of ``instance_state_changed``
-calls ``record_transition``; because that signal is sent after commit, a crash between the
-commit and the receiver would lose a segment, so the meter also repairs segments from the
-instances' event history (``reconcile``). Both sides are idempotent: a segment is unique by
-``(instance, kind, started_at)``, and closing an already closed segment does nothing.
+disk segment does the same for every other state in which its disk exists
+(``KIND_STATES``): from the first placement until terminate, one of the two is open. The
+receiver of ``instance_state_changed`` calls ``record_transition``; because that signal is
+sent after commit, a crash between the commit and the receiver would lose a segment, so the
+meter also repairs segments from the instances' event history (``reconcile``). Both sides
+are idempotent: a segment is unique by ``(instance, kind, started_at)``, and closing an
+already closed segment does nothing.
 
 The meter then rates every segment that is open or closed but not yet rated
 (``rate_pending``) into ``UsagePiece`` rows, one per UTC month and price, upserted by
@@ -61,13 +62,25 @@ from console.instances.models import Instance, InstanceEvent, State
 log = logging.getLogger(__name__)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The states a segment kind bills for: the GPU while it runs; the disk while it rests on its
-# host without a workload (stopped, failed, queued again), from the first placement (where
-# it is made) until terminate deletes it. The moves between (stopping, starting, rebooting,
-# provisioning: seconds, or the pull of an image) bill neither.
+# The states a segment kind bills for. The GPU while it runs: the spec's price per hour
+# covers its disk then. The disk in every other state in which it exists, from the first
+# placement (where it is made) until terminate deletes it: provisioning, starting (an image
+# pull can take an hour), rebooting, unreachable, stopping, stopped, failed and queued again.
+# So the two kinds tile an instance's life from placement to terminate: one bills at a time.
 KIND_STATES = {
     UsageKind.GPU: frozenset({State.RUNNING}),
-    UsageKind.DISK: frozenset({State.STOPPED, State.FAILED, State.PENDING}),
+    UsageKind.DISK: frozenset(
+        {
+            State.PROVISIONING,
+            State.STARTING,
+            State.REBOOTING,
+            State.UNREACHABLE,
+            State.STOPPING,
+            State.STOPPED,
+            State.FAILED,
+            State.PENDING,
+        }
+    ),
 }
 # Entering these places an instance on a host, where its disk is made: only an instance that
 # was placed has a disk to bill (one stopped while still queued has none).
@@ -453,19 +466,22 @@ def _new_segment(
     *,
     spec: Spec | None = None,
     disk_price: Decimal | None = None,
+    disk_gib: int | None = None,
     **fields,
 ) -> UsageSegment:
-    """A segment of ``instance`` with ``spec`` and ``disk_price`` (default: what holds now)."""
+    """A segment of ``instance`` with ``spec``, ``disk_price`` and ``disk_gib`` (default:
+    what holds now)."""
     spec = spec or instance.spec
     disk = kind == UsageKind.DISK
     if disk and disk_price is None:
         disk_price = disk_price_per_gib_month()
+    disk_gib = disk_gib or instance.disk_gib or spec.disk_gib  # its disk, not the spec's
     return UsageSegment(
         tenant_id=instance.tenant_id,
         instance_id=instance.pk,
         kind=kind,
         spec_id=spec.pk,
-        disk_gib=(instance.disk_gib or spec.disk_gib) if disk else 0,  # its disk, not the spec's
+        disk_gib=disk_gib if disk else 0,
         disk_price_per_gib_month=disk_price if disk else None,
         started_at=started_at,
         **fields,
@@ -531,15 +547,33 @@ def has_disk(instance: Instance, at: datetime) -> bool:
     ).exists()
 
 
+def placed_before(instance: Instance, at: datetime) -> bool:
+    """Whether the instance had been placed (so had a disk) before ``at``."""
+    return InstanceEvent.objects.filter(
+        instance_id=instance.pk, to_state__in=PLACED_STATES, at__lt=at
+    ).exists()
+
+
 def record_transition(instance: Instance, from_state: str, to_state: str, at: datetime) -> None:
     """Open and close the segments a transition implies (the signal receiver's work)."""
+    if from_state == to_state == State.RUNNING:  # a live resize: the run goes on, new spec
+        close_segment(instance, UsageKind.GPU, at, to_state)
+        open_segment(instance, UsageKind.GPU, at)
+        return
     for kind, states in KIND_STATES.items():
         if from_state in states and to_state not in states:
             close_segment(instance, kind, at, to_state)
     for kind, states in KIND_STATES.items():
-        if to_state in states and from_state not in states:
-            if kind == UsageKind.DISK and not has_disk(instance, at):
-                continue
+        if to_state not in states:
+            continue
+        if kind == UsageKind.GPU:
+            opens = from_state not in states
+        else:  # where the disk is made (its first placement, from a first pending too) or
+            # where it is billed again after a run
+            opens = has_disk(instance, at) and (
+                from_state not in states or not placed_before(instance, at)
+            )
+        if opens:
             open_segment(instance, kind, at)
 
 
@@ -583,36 +617,55 @@ def end_at_last_heartbeat(instance: Instance, at: datetime) -> int:
 
 @dataclass(frozen=True)
 class Period:
-    """Time an instance spent in a billed state, with the spec it had (None: not recorded
-    on its events, which are older than ``InstanceEvent.spec``) and the state it left for."""
+    """Time an instance spent in a billed state, with the spec and (disk periods) the disk
+    size it had (None: not recorded on its events, which are older than
+    ``InstanceEvent.spec`` and ``InstanceEvent.disk_gib``) and the state it left for."""
 
     start: datetime
     end: datetime | None
     spec_id: int | None
     ended_by: str = ""
+    disk_gib: int | None = None
 
 
-def periods_from_events(
-    events: Iterable[tuple[str, str, datetime, int | None]],
-) -> dict[str, list[Period]]:
+Event = tuple[str, str, datetime, int | None, int | None]
+
+
+def periods_from_events(events: Iterable[Event]) -> dict[str, list[Period]]:
     """Per segment kind, the periods the instance spent in its states, from its events
-    (from_state, to_state, at, spec_id) in order; the last one may still be open (end None).
-    A period has the spec of the event that began it, as a segment opened by the signal
-    does. Time before the instance was first placed has no disk: no disk period."""
+    (from_state, to_state, at, spec_id, disk_gib) in order; the last one may still be open
+    (end None). A period has the spec and disk size of the event that began it, as a segment
+    opened by the signal does. Time before the instance was first placed has no disk: no
+    disk period. A disk that grows (a resize while stopped: a note) begins a new period at
+    its new size; so does a run whose spec changes live (a resize's note while running)."""
     periods: dict[str, list[Period]] = {kind: [] for kind in KIND_STATES}
-    state, placed = "", False
-    for from_state, to_state, at, spec_id in events:
-        if from_state == to_state and from_state:
-            continue  # a note, not a transition
-        for kind, billed in KIND_STATES.items():
-            if state in billed and to_state not in billed and periods[kind]:
-                periods[kind][-1] = dataclasses.replace(
-                    periods[kind][-1], end=at, ended_by=to_state
-                )
-            elif to_state in billed and state not in billed and (placed or kind != UsageKind.DISK):
-                periods[kind].append(Period(at, None, spec_id))
-        state = to_state
+    placed = False
+    for _from_state, to_state, at, spec_id, disk_gib in events:
         placed = placed or to_state in PLACED_STATES
+        for kind, billed in KIND_STATES.items():
+            spans = periods[kind]
+            is_open = bool(spans) and spans[-1].end is None
+            bills_now = to_state in billed and (placed or kind != UsageKind.DISK)
+            grown = (
+                is_open
+                and kind == UsageKind.DISK
+                and disk_gib is not None
+                and spans[-1].disk_gib is not None
+                and disk_gib != spans[-1].disk_gib
+            )
+            # a live resize: the run goes on at another spec (a note in `running`)
+            respecced = (
+                is_open
+                and kind == UsageKind.GPU
+                and None not in (spec_id, spans[-1].spec_id)
+                and spec_id != spans[-1].spec_id
+            )
+            if is_open and (not bills_now or grown or respecced):
+                spans[-1] = dataclasses.replace(spans[-1], end=at, ended_by=to_state)
+            if bills_now and (not is_open or grown or respecced):
+                if kind == UsageKind.DISK and spans and spans[-1].start == spans[-1].end == at:
+                    spans.pop()  # of no length, so billed nothing: one period per start
+                spans.append(Period(at, None, spec_id, disk_gib=disk_gib))
     return periods
 
 
@@ -640,11 +693,11 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
     instance_ids = sorted(set(instance_ids))
     if not instance_ids:
         return 0
-    events: dict[int, list[tuple[str, str, datetime, int | None]]] = defaultdict(list)
+    events: dict[int, list[Event]] = defaultdict(list)
     rows = (
         InstanceEvent.objects.filter(instance_id__in=instance_ids)
         .order_by("instance_id", "at", "pk")
-        .values_list("instance_id", "from_state", "to_state", "at", "spec_id")
+        .values_list("instance_id", "from_state", "to_state", "at", "spec_id", "disk_gib")
     )
     for instance_id, *event in rows:
         events[instance_id].append(tuple(event))
@@ -653,7 +706,7 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
         for instance in Instance.objects.filter(pk__in=events).select_related("spec")
     }
     specs = Spec.objects.in_bulk(
-        {spec_id for history in events.values() for *_, spec_id in history if spec_id}
+        {event[3] for history in events.values() for event in history if event[3]}
     )
     segments = {
         (segment.instance_id, segment.kind, segment.started_at): segment
@@ -681,6 +734,7 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
                             kind,
                             period.start,
                             spec=specs.get(period.spec_id),
+                            disk_gib=period.disk_gib,
                             disk_price=disk_price_at(period.start)
                             if kind == UsageKind.DISK
                             else None,

@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from accounts.models import Tenant
+from accounts.models import Membership, Tenant
 from billing.documents import InvoiceStatus
 from billing.rating import next_month_start
 from console.catalog.models import Spec
@@ -44,7 +44,7 @@ def month_bounds(month: date) -> tuple[datetime, datetime]:
 
 class UsageKind(models.TextChoices):
     GPU = "gpu", "GPU time"
-    DISK = "disk", "Disk while stopped"
+    DISK = "disk", "Disk while not running"
 
 
 class UsageSegment(models.Model):
@@ -372,6 +372,28 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.month:%Y-%m} {self.threshold}%"
+
+
+class BudgetNoticeDismissal(models.Model):
+    """A member hid the budget banner at one level: this month, this threshold, this budget.
+    A higher level, another budget or a new month shows it again."""
+
+    membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="+")
+    month = models.DateField()
+    threshold = models.PositiveSmallIntegerField()
+    budget = models.DecimalField(max_digits=12, decimal_places=2)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["membership", "month", "threshold", "budget"],
+                name="one_dismissal_per_level",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.membership_id} {self.month:%Y-%m} {self.threshold}% of {self.budget}"
 
 
 class MeterCursor(models.Model):

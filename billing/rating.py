@@ -208,7 +208,8 @@ class RatedPiece:
 
 @dataclass(frozen=True)
 class DiskPiece:
-    """Part of a stopped instance's disk time inside one UTC month (see ``RatedPiece``)."""
+    """Part of a disk's time while its instance does not run, inside one UTC month (see
+    ``RatedPiece``)."""
 
     start: datetime
     end: datetime
@@ -306,7 +307,7 @@ def rate_disk(
     *,
     now: datetime | None = None,
 ) -> tuple[DiskPiece, ...]:
-    """Rate a stopped instance's disk, per GiB-month pro rata per second, no minimum.
+    """Rate a disk while its instance does not run, per GiB-month pro rata per second, no minimum.
 
     Split at UTC month starts; piece seconds follow the same cumulative round-up as
     ``rate_segment`` (without the minimum), and a piece costs

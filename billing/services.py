@@ -50,7 +50,7 @@ __all__ = [
 
 
 def stopped_disk_cost_per_month(instance: Instance) -> Decimal:
-    """What the instance's disk costs per month while it is stopped (6 places): shown
+    """What the instance's disk costs per month while it does not run (6 places): shown
     before a user stops it. ``BILLING_DISK_PRICE_PER_GIB_MONTH`` × its disk (sized at launch,
     grown only when asked: a resize does not change it)."""
     return disk_cost_per_month(instance.disk_gib or instance.spec.disk_gib)

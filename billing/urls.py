@@ -6,6 +6,7 @@ app_name = "billing"
 
 urlpatterns = [
     path("usage/", views.usage, name="usage"),
+    path("budget-notice/dismiss/", views.dismiss_budget_notice, name="dismiss-budget-notice"),
     path("invoices/", views.invoice_list, name="invoices"),
     path("invoices/<int:pk>/", views.invoice_detail, name="invoice"),
     re_path(

@@ -59,7 +59,7 @@ class LineKey:
 
 @dataclass(frozen=True)
 class UsageLine:
-    """One line of usage: an instance's GPU time at one price, or its disk while stopped."""
+    """One line of usage: an instance's GPU time at one price, or its disk while not running."""
 
     kind: str
     instance_id: int
@@ -97,7 +97,7 @@ def describe(key: LineKey, spec_name: str, instance_name: str) -> str:
         what = f"GPU time: {spec_name}"
     else:
         price = f"{key.unit_price.normalize():f}"
-        what = f"Disk while stopped: {key.disk_gib} GiB at {price} per GiB-month"
+        what = f"Disk while not running: {key.disk_gib} GiB at {price} per GiB-month"
     if key.corrects:
         return f"Correction to {key.corrects}, {instance_name}: {what}"
     return what

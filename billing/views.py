@@ -8,6 +8,8 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
 from accounts.roles import BILLING, READ
@@ -84,6 +86,22 @@ def usage(request):
             "available_credit": invoices.available_credit(tenant),
         },
     )
+
+
+@require_POST
+@tenant_view(READ, write_needed=READ)
+def dismiss_budget_notice(request):
+    """Any member hides the budget banner for the level it saw (budgets.dismiss_notice), then
+    goes back to the page it was on."""
+    try:
+        level = int(request.POST.get("level", ""))
+    except ValueError:
+        level = 0
+    budgets.dismiss_notice(request.membership, level)
+    back = request.POST.get("next") or ""
+    if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        back = reverse("dashboard")
+    return redirect(back)
 
 
 @tenant_view(READ)

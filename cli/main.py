@@ -15,16 +15,15 @@ from pathlib import Path
 
 import httpx
 
+from cli import confirm
+from cli.errors import CliError
+from cli.ssh import exec_ssh, pin_host_key, ssh_argv
+from cli.wait import wait_until_running
+
 
 def config_path() -> Path:
     default = Path.home() / ".config" / "gpucloud" / "config.json"
     return Path(os.environ.get("GPUCLOUD_CONFIG", default))
-
-
-class CliError(Exception):
-    def __init__(self, message: str, fields: dict | None = None):
-        super().__init__(message)
-        self.fields = fields or {}
 
 
 def load_config() -> dict:
@@ -109,9 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     instances.add_argument("--state", help="only these states, comma-separated")
     instances.add_argument("--all", action="store_true", help="terminated ones too")
     launch = sub.add_parser("launch", help="launch an instance")
-    launch.add_argument("name")
+    launch.add_argument(
+        "name", nargs="?", help="default: a generated one, such as a100-quarter-brave-otter"
+    )
     launch.add_argument("--spec", required=True, help="a spec's code (see `gpucloud specs`)")
     launch.add_argument("--image", help="an image's name (default: the first, as in the console)")
+    launch.add_argument(
+        "--disk-gib", type=int, help="its disk at /workspace (default and smallest: the spec's)"
+    )
     launch.add_argument("--region")
     launch.add_argument(
         "--command", dest="run", metavar="COMMAND",
@@ -138,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="if its host is lost: keep_disk (wait for the host, which holds its disk; default) "
         "or fresh_disk (run again elsewhere on a new, empty disk)",
     )  # fmt: skip
+    launch.add_argument(
+        "--wait", action="store_true",
+        help="wait until it runs (exit 0) or fails (exit 1, with the reason), printing its states",
+    )  # fmt: skip
+    launch.add_argument(
+        "--timeout", type=float, default=600, metavar="SECONDS",
+        help="with --wait: give up waiting (exit 1) after this long (default 600)",
+    )  # fmt: skip
     keys = sub.add_parser("ssh-keys", help="your SSH keys in this tenant")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     keys_sub.add_parser("list", help="list your keys")
@@ -147,9 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     keys_sub.add_parser("delete", help="delete a key").add_argument("name")
     ssh = sub.add_parser("ssh", help="ssh into a running instance (runs the system ssh)")
     ssh.add_argument("id", metavar="ID|NAME")
+    ssh.add_argument("-i", dest="identity", metavar="IDENTITY", help="the private key to use")
     ssh.add_argument(
-        "remote", nargs=argparse.REMAINDER, help="-- COMMAND to run instead of a shell"
-    )
+        "-o", dest="ssh_options", action="append", default=[], metavar="OPTION",
+        help="an ssh option, e.g. -o ServerAliveInterval=30 (repeat for more)",
+    )  # fmt: skip
+    ssh.add_argument("remote", nargs="*", help="-- COMMAND to run instead of a shell")
     logs = sub.add_parser("logs", help="what an instance's workload printed")
     logs.add_argument("id", metavar="ID|NAME")
     logs.add_argument("--tail", type=int, default=100, help="how many last lines (default 100)")
@@ -158,10 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = sub.add_parser("show", help="one instance: how to reach it, and its events")
     show.add_argument("id", metavar="ID|NAME")
+    yes_help = "do not ask first (needed without a terminal to ask on)"
     for action in ("stop", "start", "reboot", "terminate"):
-        sub.add_parser(action, help=f"{action} an instance").add_argument("id", metavar="ID|NAME")
-    resize = sub.add_parser("resize", help="move an instance to another spec")
+        acting = sub.add_parser(action, help=f"{action} an instance")
+        acting.add_argument("id", metavar="ID|NAME")
+        if action in confirm.QUESTIONS:
+            acting.add_argument("-y", "--yes", action="store_true", help=yes_help)
+    resize = sub.add_parser(
+        "resize",
+        help="move an instance to another spec (live when only vCPUs and RAM change; asks "
+        "first when it restarts or stops it)",
+    )
     resize.add_argument("id", metavar="ID|NAME")
+    resize.add_argument("-y", "--yes", action="store_true", help=yes_help)
     resize.add_argument("--spec", required=True)
     resize.add_argument(
         "--disk-gib", type=int, help="a bigger disk (default: it stays as it is; never shrinks)"
@@ -172,7 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-INSTANCE_COLUMNS = ["id", "name", "state", "spec", "image", "region", "state_reason"]
+INSTANCE_COLUMNS = ["id", "name", "state", "spec", "image", "region", "reason"]
+
+
+def instances_table(rows: list[dict]) -> str:
+    """Instances as a table; REASON says why each is in its state in words (the API's
+    reason_text; its state_reason from a console older than that field)."""
+    shown = [{**row, "reason": row.get("reason_text", row.get("state_reason"))} for row in rows]
+    return table(shown, INSTANCE_COLUMNS)
+
+
 SPEC_COLUMNS = ["code", "mode", "gpu_model", "gpu_count", "mig_profile", "gpu_equivalents",
                 "gpu_memory_mib", "vcpus", "ram_mib", "price_per_hour"]  # fmt: skip
 
@@ -189,10 +222,14 @@ def instance_id(client: "Client", ref: str) -> int:
 
 
 def describe(instance: dict) -> str:
-    """How to reach the instance: its ssh command and its web ports' URLs."""
+    """What it runs (an argv, quoted to paste back into a shell), and how to reach it: its ssh
+    command and its web ports' URLs."""
     lines = []
+    if instance.get("command"):
+        lines.append(f"command: {shlex.join(instance['command'])}")
     if instance.get("ssh"):
         lines.append(f"ssh: {instance['ssh']['command']}")
+        lines.append(f"ssh host key: {instance['ssh']['host_key_fingerprint']}")
     for port in instance.get("ports") or []:
         lines.append(f"{port['name']} (port {port['port']}): {port['url']}")
         if port.get("origin_url"):
@@ -209,17 +246,6 @@ def event_rows(events: list[dict]) -> list[dict]:
          f"{e['from_state'] or '∅'} → {e['to_state']}"}
         for e in events
     ]  # fmt: skip
-
-
-def unknown_spec(client: "Client", error: CliError, code: str) -> CliError:
-    """A launch or resize refused for a spec that does not exist: say which specs do."""
-    if "spec" not in error.fields:
-        return error
-    codes = [spec["code"] for spec in client.all("specs/")]
-    if code in codes:
-        return error
-    known = ", ".join(codes) or "(none)"
-    return CliError(f"{error}\n  specs: {known} (see `gpucloud specs`)", error.fields)
 
 
 def run(args, config: dict) -> tuple[object, str]:
@@ -256,15 +282,13 @@ def run(args, config: dict) -> tuple[object, str]:
         rows = client.all("instances/", **({"state": args.state} if args.state else {}))
         if not args.all and not args.state:
             rows = [row for row in rows if row["state"] != "terminated"]
-        return rows, table(rows, INSTANCE_COLUMNS)
+        return rows, instances_table(rows)
     if args.command == "launch":
-        image = args.image
-        if image is None:
-            images = client.all("images/")
-            if not images:
-                raise CliError("no image to launch: the catalog has none")
-            image = images[0]["name"]
-        body = {"name": args.name, "spec": args.spec, "image": image}
+        # what is not given, the API chooses: a generated name, the default image
+        body = {"spec": args.spec}
+        for key, value in (("name", args.name), ("image", args.image), ("disk_gib", args.disk_gib)):
+            if value is not None:
+                body[key] = value
         if args.region:
             body["region"] = args.region
         if args.run:
@@ -282,11 +306,10 @@ def run(args, config: dict) -> tuple[object, str]:
             body["restart_policy"] = args.restart
         if args.on_host_loss:
             body["on_host_loss"] = args.on_host_loss
-        try:
-            instance = client.call("POST", "instances/", json=body)
-        except CliError as error:
-            raise unknown_spec(client, error, args.spec) from None
-        return instance, table([instance], INSTANCE_COLUMNS)
+        instance = client.call("POST", "instances/", json=body)
+        if args.wait:
+            instance = wait_until_running(client, instance, args.timeout)
+        return instance, instances_table([instance])
     if args.command == "ssh-keys":
         return ssh_keys(client, args)
     if args.command == "ssh":
@@ -297,12 +320,9 @@ def run(args, config: dict) -> tuple[object, str]:
                 f"instance {args.id} is {instance['state']}: ssh needs it running, on a host "
                 "with an SSH gateway, and your role member or above"
             )
-        remote = args.remote[1:] if args.remote[:1] == ["--"] else args.remote
-        command = ["ssh", "-p", str(target["port"]), f"{target['user']}@{target['host']}", *remote]
-        try:
-            os.execvp("ssh", command)  # noqa: S606 - the user's own ssh, argv without a shell
-        except OSError as error:
-            raise CliError(f"cannot run ssh ({error}): install an OpenSSH client") from None
+        known_hosts = config_path().parent / "known_hosts"
+        pin_host_key(target, known_hosts)
+        exec_ssh(ssh_argv(target, known_hosts, args.identity, args.ssh_options, args.remote))
     if args.command == "logs":
         pk = instance_id(client, args.id)
         if args.follow:
@@ -314,24 +334,22 @@ def run(args, config: dict) -> tuple[object, str]:
         pk = instance_id(client, args.id)
         instance = client.call("GET", f"instances/{pk}/")
         events = client.all(f"instances/{pk}/events/")
-        parts = [table([instance], INSTANCE_COLUMNS), describe(instance)]
+        parts = [instances_table([instance]), describe(instance)]
         parts.append(table(event_rows(events), ["at", "change", "actor", "message"]))
         return {**instance, "events": events}, "\n\n".join(part for part in parts if part)
     if args.command in ("stop", "start", "reboot", "terminate"):
         pk = instance_id(client, args.id)
+        if args.command in confirm.QUESTIONS:
+            name = client.call("GET", f"instances/{pk}/")["name"]  # one that exists, by name
+            confirm.confirm(confirm.QUESTIONS[args.command].format(ref=name), args.yes)
         instance = client.call("POST", f"instances/{pk}/{args.command}/")
-        return instance, table([instance], INSTANCE_COLUMNS)
+        return instance, instances_table([instance])
     if args.command == "resize":
         body = {"spec": args.spec}
         if args.disk_gib is not None:
             body["disk_gib"] = args.disk_gib
-        try:
-            instance = client.call(
-                "POST", f"instances/{instance_id(client, args.id)}/resize/", json=body
-            )
-        except CliError as error:
-            raise unknown_spec(client, error, args.spec) from None
-        return instance, table([instance], INSTANCE_COLUMNS)
+        instance = confirm.resize(client, instance_id(client, args.id), body, args.yes)
+        return instance, instances_table([instance])
     if args.command == "usage":
         usage = client.call("GET", "usage/", params={"month": args.month} if args.month else {})
         currency = usage["currency"]
@@ -421,15 +439,34 @@ def follow_logs(client: Client, instance_id: int, tail: int) -> None:
         return
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line; for `ssh`, what follows the first `--` is the remote command
+    (argparse would not take it after an option: `ssh NAME -o X=y -- cmd`)."""
+    parser = build_parser()
+    command = next((arg for arg in argv if not arg.startswith("-")), None)  # after --json
+    if command == "ssh" and "--" in argv:
+        split = argv.index("--")
+        args = parser.parse_args(argv[:split])
+        args.remote += argv[split + 1 :]
+        return args
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         as_json, as_text = run(args, load_config())
+        if as_json is not None or as_text:
+            print(json.dumps(as_json, indent=2) if args.json else as_text)
+        sys.stdout.flush()
     except CliError as error:
         print(f"gpucloud: {error}", file=sys.stderr)
         return 1
-    if as_json is not None or as_text:
-        print(json.dumps(as_json, indent=2) if args.json else as_text)
+    except BrokenPipeError:
+        # The reader went away (`gpucloud instances | head`): stop quietly, as a tool killed
+        # by SIGPIPE would, and keep Python's flush at exit from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 

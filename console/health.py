@@ -1,12 +1,17 @@
-"""GET /healthz: each component's status; 503 when one is down, "degraded" (200) while some
-host's agent is not heard or no host is registered."""
+"""GET /healthz: the console's status; 503 when a component is down, "degraded" (200) while
+some host's agent is not heard or no host is registered. Each component's details (host names,
+database vendor, broker kind, errors) go only to a staff session or a monitoring client that
+sends `Authorization: Bearer <HEALTHZ_TOKEN>`: anyone else gets the status alone."""
 
 import asyncio
+import hmac
 from datetime import timedelta
+from importlib import import_module
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth import get_user
 from django.db import connection
 from django.http import JsonResponse
 from django.utils import timezone
@@ -91,9 +96,27 @@ def healthz(request):
         components["agents"] = _agents()
     statuses = {component["status"] for component in components.values()}
     status = "down" if "down" in statuses else "degraded" if "degraded" in statuses else "ok"
-    return JsonResponse(
-        {"status": status, "components": components}, status=503 if status == "down" else 200
+    body = (
+        {"status": status, "components": components}
+        if _may_see_details(request)
+        else {"status": status}
     )
+    return JsonResponse(body, status=503 if status == "down" else 200)
+
+
+def _may_see_details(request) -> bool:
+    """A monitoring token, or a staff member's session. This view answers before the session
+    and authentication middleware run (see below), so it reads the session cookie itself."""
+    token = settings.HEALTHZ_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
+    session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    if not session_key:
+        return False
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(request)
+    return user.is_active and user.is_staff
 
 
 def serve_regardless_of_host(get_response):

@@ -18,6 +18,8 @@ from pathlib import Path
 import docker
 
 from agent import engine
+from agent.backends.sim import sim_capacity
+from agent.host import memory_mib
 from agent.oci import LABEL_INSTANCE, running_engine
 from console import processes
 
@@ -32,6 +34,27 @@ DEMO_AGENTS = [
     ("host-a", 8, "a100-80gb", "mig,mig,mig,mig,shared,shared,shared,shared"),
     ("host-b", 8, "h100-80gb", "whole"),
 ]
+
+
+def simulated_hosts(machine_cpus: int, machine_mib: int) -> list[str]:
+    """What the banner says of the demo hosts: they simulate GPU servers, with a server's vCPUs
+    and RAM (the catalog's specs are sized for those), which may be beyond this machine; then
+    their workloads share what it has."""
+    lines = []
+    for hostname, gpus, model, _ in DEMO_AGENTS:
+        cpus, mib = sim_capacity(gpus)
+        beyond = cpus > machine_cpus or mib > machine_mib
+        lines.append(
+            f"{hostname}: simulated {gpus}× {model}, {cpus} vCPU, {mib // 1024} GiB RAM"
+            + (
+                f" — beyond this machine's {machine_cpus} vCPU, {machine_mib // 1024} GiB: its "
+                "instances share those whatever their specs say (`free` in one shows this "
+                "machine's memory)"
+                if beyond
+                else ""
+            )
+        )
+    return lines
 
 
 def manage(*args: str, env: dict[str, str]) -> str:
@@ -168,7 +191,8 @@ def serve(port: int, var_dir: Path, children: list) -> int:
         f"web ({processes.web_workers()} uvicorn workers), worker, beat, "
         f"agent-host-a, agent-host-b (logs in {var_dir})\n"
         f"  workloads: {runs_as}\n"
-        f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
+        + "".join(f"  {line}\n" for line in simulated_hosts(os.cpu_count() or 1, memory_mib()))
+        + f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
         f"  instances' web ports: http://i<id>-<port>.{ports_domain}/ (PORTS_DOMAIN)\n"
         + "".join(f"  {line.strip()}\n" for line in demo.splitlines() if "login" in line)
         + "Press Ctrl-C to stop.",

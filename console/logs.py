@@ -5,6 +5,7 @@ the beat and uvicorn's own loggers."""
 
 import json
 import logging
+import logging.config
 from datetime import UTC, datetime
 
 # What every agent calls every second (samples) or every few seconds (heartbeat): an access
@@ -25,6 +26,35 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+# The beat's periodic tasks, run every few seconds (every host's reconcile among them): a
+# line for each one received and succeeded is routine, at DEBUG. What they mend they log
+# themselves; a failure or retry keeps its level.
+ROUTINE_TASKS = frozenset(
+    {
+        "console.fleet.tasks.watchdog",
+        "console.instances.tasks.schedule_pending",
+        "console.instances.tasks.reconcile",
+        "console.instances.tasks.reconcile_host",
+        "console.metrics.tasks.downsample",
+        "billing.tasks.meter",
+    }
+)
+
+
+class RoutineTasksAtDebug(logging.Filter):
+    """On Celery's "received" and "succeeded" lines (their arguments a dict with the task's
+    name): those of ROUTINE_TASKS become DEBUG lines, logged only when the root logs DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, dict) else {}
+        if args.get("name") not in ROUTINE_TASKS or record.levelno != logging.INFO:
+            return True
+        if "received" not in str(record.msg) and "succeeded" not in str(record.msg):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
 class SkipAgentPeriodicCalls(logging.Filter):
@@ -48,3 +78,11 @@ def adopt_uvicorn_loggers(json_lines: bool) -> None:
         for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
             for handler in logging.getLogger(name).handlers:
                 handler.setFormatter(JsonFormatter())
+
+
+def configure() -> None:
+    """Log as the settings' LOGGING says, Python's warnings (Celery's among them) included."""
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    logging.captureWarnings(True)

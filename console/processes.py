@@ -85,11 +85,18 @@ def web_workers() -> int:
     return int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 1)
 
 
+# How long a web process that is asked to stop waits for its open responses: a download
+# streamed from an instance's port is cut then (websockets close at once, with 1012), so a
+# rolling restart never waits on a tenant's long download (systemd's TimeoutStopSec is 30 s).
+WEB_SHUTDOWN_GRACE_SECONDS = 5
+
+
 def web_cmd(port: int, host: str = "127.0.0.1", workers: int = 1) -> list[str]:
     return [
         PYTHON, "-m", "uvicorn", "console.asgi:application",
         "--host", host, "--port", str(port), "--no-access-log", "--ws", "websockets",
         "--workers", str(workers),
+        "--timeout-graceful-shutdown", str(WEB_SHUTDOWN_GRACE_SECONDS),
     ]  # fmt: skip
 
 

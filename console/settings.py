@@ -2,6 +2,7 @@
 as-is (embedded: SQLite, in-process layers). See README.md for the variables."""
 
 import os
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -212,18 +213,45 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # everything stays in-process (a single process: tests and `manage.py` one-offs); `make run`
 # starts an embedded Redis-protocol server and hands its URL to every process it starts.
 REDIS_URL = env_str("REDIS_URL")
+
+# Everything a deployment keeps in Redis is named under DEPLOYMENT_NAME: its channel layer's
+# pub/sub channels, its cache's and live window's keys, its broker's queues. Two deployments
+# (staging and production) may so share one Redis server: a database number in REDIS_URL would
+# not keep them apart, as Redis pub/sub ignores database numbers. Every process of a deployment
+# (web, worker, beat) must have the same name.
+_DEPLOYMENT_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,49}"
+
+
+def _deployment_name() -> str:
+    """DEPLOYMENT_NAME, else the PostgreSQL database's name (deployments have databases of
+    their own, most often named apart), else "gpucloud"."""
+    name = env_str("DEPLOYMENT_NAME")
+    if name:
+        if not re.fullmatch(_DEPLOYMENT_NAME_PATTERN, name):
+            raise ImproperlyConfigured(
+                f"DEPLOYMENT_NAME {name!r}: 1-50 letters, digits, '_', '-' or '.', starting "
+                "with a letter or digit."
+            )
+        return name
+    database = DATABASES["default"]["NAME"] if DATABASE_URL else ""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", database).lstrip("_.-")[:50] or "gpucloud"
+
+
+DEPLOYMENT_NAME = _deployment_name()
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # Groups publish on `<prefix>__group__<group>`, consumers on `<prefix>specific.<id>`;
+            # a valid channel name, hence the dots.
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{DEPLOYMENT_NAME}.asgi."},
         }
     }
     CACHES = {
         "default": {
             "BACKEND": "console.cache.RedisCache",
             "LOCATION": REDIS_URL,
-            "KEY_PREFIX": "gpucloud",
+            "KEY_PREFIX": DEPLOYMENT_NAME,
         }
     }
     CELERY_BROKER_URL = REDIS_URL
@@ -231,6 +259,9 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CELERY_BROKER_URL = "memory://"
+# No worker reads an in-memory broker: queuing a task to it is refused (console/celery.py)
+# except where this is set, as the tests set it.
+ALLOW_IN_MEMORY_BROKER = env_bool("ALLOW_IN_MEMORY_BROKER", False)
 
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -245,11 +276,20 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A launch does not wait for it: reconcile re-drives one whose allocation its agent does not
 # hold (LAUNCH_REDRIVE_SECONDS).
 CELERY_VISIBILITY_TIMEOUT = env_int("CELERY_VISIBILITY_TIMEOUT", 120)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+# On Redis, every key and pub/sub channel of the broker starts with this deployment's name.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    "global_keyprefix": f"{DEPLOYMENT_NAME}:celery:",
+}
 CELERY_TIMEZONE = "UTC"
 # `celery beat`'s state (when each entry last ran) lives with the rest of the state, in
 # GPUCLOUD_VAR_DIR, not in the directory it was started from.
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# One beat at a time sends the periodic tasks: it holds a lock in Redis, renewed while it runs
+# (console/beat.py); another beat waits, and takes over at most BEAT_LOCK_SECONDS after the
+# holder dies.
+CELERY_BEAT_SCHEDULER = "console.beat:LockedScheduler"
+BEAT_LOCK_SECONDS = env_float("BEAT_LOCK_SECONDS", 20.0)
 CELERY_TASK_ROUTES = {
     "console.instances.tasks.schedule_pending": {"queue": "default"},
     "console.instances.tasks.*": {"queue": "provisioning"},
@@ -368,10 +408,14 @@ LOGGING = {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
         "json": {"()": "console.logs.JsonFormatter"},
     },
+    "filters": {"routine_tasks": {"()": "console.logs.RoutineTasksAtDebug"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # the beat's periodic tasks' "received" and "succeeded" lines at DEBUG (console.logs)
+        "celery.worker.strategy": {"filters": ["routine_tasks"]},
+        "celery.app.trace": {"filters": ["routine_tasks"]},
         # a worker's start, "ready." and shutdown lines, whatever LOG_LEVEL says: supervisors,
         # the tests' and the benchmarks' harness wait for "ready."
         "celery.apps.worker": {"level": "INFO"},
@@ -434,3 +478,6 @@ METRICS_LIVE_WINDOW_SECONDS = env_int("METRICS_LIVE_WINDOW_SECONDS", 600)
 METRICS_HISTORY_DAYS = env_int("METRICS_HISTORY_DAYS", 30)
 METRICS_SCRAPE_TOKEN = env_str("METRICS_SCRAPE_TOKEN")
 METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", "127.0.0.1,::1")
+# Monitoring that sends `Authorization: Bearer <HEALTHZ_TOKEN>` (or a staff session) reads
+# /healthz's details; anyone else gets its status alone (console/health.py).
+HEALTHZ_TOKEN = env_str("HEALTHZ_TOKEN")

@@ -53,6 +53,82 @@ def _no_agent_call_inside_a_transaction(monkeypatch):
     monkeypatch.setattr(agent_client, "_request", checked)
 
 
+# A test that starts a process (a server, a worker, Chromium, a container, any program) carries
+# one of these markers (pyproject.toml); `make test-fast` runs the tests that carry none.
+PROCESS_MARKERS = ("integration", "containers", "browser")
+# every way this code (and asyncio, Playwright, multiprocessing) starts a child
+PROCESS_STARTS = [
+    (subprocess.Popen, "_execute_child"),
+    (os, "fork"),
+    (os, "forkpty"),
+    (os, "posix_spawn"),
+    (os, "posix_spawnp"),
+    (os, "system"),
+]
+
+
+@contextlib.contextmanager
+def _no_process_unless_marked(item):
+    """An unmarked test that starts a process fails, naming the markers: otherwise it would
+    slip into the fast tier and slow it down (or need what only the full run has)."""
+    if any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
+        yield
+        return
+
+    def refuse(*args, **kwargs):
+        command = args[1] if args and isinstance(args[0], subprocess.Popen) else ""
+        pytest.fail(
+            f"{item.nodeid} starts a process {command}: mark the test (or its module's pytestmark)"
+            f" with one of {', '.join(f'pytest.mark.{m}' for m in PROCESS_MARKERS)}",
+            pytrace=False,
+        )
+
+    real = [(owner, name, getattr(owner, name)) for owner, name in PROCESS_STARTS]
+    for owner, name, _ in real:
+        setattr(owner, name, refuse)
+    try:
+        yield
+    finally:
+        for owner, name, start in real:
+            setattr(owner, name, start)
+
+
+# Setup as well as the call: session fixtures (an engine, a registry) start for their first test.
+# Not teardown: what it stops was started in a setup that was already checked.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _no_process_unless_marked(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _no_process_unless_marked(item):
+        return (yield)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_collected_static(tmp_path_factory):
+    """The tests serve static/ as it is (STATIC_COLLECTED=false), not what `make run` last
+    collected into var/static; and WhiteNoise looks a file up when it is asked for, instead of
+    indexing every file again for each test's client (a tenth of the fast tier's time)."""
+    from django.test import override_settings
+
+    with override_settings(
+        STATIC_ROOT=tmp_path_factory.mktemp("static-root"), WHITENOISE_AUTOREFRESH=True
+    ):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(request, settings):
+    """Test users' passwords are hashed fast (the default hasher takes half a second a user
+    on this machine); not where a process of the test's checks one with its own hashers."""
+    if any(request.node.get_closest_marker(name) for name in PROCESS_MARKERS):
+        return
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def tenant(db):
     return TenantFactory(slug="acme", name="Acme AI")

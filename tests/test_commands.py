@@ -124,7 +124,7 @@ def test_seed_demo_leaves_last_months_usage_invoiced_and_the_one_before_paid(cli
         assert september.total == Decimal("11.91")  # 6 h at 0.49 and 3 h at 2.99
         lines = {line.instance_name: line for line in october.lines.all() if line.kind == "gpu"}
         assert lines["sdxl-train"].seconds == 15 * 3600 and lines["vllm-bench"].seconds == 16200
-        assert october.lines.filter(description__startswith="Disk while stopped").exists()
+        assert october.lines.filter(description__startswith="Disk while not running").exists()
         assert october.total == round(sum(line.amount for line in october.lines.all()), 2)
         assert "GC-2026-000002, finalized" in output
 

@@ -30,6 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 UNITS = DEPLOY / "systemd"
 INSTALLED_AT = "/opt/gpucloud"
+# a GPU host's venv of the agent's own package (the agent unit's instructions); here the
+# checkout's venv, which has the same `gpucloud-agent` (tests/test_agent_package.py installs
+# the package itself)
+AGENT_INSTALLED_AT = "/opt/gpucloud-agent"
 REDIS_DB = 14
 CONSOLE_UNITS = [
     "gpucloud-web@.service",
@@ -64,6 +68,7 @@ def _specifiers(text: str, instance: str, state: Path) -> str:
 
 
 def _here(word: str) -> str:
+    word = word.replace(AGENT_INSTALLED_AT, str(ROOT / ".venv"))
     return word.replace(INSTALLED_AT, str(ROOT))
 
 
@@ -85,7 +90,8 @@ def _service(name: str, instance: str, state: Path, env_file: dict[str, str]):
             argv.append(re.sub(r"\$\{(\w+)\}", lambda m: environ.get(m.group(1), ""), word))
     for directory in shlex.split(service.get("StateDirectory", "")):
         (state / directory).mkdir(mode=0o700, parents=True, exist_ok=True)
-    return [_here(word) for word in argv], environ, _here(service["WorkingDirectory"])
+    cwd = _here(_specifiers(service["WorkingDirectory"], instance, state))
+    return [_here(word) for word in argv], environ, cwd
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in UNITS.glob("*.service")))
@@ -96,13 +102,15 @@ def test_each_unit_restarts_runs_as_its_user_with_its_state_and_env_files(name):
     assert service["EnvironmentFile"] == f"/etc/gpucloud/{'agent.env' if agent else 'env'}"
     assert service["StateDirectory"] == ("gpucloud-agent" if agent else "gpucloud")
     assert service["StateDirectoryMode"] == "0700"
-    assert service["ExecStart"].startswith(f"{INSTALLED_AT}/.venv/bin/")
+    venv = f"{AGENT_INSTALLED_AT}/" if agent else f"{INSTALLED_AT}/.venv/"
+    assert service["ExecStart"].startswith(f"{venv}bin/")
     if service.get("Type") == "oneshot":
         assert "Restart" not in service
     else:
         assert service["Restart"] == "always"
 
 
+@pytest.mark.integration  # runs systemd-analyze
 def test_the_units_pass_systemd_analyze_verify(tmp_path):
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed")
@@ -164,7 +172,10 @@ class Started:
 
 
 def _healthz(url: str) -> dict:
-    return httpx.get(f"{url}/healthz", timeout=10).json()
+    """/healthz with its details, as monitoring reads it (env.example's HEALTHZ_TOKEN)."""
+    token = _env_file(DEPLOY / "env.example")["HEALTHZ_TOKEN"]
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.get(f"{url}/healthz", headers=headers, timeout=10).json()
 
 
 def _wait_agents_ok(url: str, started: Started) -> None:
@@ -303,6 +314,7 @@ def test_the_images_commands_serve_on_postgres_and_redis(console_state, tmp_path
         "REDIS_URL": console_env["REDIS_URL"],
         "SECRET_KEY": "compose-test-" + "k" * 40,
         "ALLOWED_HOSTS": "localhost,127.0.0.1",
+        "HEALTHZ_TOKEN": console_env["HEALTHZ_TOKEN"],
     }
     cwd = _here(workdir)
     migrate = subprocess.run(

@@ -28,6 +28,7 @@ def _manage(tmp_path, *args, **env):
     )
 
 
+@pytest.mark.integration
 def test_check_deploy_passes_when_served_over_https(tmp_path):
     checked = _manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", HTTPS="true")
     assert checked.returncode == 0, checked.stderr
@@ -42,6 +43,7 @@ SHOW = (
 )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("env", "shown"),
     [

@@ -32,6 +32,7 @@ from tests.harness import Proc
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_DB = 13  # not the 0 the other tests and make run use
 GRACE, FAILOVER = 2, 4  # seconds: short, so that the test outlasts them
+HEALTHZ_TOKEN = "monitoring-token"  # noqa: S105 - the test install's, not a secret
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -56,6 +57,7 @@ class Install:
             DJANGO_SUPERUSER_PASSWORD="a-long-operator-passphrase",
             HOST_HEARTBEAT_GRACE_SECONDS=str(GRACE),
             HOST_FAILOVER_SECONDS=str(FAILOVER),
+            HEALTHZ_TOKEN=HEALTHZ_TOKEN,
         )
         self.procs: dict[str, Proc] = {}
 
@@ -152,7 +154,9 @@ def install(backing_services, tmp_path_factory):
 
 
 def _health(url: str) -> dict:
-    return httpx.get(f"{url}/healthz", headers={"Host": "10.0.0.5"}, timeout=10).json()
+    """/healthz with its details, as monitoring reads it (the token)."""
+    headers = {"Host": "10.0.0.5", "Authorization": f"Bearer {HEALTHZ_TOKEN}"}
+    return httpx.get(f"{url}/healthz", headers=headers, timeout=10).json()
 
 
 def _states(api: httpx.Client) -> dict[int, str]:

@@ -3,6 +3,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+TOKEN = "monitoring-secret"
+
+
+@pytest.fixture
+def monitor(client, settings):
+    """The client as monitoring calls /healthz: with HEALTHZ_TOKEN, it reads the details."""
+    settings.HEALTHZ_TOKEN = TOKEN
+    client.defaults["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
+    return client
+
 
 def _register_a_host(name="gpu-a"):
     from django.utils import timezone
@@ -16,9 +26,9 @@ def _register_a_host(name="gpu-a"):
 
 
 @pytest.mark.django_db
-def test_healthz_reports_each_component(client):
+def test_healthz_reports_each_component(monitor):
     _register_a_host()
-    response = client.get("/healthz")
+    response = monitor.get("/healthz")
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "ok"
@@ -26,8 +36,8 @@ def test_healthz_reports_each_component(client):
 
 
 @pytest.mark.django_db
-def test_healthz_never_says_agents_are_ok_with_no_host_registered(client):
-    response = client.get("/healthz")
+def test_healthz_never_says_agents_are_ok_with_no_host_registered(monitor):
+    response = monitor.get("/healthz")
     assert response.status_code == 200  # the console serves; there is just nothing to run on
     body = response.json()
     assert body["status"] == "degraded"
@@ -39,7 +49,7 @@ def test_healthz_never_says_agents_are_ok_with_no_host_registered(client):
         "detail": "no hosts registered: no agent has registered a GPU host yet",
     }
     _register_a_host()
-    body = client.get("/healthz").json()
+    body = monitor.get("/healthz").json()
     assert (body["status"], body["components"]["agents"]["detail"]) == (
         "ok",
         "1 of 1 hosts reachable",
@@ -60,7 +70,7 @@ def test_healthz_answers_whatever_host_a_probe_asks_for(client, settings):
 
 
 @pytest.mark.django_db
-def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachable(client):
+def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachable(monitor):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -74,7 +84,7 @@ def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachabl
     Host.objects.create(
         name="gone", region=region, address="http://x:1", status=Host.Status.RETIRED
     )
-    response = client.get("/healthz")
+    response = monitor.get("/healthz")
     assert response.status_code == 200  # the console serves: no probe takes it out for this
     body = response.json()
     assert body["status"] == "degraded"
@@ -86,7 +96,7 @@ def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachabl
         "detail": "1 of 3 hosts reachable",
     }
     Host.objects.filter(name__in=["gpu-b", "gpu-c"]).update(last_heartbeat_at=now)
-    body = client.get("/healthz").json()
+    body = monitor.get("/healthz").json()
     assert (body["status"], body["components"]["agents"]["detail"]) == (
         "ok",
         "3 of 3 hosts reachable",
@@ -94,7 +104,7 @@ def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachabl
 
 
 @pytest.mark.django_db
-def test_healthz_is_503_when_the_channel_layer_is_down(client, settings):
+def test_healthz_is_503_when_the_channel_layer_is_down(monitor, settings):
     from console.processes import free_port
 
     settings.CHANNEL_LAYERS = {
@@ -103,7 +113,7 @@ def test_healthz_is_503_when_the_channel_layer_is_down(client, settings):
             "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
         }
     }
-    response = client.get("/healthz")
+    response = monitor.get("/healthz")
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "down"
@@ -111,15 +121,16 @@ def test_healthz_is_503_when_the_channel_layer_is_down(client, settings):
     assert body["components"]["database"]["status"] == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
-def test_healthz_is_503_when_the_broker_is_down(client, settings, monkeypatch):
+def test_healthz_is_503_when_the_broker_is_down(monitor, settings, monkeypatch):
     from console.celery import app
     from console.processes import free_port
 
     url = f"redis://127.0.0.1:{free_port()}/0"
     settings.CELERY_BROKER_URL = url
     monkeypatch.setattr(app.conf, "broker_url", url)
-    response = client.get("/healthz")
+    response = monitor.get("/healthz")
     assert response.status_code == 503
     assert response.json()["components"]["broker"]["status"] == "down"
 
@@ -146,3 +157,46 @@ def test_a_pub_sub_channel_layer_is_up_on_every_check(settings, redis_url):
     with ThreadPoolExecutor(1) as thread:  # a loop of its own, whatever runs in this thread
         results = thread.submit(asyncio.run, checks()).result(timeout=60)
     assert results == [{"status": "ok", "kind": "RedisPubSubChannelLayer"}] * 20
+
+
+@pytest.mark.django_db
+def test_anonymous_callers_get_the_status_alone(client, settings):
+    """No host names, database vendor, broker kind or error text without the token or a
+    staff session; the status and the HTTP code still tell a balancer all it needs."""
+    settings.HEALTHZ_TOKEN = TOKEN
+    _register_a_host("secret-gpu-host")
+    assert client.get("/healthz").json() == {"status": "ok"}
+    for header in ("Bearer wrong", f"Basic {TOKEN}", ""):
+        response = client.get("/healthz", HTTP_AUTHORIZATION=header)
+        assert (response.status_code, response.json()) == (200, {"status": "ok"}), header
+    settings.HEALTHZ_TOKEN = ""  # no token set: an empty bearer opens nothing either
+    assert client.get("/healthz", HTTP_AUTHORIZATION="Bearer ").json() == {"status": "ok"}
+
+
+@pytest.mark.django_db
+def test_an_anonymous_caller_sees_503_down_but_not_why(client, settings):
+    from console.processes import free_port
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
+        }
+    }
+    response = client.get("/healthz")
+    assert (response.status_code, response.json()) == (503, {"status": "down"})
+    assert b"127.0.0.1" not in response.content
+
+
+@pytest.mark.django_db
+def test_a_staff_session_sees_the_details_and_a_tenant_session_does_not(client, settings):
+    from tests.factories import UserFactory
+
+    settings.ALLOWED_HOSTS = ["console.example.com"]
+    _register_a_host("gpu-a")
+    client.force_login(UserFactory(username="tenant-user"))
+    assert client.get("/healthz").json() == {"status": "ok"}
+    client.force_login(UserFactory(username="operator", is_staff=True))
+    body = client.get("/healthz", HTTP_HOST="10.0.0.5").json()
+    assert body["components"]["agents"]["detail"] == "1 of 1 hosts reachable"
+    assert body["components"]["database"]["vendor"] in ("sqlite", "postgresql")

@@ -11,6 +11,7 @@ import redis
 from console import launcher, processes
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server installed")
 def test_an_installed_redis_server_is_started_on_loopback_keeping_nothing_on_disk(tmp_path):
     url, proc = processes.start_local_redis(tmp_path / "redis.log")
@@ -34,6 +35,7 @@ def test_without_redis_server_the_embedded_server_answers(tmp_path, monkeypatch)
     assert redis.Redis.from_url(url).ping()
 
 
+@pytest.mark.integration
 def test_a_redis_server_that_cannot_start_is_reported(tmp_path, monkeypatch):
     false = shutil.which("false")
     monkeypatch.setattr(processes.shutil, "which", lambda name: false)

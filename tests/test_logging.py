@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from celery import Celery
+from django.conf import settings
 
 from console import logs, processes
 
@@ -70,10 +71,11 @@ def _wait_for(path: Path, text: str, proc, timeout: float = 60) -> str:
     raise AssertionError(f"{text!r} never logged:\n{path.read_text()[-3000:]}")
 
 
+@pytest.mark.integration
 def test_a_worker_without_a_level_logs_each_task_received_and_its_outcome(
     migrated, redis_url, tmp_path
 ):
-    env = {**migrated, "REDIS_URL": redis_url}
+    env = {**migrated, "REDIS_URL": redis_url, "DEPLOYMENT_NAME": settings.DEPLOYMENT_NAME}
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log:
         worker = subprocess.Popen(
@@ -83,20 +85,26 @@ def test_a_worker_without_a_level_logs_each_task_received_and_its_outcome(
         )  # fmt: skip
     try:
         _wait_for(log_path, "ready.", worker)
-        sender = Celery(broker=redis_url)
+        sender = Celery(
+            broker=redis_url, broker_transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS
+        )
+        # the beat's routine task first (its lines are DEBUG), then a launch's (gone: a no-op)
         sender.send_task("console.fleet.tasks.watchdog", queue="logtest")
+        sender.send_task("console.instances.tasks.provision", args=[0], queue="logtest")
         text = _wait_for(log_path, "succeeded in", worker)
     finally:
         worker.terminate()
         worker.wait(20)
-    lines = [line for line in text.splitlines() if "console.fleet.tasks.watchdog[" in line]
+    lines = [line for line in text.splitlines() if "console.instances.tasks.provision[" in line]
     assert [line.split(": ")[0].split(" ", 2)[2] for line in lines] == [
         "INFO celery.worker.strategy",  # received
         "INFO celery.app.trace",  # its outcome
     ], lines
     assert " succeeded in " in lines[1]
+    assert "console.fleet.tasks.watchdog[" not in text
 
 
+@pytest.mark.integration
 def test_uvicorn_logs_requests_but_not_the_agents_periodic_calls_and_json_on_request(
     migrated, tmp_path
 ):

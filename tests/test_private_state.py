@@ -32,6 +32,7 @@ def _mode(value: int) -> str:
     return oct(stat.S_IMODE(value))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("existing", [False, True])
 def test_var_and_the_sqlite_files_are_private(tmp_path, existing):
     var = tmp_path / "var"

@@ -75,6 +75,7 @@ def test_requests_over_the_limit_wait_their_turn_and_all_are_answered():
     assert running == 0
 
 
+@pytest.mark.integration
 def test_a_web_process_keeps_what_it_loaded_out_of_the_collectors_sight():
     """A full garbage collection stops every request's thread: in a web process it walks only
     what requests made, not the ~170,000 objects loaded at startup."""

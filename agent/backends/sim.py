@@ -18,6 +18,16 @@ CUDA_VERSION = "12.4"
 FAULTS = ("xid79", "ecc", "clear")
 # how far the temperature moves toward its target on each sample
 THERMAL_STEP = 0.3
+# A simulated host offers what a typical 8-GPU server has per GPU, whatever the machine it runs
+# on has: the specs of a real catalog fit it. `make run` says so in its banner, and the console
+# marks the host as simulated.
+SIM_CPUS_PER_GPU = 16
+SIM_MEMORY_MIB_PER_GPU = 128 * 1024
+
+
+def sim_capacity(gpus: int) -> tuple[int, int]:
+    """(vCPUs, RAM MiB) a simulated host with `gpus` GPUs offers by default."""
+    return SIM_CPUS_PER_GPU * gpus, SIM_MEMORY_MIB_PER_GPU * gpus
 
 
 def sim_uuid(prefix: str, seed: str) -> str:

@@ -1,7 +1,10 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 
+from console.catalog.admin_forms import ImageForm, MigProfileForm
+from console.catalog.compatibility import cuda_support
 from console.catalog.models import GpuModel, Image, MigProfile, Region, Spec, SpecPrice
+from console.catalog.spec_fit import spec_fit
 
 
 @admin.register(Region)
@@ -12,6 +15,7 @@ class RegionAdmin(admin.ModelAdmin):
 
 class MigProfileInline(admin.TabularInline):
     model = MigProfile
+    form = MigProfileForm
     extra = 0
 
 
@@ -109,24 +113,42 @@ class SpecAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("prices")
 
+    readonly_fields = ["hosts"]
+
     def get_fields(self, request, obj=None):
         fields = super().get_fields(request, obj)
         return [name for name in fields if obj is None or name != "price_per_hour"]
 
+    @admin.display(description="Hosts that can hold it")
+    def hosts(self, spec):
+        if spec.pk is None:
+            return "Checked against the hosts of each region when it is saved."
+        return spec_fit(spec).summary()
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if warning := spec_fit(obj).warning():
+            messages.warning(request, f"{obj}: {warning}")
+
 
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
+    form = ImageForm
     list_display = ["name", "reference", "cuda_version", "active"]
     list_filter = ["active", "cuda_version"]
     search_fields = ["name", "reference", "description"]
-    fields = [
-        "name",
-        "reference",
-        "cuda_version",
-        "description",
-        "command",
-        "env",
-        "ports",
-        "restart_policy",
-        "active",
-    ]
+    readonly_fields = ["hosts"]
+
+    def get_fields(self, request, obj=None):
+        return [*ImageForm.Meta.fields, "hosts"]
+
+    @admin.display(description="Hosts that run it")
+    def hosts(self, image):
+        if image.pk is None:
+            return "Checked against the hosts' drivers when it is saved."
+        return cuda_support(image.cuda_version).summary()
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if warning := cuda_support(obj.cuda_version).warning():
+            messages.warning(request, f"{obj.name}: {warning}")

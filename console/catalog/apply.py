@@ -52,8 +52,9 @@ SPEC_KEYS = (
 )
 PRICE_KEYS = ({"from", "per_hour"}, {})
 IMAGE_KEYS = (
-    {"name", "reference", "cuda_version"},
+    {"name", "reference"},
     {
+        "cuda_version": "",
         "description": "",
         "command": [],
         "env": {},

@@ -72,10 +72,10 @@ SPECS = [
 KEEP_RUNNING = ["sleep", "infinity"]
 REGISTRY = "Pulled from Docker Hub: needs a registry."
 IMAGES = [
-    ("demo-busybox", "localhost/gpucloud/demo:latest", "12.4",
+    ("demo-busybox", "localhost/gpucloud/demo:latest", "",
      "A tiny local image for hosts without a registry: busybox serving a web page on 8888 "
      "(make run builds it).", [], {}, [{"port": 8888, "name": "Web page"}]),
-    ("jupyterlab", "localhost/gpucloud/jupyter:latest", "-",
+    ("jupyterlab", "localhost/gpucloud/jupyter:latest", "",
      "JupyterLab 4.6 and Python 3 on Debian, over /workspace; Open JupyterLab signs you in. "
      "Built on the host without a registry: run make images there first.", [], {},
      [{"port": 8888, "name": "JupyterLab", "app": "jupyter"}]),

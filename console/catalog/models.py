@@ -257,6 +257,18 @@ PORT_KEYS = {"port", "name", "app"}
 MAX_ARGS = 64
 MAX_ENV = 64
 MAX_VALUE = 4096
+# A CUDA version as drivers report theirs (nvidia-smi's "CUDA Version: 12.4"), a patch allowed.
+CUDA_VERSION = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?$")
+
+
+def cuda_tuple(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a CUDA version, None when it is empty or not one."""
+    if not CUDA_VERSION.match(version or ""):
+        return None
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
 # An OCI reference: [registry[:port]/]path[:tag][@digest], lower-case path (no spaces).
 REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
@@ -342,7 +354,12 @@ class Image(models.Model):
         max_length=255,
         help_text="OCI reference hosts pull: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
     )
-    cuda_version = models.CharField(max_length=16)
+    cuda_version = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="the CUDA version it was built for, e.g. 12.4: a host runs it when its driver "
+        "supports that version or later; empty for an image without CUDA",
+    )
     description = models.TextField(blank=True)
     command = models.JSONField(
         default=list,
@@ -377,6 +394,8 @@ class Image(models.Model):
         errors = {}
         if not REFERENCE.match(self.reference or ""):
             errors["reference"] = "An OCI reference, e.g. docker.io/library/python:3.12-slim."
+        if self.cuda_version and not CUDA_VERSION.match(self.cuda_version):
+            errors["cuda_version"] = "A CUDA version like 12.4, or empty for an image without CUDA."
         if self.command and (problems := command_errors(self.command)):
             errors["command"] = problems
         if problems := env_errors(self.env):

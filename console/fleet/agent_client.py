@@ -123,6 +123,12 @@ def _number(value: int) -> int:
     return value
 
 
+def _hex(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{16,128}", value):
+        raise ValueError(f"an agent query takes a hex key here, not {value!r}")
+    return value
+
+
 def _allocation(host: Host, allocation_id: str) -> str:
     """An allocation id as the agent accepts them; an id an agent reported may be anything."""
     if not isinstance(allocation_id, str) or not ALLOCATION_ID.fullmatch(allocation_id):
@@ -140,6 +146,13 @@ def allocation_action(host: Host, allocation_id: str, action: str) -> dict:
         raise ValueError(f"unknown allocation action {action!r}")
     path = f"/v1/allocations/{_allocation(host, allocation_id)}/{action}"
     return _request(host, "POST", path).json()
+
+
+def set_limits(host: Host, allocation_id: str, limits: dict) -> dict:
+    """A live resize: the running workload's CPU, memory and pids limits change in place.
+    Idempotent."""
+    path = f"/v1/allocations/{_allocation(host, allocation_id)}/limits"
+    return _request(host, "PUT", path, {"resources": limits}).json()
 
 
 def delete_allocation(host: Host, allocation_id: str) -> None:
@@ -224,13 +237,17 @@ def port_target(instance_pk: int, port: int, path: str, query: str) -> str:
     return f"{target}?{query}" if query else target
 
 
-def connect_terminal(host: Host, instance_pk: int, cols: int, rows: int):
+def connect_terminal(host: Host, instance_pk: int, cols: int, rows: int, key: str | None = None):
     """The agent's terminal websocket of the instance (use with `async with`): binary frames
-    carry the terminal's bytes, a text frame {"type": "resize", "cols", "rows"} resizes."""
+    carry the terminal's bytes, a text frame {"type": "resize", "cols", "rows"} resizes. With
+    a session key (hex) the agent keeps the shell when the socket drops, for the same key to
+    take back."""
     from websockets.asyncio.client import connect
 
     pk = _number(instance_pk)
     url = f"{_ws_base(host)}/v1/instances/{pk}/terminal?cols={_number(cols)}&rows={_number(rows)}"
+    if key is not None:
+        url += f"&session={_hex(key)}"
     return connect(
         url,
         additional_headers=_grant(host, "terminal", str(pk)),

@@ -20,6 +20,7 @@ from console.errors import DomainError
 from console.fleet import agent_client, locks
 from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret, open_secret
+from console.fleet.signals import host_back
 
 log = logging.getLogger(__name__)
 
@@ -440,6 +441,7 @@ def record_heartbeat(
                 )
                 log.info("host %s is back: %s", locked.name, locked.admin_status)
                 _restart_failover_clocks(locked, now)
+                transaction.on_commit(lambda: host_back.send(sender=Host, host=locked))
     host.refresh_from_db()
     return host
 

@@ -9,7 +9,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.guards import staff_view
 from console.catalog.models import MIG_SLICES, Mode
-from console.fleet import services
+from console.fleet import holders, services
 from console.fleet.forms import GpuModeForm, HostStatusForm, JoinTokenForm
 from console.fleet.models import Gpu, Host, JoinToken
 
@@ -42,10 +42,18 @@ def _error_text(error: ValidationError) -> str:
     return " ".join(error.messages)
 
 
+def _gpus() -> Prefetch:
+    """A host's GPUs with their usage and who holds them (holders.attach reads these)."""
+    return Prefetch(
+        "gpus",
+        queryset=Gpu.with_usage().order_by("index").prefetch_related(holders.claims()),
+    )
+
+
 def _hosts():
     return (
         Host.objects.select_related("region")
-        .prefetch_related(Prefetch("gpus", queryset=Gpu.with_usage().order_by("index")))
+        .prefetch_related(_gpus())
         .order_by("region__code", "name")
     )
 
@@ -71,6 +79,7 @@ def _index(request, issued=None, form=None, status=200):
     hosts = list(_hosts())
     for host in hosts:
         host.actions = host_actions(host)
+        holders.attach(host)
     tokens = JoinToken.objects.select_related("region", "host", "created_by")[:10]
     context = {
         "hosts": hosts,
@@ -80,6 +89,7 @@ def _index(request, issued=None, form=None, status=200):
         "issued": issued,
         "modes": Mode.choices,
         "back_url": reverse("fleet:index"),
+        "waiting": holders.waiting(),
     }
     return render(request, "fleet/index.html", context, status=status)
 
@@ -91,13 +101,9 @@ def index(request):
 
 @staff_view
 def host_detail(request, pk):
-    host = get_object_or_404(
-        Host.objects.select_related("region").prefetch_related(
-            Prefetch("gpus", queryset=Gpu.with_usage().order_by("index"))
-        ),
-        pk=pk,
-    )
+    host = get_object_or_404(Host.objects.select_related("region").prefetch_related(_gpus()), pk=pk)
     host.actions = host_actions(host)
+    holders.attach(host)
     return render(
         request,
         "fleet/host.html",
@@ -107,6 +113,7 @@ def host_detail(request, pk):
             "join_token": JoinToken.objects.filter(host=host).first(),
             "modes": Mode.choices,
             "back_url": reverse("fleet:host", args=[host.pk]),
+            "waiting": holders.waiting(host),
         },
     )
 

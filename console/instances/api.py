@@ -101,10 +101,11 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         membership = request_membership(request)
         instance = services.launch_instance(
             membership.tenant,
-            name=body.validated_data["name"],
+            name=body.validated_data.get("name"),
             spec=body.validated_data["spec"],
-            image=body.validated_data["image"],
+            image=body.validated_data.get("image"),
             region=body.validated_data.get("region"),
+            disk_gib=body.validated_data.get("disk_gib"),
             command=body.validated_data.get("command"),
             env=body.validated_data.get("env"),
             ssh_keys=body.validated_data.get("ssh_keys"),
@@ -145,9 +146,10 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def resize(self, request, pk=None):
         """Another spec, one that a host of the instance's region (or the host that holds
         its disk) can hold; 400 on `spec` otherwise. The disk stays as it is unless
-        `disk_gib` asks for more (400 on a smaller one). A running instance whose GPU has
-        no room for the new spec is stopped and started again as it, unless `allow_stop` is
-        false: then 409 needs_stop."""
+        `disk_gib` asks for more (400 on a smaller one). On a running instance, a resize
+        that changes only vCPUs and RAM applies live (it keeps running); one that restarts it
+        needs `allow_restart`, one that stops it needs `allow_stop` (400 on that field
+        otherwise, saying what it would do)."""
         body = ResizeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._act(
@@ -155,6 +157,7 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 instance,
                 body.validated_data["spec"],
                 disk_gib=body.validated_data.get("disk_gib"),
+                allow_restart=body.validated_data["allow_restart"],
                 allow_stop=body.validated_data["allow_stop"],
                 actor=actor,
             )

@@ -6,4 +6,4 @@ class InstancesConfig(AppConfig):
     label = "instances"
 
     def ready(self):
-        from console.instances import access, suspension  # noqa: F401 - connect receivers
+        from console.instances import access, recovery, suspension  # noqa: F401 - connect receivers

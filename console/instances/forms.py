@@ -11,7 +11,7 @@ from console.catalog.models import (
     command_errors,
     env_errors,
 )
-from console.instances import availability, placement, services
+from console.instances import access, availability, placement, resizing, services
 from console.instances.models import OnHostLoss
 
 
@@ -37,8 +37,27 @@ class LaunchForm(forms.Form):
     )
     name = forms.CharField(
         max_length=63,
-        help_text="Lowercase letters, digits and hyphens.",
-        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+        required=False,
+        help_text="Lowercase letters, digits and hyphens. Empty: a generated one, such as "
+        "a100-quarter-brave-otter.",
+        widget=forms.TextInput(
+            attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "generated"}
+        ),
+    )
+    disk_gib = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=services.MAX_DISK_GIB,
+        label="Disk (GiB)",
+        help_text="Optional: its disk at /workspace, kept until it is terminated. Empty: the "
+        "spec's; it can be bigger, never smaller.",
+    )
+    ports = forms.CharField(
+        required=False,
+        label="Web ports",
+        help_text="Optional: ports its workload serves, to open through the console besides "
+        "the image's; one PORT:NAME a line (8080:app).",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
     )
     command = forms.CharField(
         required=False,
@@ -91,6 +110,11 @@ class LaunchForm(forms.Form):
     def clean(self):
         data = super().clean()
         spec, region = data.get("spec"), data.get("region")
+        disk_gib = data.get("disk_gib")
+        if spec is not None and disk_gib is not None and disk_gib < spec.disk_gib:
+            self.add_error(
+                "disk_gib", f"{spec.name} comes with {spec.disk_gib} GiB: give at least that."
+            )
         if spec is not None and region is not None and self.membership is not None:
             found = availability.Checker(self.membership.tenant.quota, region).of(spec)
             if not found.launchable:
@@ -100,8 +124,10 @@ class LaunchForm(forms.Form):
     def clean_on_host_loss(self) -> str:
         return self.cleaned_data["on_host_loss"] or OnHostLoss.KEEP_DISK
 
-    def clean_name(self) -> str:
-        name = self.cleaned_data["name"]
+    def clean_name(self) -> str | None:
+        name = self.cleaned_data["name"].strip()
+        if not name:
+            return None  # launch_instance generates one
         if not services.NAME_PATTERN.match(name):
             raise forms.ValidationError(services.NAME_RULE)
         return name
@@ -119,6 +145,20 @@ class LaunchForm(forms.Form):
             raise forms.ValidationError(problems)
         return command
 
+    def clean_ports(self) -> list[dict]:
+        ports = []
+        for number, line in enumerate(self.cleaned_data["ports"].splitlines(), 1):
+            if not line.strip():
+                continue
+            port, colon, name = line.strip().partition(":")
+            if not colon or not port.strip().isdigit() or not name.strip():
+                raise forms.ValidationError(f"Line {number}: write PORT:NAME, e.g. 8080:app.")
+            ports.append({"port": int(port), "name": name.strip()})
+        image = self.cleaned_data.get("image")
+        if ports and image is not None and (problems := access.launch_ports_errors(image, ports)):
+            raise forms.ValidationError(problems)
+        return ports
+
     def clean_env(self) -> dict[str, str]:
         env = {}
         for number, line in enumerate(self.cleaned_data["env"].splitlines(), 1):
@@ -135,23 +175,31 @@ class LaunchForm(forms.Form):
 
 
 class ResizeOption:
-    """A spec an instance can be resized to, and whether that stops it."""
+    """A spec an instance can be resized to, and what that does to it (resizing.impacts)."""
 
-    def __init__(self, spec: Spec, needs_stop: bool):
+    def __init__(self, spec: Spec, impact: str):
         self.spec = spec
-        self.needs_stop = needs_stop
+        self.impact = impact
+
+    @property
+    def needs_stop(self) -> bool:
+        return self.impact == resizing.STOP
+
+    @property
+    def needs_restart(self) -> bool:
+        return self.impact == resizing.RESTART
 
 
 def resize_options(instance) -> list[ResizeOption]:
     """The specs `instance` can be resized to: active, not its own, that some host of its
     region (or the host that holds its disk) could hold and that fit the tenant's quota on
-    their own; each with whether the resize stops it."""
+    their own; each with what the resize does to it."""
     checker = availability.Checker(instance.tenant.quota, instance.region)
     host = instance.disk_host
     host_hardware = None
     if host is not None:
         host_hardware = placement.snapshot(instance.region_id, host_pks=[host.pk], empty=True)
-    stops = services.resize_stops(instance)
+    impact = resizing.impacts(instance)
     options = []
     for spec in (
         Spec.objects.filter(active=True)
@@ -163,7 +211,7 @@ def resize_options(instance) -> list[ResizeOption]:
             continue
         if host_hardware is not None and not placement.fits_now(spec, host_hardware):
             continue
-        options.append(ResizeOption(spec, stops(spec)))
+        options.append(ResizeOption(spec, impact(spec)))
     return options
 
 
@@ -183,7 +231,12 @@ class ResizeForm(forms.Form):
         label="Disk (GiB)",
         help_text="Kept as it is unless you give a bigger size; a disk never shrinks.",
     )
-    confirm = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    # what the tenant agreed to on the confirm page: a restart or a stop (resizing.impacts)
+    confirm = forms.ChoiceField(
+        required=False,
+        choices=[("", ""), (resizing.RESTART, "restart"), (resizing.STOP, "stop")],
+        widget=forms.HiddenInput,
+    )
 
     def __init__(self, *args, instance=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from console import broadcast
 from console.errors import DomainError
+from console.instances import reasons
 from console.instances.models import Instance, InstanceEvent, State
 from console.instances.signals import instance_state_changed
 
@@ -129,6 +130,7 @@ def transition(
         to_state=to_state,
         message=message[:300],
         spec_id=instance.spec_id,
+        disk_gib=instance.disk_gib,
     )
     payload = state_payload(instance, from_state, at)
     transaction.on_commit(
@@ -148,6 +150,7 @@ def record_created(instance: Instance, *, actor=None, message: str = "") -> Inst
         to_state=instance.state,
         message=message[:300],
         spec_id=instance.spec_id,
+        disk_gib=instance.disk_gib,
     )
     payload = state_payload(instance, "", instance.created_at)
     transaction.on_commit(
@@ -170,6 +173,7 @@ def note(
         to_state=instance.state,
         message=message[:300],
         spec_id=instance.spec_id,
+        disk_gib=instance.disk_gib,
     )
 
 
@@ -182,6 +186,21 @@ def announce_note(
     group = events_group(instance.tenant_id)
     transaction.on_commit(
         lambda: broadcast.group_send(group, {"type": "instance.state", "payload": payload}),
+        robust=True,
+    )
+    return event
+
+
+def record_live_change(instance: Instance, message: str, actor=None) -> InstanceEvent:
+    """A new spec the running instance took without a restart (a live resize): a note the
+    tenant's browsers see live, and, after commit, the state signal from running to running,
+    at which billing rates the rest of the run at the new spec."""
+    event = announce_note(instance, message, actor=actor)
+    state, at = instance.state, event.at
+    transaction.on_commit(
+        lambda: instance_state_changed.send(
+            sender=Instance, instance=instance, from_state=state, to_state=state, at=at
+        ),
         robust=True,
     )
     return event
@@ -202,6 +221,7 @@ def state_payload(instance: Instance, from_state: str, at: datetime) -> dict:
             "state": instance.state,
             "from_state": from_state,
             "state_reason": instance.state_reason,
+            "reason_text": reasons.of_instance(instance),
             "spec": spec.code,
             "spec_name": spec.name,
             "region": instance.region.code,

@@ -11,7 +11,15 @@ from decimal import Decimal
 from django.utils import timezone
 
 from console.catalog.models import SpecPrice, gpu_equivalents, price_in_force
-from console.instances import access, lifecycle, placement, port_origin, restarts, sign_in
+from console.instances import (
+    access,
+    lifecycle,
+    placement,
+    port_origin,
+    reasons,
+    restarts,
+    sign_in,
+)
 from console.instances.models import Allocation, Instance, State
 from console.prepared import Prepared, PreparedRows
 
@@ -20,6 +28,7 @@ COLUMNS = (
     "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id", "spec__code",
     "image__name", "image__reference", "image__ports", "region__code", "disk_host__name",
     "app_token", "restart_policy", "on_host_loss", "restart_count", "restart_at",
+    "spec__ram_mib", "spec__gpu_memory_mib",
 )  # fmt: skip
 SPEC_FIGURES = ("spec__mode", "spec__gpu_count", "spec__mig_profile__size", "spec__milli")
 HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
@@ -86,6 +95,12 @@ def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
         "name": row["name"],
         "state": row["state"],
         "state_reason": row["state_reason"],
+        "reason_text": reasons.explain(
+            row["state_reason"],
+            ram_mib=row["spec__ram_mib"],
+            gpu_memory_mib=row["spec__gpu_memory_mib"],
+            exit_code=row["exit_code"],
+        ),
         "spec": row["spec__code"],
         "image": row["image__name"],
         "image_reference": row["image__reference"],

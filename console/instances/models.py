@@ -142,6 +142,9 @@ class InstanceEvent(models.Model):
     spec = models.ForeignKey(
         Spec, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+    # Its disk's size as of this event: billing bills a disk that grew (a resize while
+    # stopped) at its new size from then on. Empty on events older than this field.
+    disk_gib = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "pk"]

@@ -13,8 +13,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Tenant
+from console.catalog.models import Spec
 from console.fleet.models import Host
-from console.instances import lifecycle, locks, placement, queue, restarts
+from console.instances import lifecycle, locks, placement, queue, reasons, restarts
 from console.instances.models import Allocation, Instance, State
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,11 @@ def stop_here(instance: Instance, message: str) -> None:
     if instance.resume_after_stop:
         instance.resume_after_stop = False
         Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
-    # A workload that exited by itself stays stopped with that reason.
-    reason = instance.state_reason if instance.exit_code is not None else None
+    # A workload that exited by itself, or a budget stop, stays stopped with that reason.
+    kept = instance.exit_code is not None or reasons.code_of(instance.state_reason) == (
+        reasons.BUDGET_STOPPED
+    )
+    reason = instance.state_reason if kept else None
     lifecycle.transition(instance, S.STOPPED, message=message, reason=reason)
     if (
         resume
@@ -120,6 +124,29 @@ def stop_here(instance: Instance, message: str) -> None:
             reason=queue.waiting_reason(instance),
         )
     queue.kick_scheduler()
+
+
+def undo_live_resize(instance_pk: int, allocation_id: str, old_spec_pk: int, detail: str) -> bool:
+    """The agent refused a live resize's limits: the instance, still running on that
+    allocation, goes back to the spec it had (a note says why; billing follows)."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state != S.RUNNING:
+            return False
+        allocation = instance.current_allocation()
+        if allocation is None or allocation.pk != allocation_id:
+            return False
+        refused, old = instance.spec, Spec.objects.get(pk=old_spec_pk)
+        allocation.request = {**allocation.request, "resources": placement.resources(old)}
+        Allocation.objects.filter(pk=allocation.pk).update(
+            request=allocation.request, vcpus=old.vcpus, ram_mib=old.ram_mib
+        )
+        instance.spec = old
+        Instance.objects.filter(pk=instance.pk).update(spec=old, updated_at=timezone.now())
+        lifecycle.record_live_change(
+            instance, f"Resize to {refused.code} undone, it stays {old.code}: {detail}"
+        )
+    return True
 
 
 def finish_terminate(instance_pk: int, message: str = "Terminated") -> bool:
@@ -252,7 +279,7 @@ def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
     if outcome.state == "exited":
         return _workload_exited(instance_pk, outcome)
     if outcome.state in ("failed", "lost"):
-        reason = outcome.reason or "reported by the agent"
+        reason = outcome.reason or "agent_reported"
         if outcome.state == "lost":
             reason = f"allocation_lost: {reason}"
         never_ran = reason.split(":", 1)[0] in NEVER_RAN

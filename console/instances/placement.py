@@ -10,7 +10,7 @@ another worker took meanwhile — either way the placement is simply made again.
 
 import logging
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -18,6 +18,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from console.catalog.models import MIG_SLICES, Mode, Spec
+from console.catalog.spec_fit import request_for
 from console.fleet import locks as fleet_locks
 from console.fleet.models import Gpu, Host
 from console.instances import sign_in
@@ -47,6 +48,7 @@ class Snapshot:
 
     hosts: list[core.Node]
     gpu_pks: dict[tuple[int, int], int]
+    names: dict[int, str] = field(default_factory=dict)  # host pk → name, for messages
 
     def restricted(self, gpu_pks: list[int]) -> "Snapshot":
         """The same hosts, with only the GPUs in `gpu_pks` eligible (a resize in place)."""
@@ -108,7 +110,9 @@ def snapshot(
     if empty:
         hosts_qs = hosts_qs.exclude(status=Host.Status.RETIRED)
     hosts: dict[int, core.Node] = {}
+    names: dict[int, str] = {}
     for h in hosts_qs.order_by("pk"):
+        names[h.pk] = h.name
         hosts[h.pk] = core.Node(
             id=h.pk,
             region=h.region.code,
@@ -134,7 +138,7 @@ def snapshot(
         gpu_pks[(g.host_id, g.index)] = g.pk
         hosts[g.host_id].gpus.append(gpu)
     if empty:
-        return Snapshot(list(hosts.values()), gpu_pks)
+        return Snapshot(list(hosts.values()), gpu_pks, names)
     claims = GpuClaim.objects.filter(gpu_id__in=gpus, allocation__released_at__isnull=True)
     if ignore_allocation_id:
         claims = claims.exclude(allocation_id=ignore_allocation_id)
@@ -154,28 +158,10 @@ def snapshot(
         host = hosts[row["host_id"]]
         host.free_cpu_milli -= (row["cpu"] or 0) * 1000
         host.free_ram_mib -= row["ram"] or 0
-    return Snapshot(list(hosts.values()), gpu_pks)
+    return Snapshot(list(hosts.values()), gpu_pks, names)
 
 
 # --- the choice ---------------------------------------------------------------------------
-
-
-def request_for(spec: Spec) -> core.Request:
-    """What placement needs to know of a spec."""
-    common = {
-        "models": frozenset([spec.gpu_model.code]),
-        "cpu_milli": spec.vcpus * 1000,
-        "ram_mib": spec.ram_mib,
-    }
-    if spec.mode == Mode.MIG:
-        profile = spec.mig_profile
-        mig = core.MigProfile(profile.name, profile.size, tuple(profile.starts))
-        return core.Request(core.MIG, mig_profile=mig, **common)
-    if spec.mode == Mode.SHARED:
-        return core.Request(
-            core.SHARED, milli=spec.milli, gpu_memory_mib=spec.gpu_memory_mib, **common
-        )
-    return core.Request(core.WHOLE, gpu_count=spec.gpu_count, **common)
 
 
 _workloads: dict[tuple, Workload] = {}
@@ -235,6 +221,52 @@ def fits_now(spec: Spec, snap: Snapshot) -> bool:
     return bool(snap.hosts) and place(request_for(spec), snap.hosts, "first-fit") is not None
 
 
+@dataclass(frozen=True)
+class Shortfall:
+    """A host whose GPUs could hold a spec but whose vCPUs or RAM (as the snapshot leaves
+    them) could not: what it has and what the spec asks, None where that is enough."""
+
+    host: str
+    vcpus: tuple[int, int] | None
+    ram_mib: tuple[int, int] | None
+
+
+def shortfalls(spec: Spec, snap: Snapshot) -> list[Shortfall]:
+    """The snapshot's hosts that have the GPUs for `spec` but too few vCPUs or too little RAM
+    for it: why a spec that "fits nowhere" does not, when the GPUs are there. First fit on
+    each host alone, for the GPUs only (the same rules as fits_now)."""
+    request = request_for(spec)
+    gpus_only = replace(request, cpu_milli=0, ram_mib=0)
+    found = []
+    for node in snap.hosts:
+        if place(gpus_only, [node], "first-fit") is None:
+            continue
+        vcpus = (node.free_cpu_milli // 1000, spec.vcpus)
+        ram = (node.free_ram_mib, spec.ram_mib)
+        short = Shortfall(
+            snap.names.get(node.id, str(node.id)),
+            vcpus if node.free_cpu_milli < request.cpu_milli else None,
+            ram if node.free_ram_mib < request.ram_mib else None,
+        )
+        if short.vcpus or short.ram_mib:
+            found.append(short)
+    return found
+
+
+def count_fits(spec: Spec, snap: Snapshot, limit: int) -> int:
+    """How many instances of `spec` the snapshot's free capacity holds now, one placed after
+    the other (first fit, as fits_now), up to `limit`. Works on a copy: the snapshot stays."""
+    if not snap.hosts:
+        return 0
+    cluster = Cluster([replace(h, gpus=[replace(g) for g in h.gpus]) for h in snap.hosts])
+    request = request_for(spec)
+    count = 0
+    while count < limit and (found := place(request, cluster, "first-fit")) is not None:
+        cluster.apply(found)
+        count += 1
+    return count
+
+
 def still_fits(choice: Choice, snap: Snapshot) -> bool:
     """Whether the choice fits the (fresher) snapshot: the core applies it or refuses."""
     try:
@@ -252,6 +284,58 @@ def new_allocation_id(instance: Instance) -> str:
     return f"inst-{instance.pk}-{secrets.token_hex(4)}"
 
 
+def resources(spec: Spec) -> dict:
+    """What the kernel enforces; a spec without vCPUs or RAM (0) is not limited in that."""
+    return {
+        name: value
+        for name, value in (
+            ("vcpus", spec.vcpus),
+            ("memory_mib", spec.ram_mib),
+            ("pids", settings.INSTANCE_PIDS_LIMIT),
+            ("layer_gib", settings.INSTANCE_LAYER_GIB),
+        )
+        if value
+    }
+
+
+LIVE_LIMITS = ("vcpus", "memory_mib", "pids")
+
+
+def host_has_room(snap: Snapshot, spec: Spec) -> bool:
+    """Whether the snapshot's one host has the spec's vCPUs and RAM free."""
+    return bool(snap.hosts) and (
+        snap.hosts[0].free_cpu_milli >= spec.vcpus * 1000
+        and snap.hosts[0].free_ram_mib >= spec.ram_mib
+    )
+
+
+def resize_in_place(instance: Instance, allocation: Allocation, spec: Spec) -> bool:
+    """A live resize in the database: the allocation keeps its slice and takes the spec's
+    vCPUs, RAM and limits, when its host (locked first, then read again; the allocation's
+    own share counted free) still has them. Answers whether it did. Runs inside the
+    caller's transaction."""
+    if connection.vendor != "sqlite":  # SQLite's IMMEDIATE transaction already serialises
+        fleet_locks.host(allocation.host_id)
+    snap = snapshot(
+        instance.region_id, host_pks=[allocation.host_id], ignore_allocation_id=allocation.pk
+    )
+    if not host_has_room(snap, spec):
+        return False
+    allocation.request = {**allocation.request, "resources": resources(spec)}
+    allocation.vcpus, allocation.ram_mib = spec.vcpus, spec.ram_mib
+    Allocation.objects.filter(pk=allocation.pk).update(
+        request=allocation.request, vcpus=spec.vcpus, ram_mib=spec.ram_mib
+    )
+    return True
+
+
+def live_limits(request: dict) -> dict:
+    """The limits of an allocation's agent request that a live resize sends the agent
+    (PUT /v1/allocations/{id}/limits)."""
+    limits = request.get("resources") or {}
+    return {name: limits[name] for name in LIVE_LIMITS if name in limits}
+
+
 def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
     """The body of the agent's PUT /v1/allocations/{id}: the slice, and the workload (image,
     command, environment, limits, disk). The command is the tenant's, else the image's
@@ -266,17 +350,7 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
         "image": image.reference,
         "command": instance.command or image.command or None,
         "env": {**image.env, **instance.env, **sign_in.token_env(image.ports, instance.app_token)},
-        # what the kernel enforces; a spec without vCPUs or RAM (0) is not limited in that
-        "resources": {
-            name: value
-            for name, value in (
-                ("vcpus", spec.vcpus),
-                ("memory_mib", spec.ram_mib),
-                ("pids", settings.INSTANCE_PIDS_LIMIT),
-                ("layer_gib", settings.INSTANCE_LAYER_GIB),
-            )
-            if value
-        },
+        "resources": resources(spec),
         "volume": {"name": instance.disk_name}
         | ({"size_gib": instance.disk_gib} if instance.disk_gib else {}),
         "labels": {

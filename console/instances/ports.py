@@ -29,6 +29,7 @@ from accounts.services import TokenRejected, authenticate_token
 from console.fleet import agent_client
 from console.instances import access, port_origin
 from console.instances.relay import PortSocketConsumer
+from console.socket_census import counted
 
 # Never forwarded: the credentials of this origin, and what belongs to one hop only.
 DROPPED_REQUEST = {
@@ -346,7 +347,7 @@ class _SocketMember:
 def by_host(console):
     """The ASGI app: a request whose Host names a port origin is the port's (HTTP and
     websockets), any other the `console` app's."""
-    socket = _SocketMember(PortSocketConsumer.as_asgi())
+    socket = _SocketMember(counted(PortSocketConsumer.as_asgi()))
 
     async def route(scope, receive, send):
         if scope["type"] in ("http", "websocket"):

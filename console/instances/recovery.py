@@ -14,6 +14,7 @@ from console.catalog.models import RestartPolicy
 from console.fleet import agent_client
 from console.fleet import services as fleet
 from console.fleet.models import Host
+from console.fleet.signals import host_back
 from console.instances import lifecycle, locks, outcomes, queue
 from console.instances.models import Allocation, Instance, OnHostLoss, State, new_disk_name
 from console.instances.signals import host_lost
@@ -69,8 +70,9 @@ def _mark_unreachable(instance_pk: int, allocation_id: str, host_name: str, seen
             return False
         last = instance.events.order_by("-at").values_list("at", flat=True).first()
         at = max(seen or timezone.now(), last) if last is not None else seen or timezone.now()
-        reason = f"host {host_name} not heard since {at:%Y-%m-%d %H:%M:%S} UTC"
-        message = f"Unreachable: {reason}; it may still run there, and is adopted back if so"
+        silent = f"host {host_name} not heard since {at:%Y-%m-%d %H:%M:%S} UTC"
+        reason = f"host_unreachable: {silent}"
+        message = f"Unreachable: {silent}; it may still run there, and is adopted back if so"
         lifecycle.transition(instance, S.UNREACHABLE, message=message, reason=reason, at=at)
     return True
 
@@ -125,11 +127,13 @@ def _fail_over(instance_pk: int, allocation_id: str, host: Host, at: datetime) -
         else:
             why = None
     if why is not None:
-        reason = f"{lost}; its disk stays there until the host returns ({why})"
+        reason = f"host_lost: {lost}; its disk stays there until the host returns ({why})"
         return outcomes.fail_instance(instance_pk, reason, allocation_id=allocation_id, at=at)
     # one transaction: the quota it holds is never seen free between the two
     with transaction.atomic():
-        reason = f"{lost}; it runs again elsewhere on a fresh disk, its old disk stays there"
+        reason = (
+            f"host_lost: {lost}; it runs again elsewhere on a fresh disk, its old disk stays there"
+        )
         if not outcomes.fail_instance(instance_pk, reason, allocation_id=allocation_id, at=at):
             return False
         _on_fresh_disk(instance_pk, host)
@@ -223,6 +227,53 @@ def requeue_stuck(now: datetime | None = None) -> int:
             queue.enqueue(STUCK_TASKS[state], pk)
         count += 1
     return count
+
+
+# --- launches that wait for their host ----------------------------------------------------
+
+
+def wait_for_host(instance_pk: int) -> bool:
+    """A launch or start whose host did not answer through all its retries (an agent
+    restarting, a host rebooting) waits for it, its slice held, saying so, for as long as a
+    silent host is given before it is failed over (HOST_FAILOVER_SECONDS from the placement):
+    the host's return re-drives it at once (host_back, then reconcile_host), and a host that
+    stays silent fails it over with the rest (fail_over_hosts). Past that time, or on a host
+    retired, answers False: the caller fails it."""
+    with transaction.atomic():
+        instance = locks.instance_to_change(instance_pk)
+        if instance is None or instance.state not in (S.PROVISIONING, S.STARTING):
+            return False
+        current = instance.current_allocation()
+        host = current.host if current is not None else None
+        patience = timedelta(seconds=settings.HOST_FAILOVER_SECONDS)
+        if host is None or host.status == Host.Status.RETIRED:
+            return False
+        if timezone.now() - instance.updated_at > patience:
+            return False
+        minutes = settings.HOST_FAILOVER_SECONDS / 60
+        instance.state_reason = (
+            f"Waiting for its host {host.name}, which does not answer: it goes on when the host "
+            f"does (it fails if the host stays away {minutes:.0f} min)."
+        )[:200]
+        Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
+        lifecycle.announce_note(instance, instance.state_reason)
+    log.info("instance %s waits for its host %s", instance_pk, host.name)
+    return True
+
+
+def redrive_waiting_launches(sender, host: Host, **kwargs) -> None:
+    """The host is heard again: the launches and starts that wait for it go on now (the
+    provision task is idempotent: one still retrying meanwhile is harmless)."""
+    waiting = Instance.objects.filter(
+        state__in=(S.PROVISIONING, S.STARTING),
+        allocations__host=host,
+        allocations__released_at__isnull=True,
+    ).values_list("pk", flat=True)
+    for instance_pk in waiting:
+        queue.enqueue("provision", instance_pk)
+
+
+host_back.connect(redrive_waiting_launches, dispatch_uid="instances.redrive_waiting_launches")
 
 
 def redrive_launch(allocation: Allocation, listed_at: datetime) -> bool:

@@ -8,8 +8,10 @@ an open socket is closed (4403) once the membership, the role or the API token g
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
+import re
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -28,6 +30,9 @@ _record_session = database_sync_to_async(access.record_session)
 
 AGENT_UNAVAILABLE = 4502
 MAX_SIZE = 1000  # columns or rows
+KEEP_SHELL = 4001  # the agent keeps the shell for its reattach grace (agent/terminals.py)
+REATTACH_SECONDS = 60  # that grace, as the agent keeps it
+TERMINAL_SESSION = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
 class AgentRelay(AsyncWebsocketConsumer):
@@ -124,8 +129,20 @@ class AgentRelay(AsyncWebsocketConsumer):
                 task.cancel()
         if self.agent is not None:
             with contextlib.suppress(Exception):
-                await self.agent.close()
+                await self.agent.close(self.agent_close_code(code))
             await self.ended()
+
+    def agent_close_code(self, code: int) -> int:
+        """How the agent's socket is closed once the browser's closed with `code`."""
+        return 1000
+
+
+def terminal_key(membership_pk: int, instance_pk: int, session: str) -> str | None:
+    """The agent's key for the browser's terminal session (a random id the panel keeps per
+    tab), bound to the member and the instance: no one else's session id takes that shell."""
+    if not TERMINAL_SESSION.fullmatch(session):
+        return None
+    return hashlib.sha256(f"{membership_pk}:{instance_pk}:{session}".encode()).hexdigest()
 
 
 def _size(query: dict, name: str, default: int) -> int:
@@ -138,10 +155,21 @@ class TerminalConsumer(AgentRelay):
     Binary frames carry the terminal's bytes; a text frame {"type": "resize", "cols": N,
     "rows": M} resizes (anything else in text is ignored). Each session is an event."""
 
+    key: str | None = None
+    kept = False
+
     def open_agent(self, target):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         cols, rows = _size(query, "cols", 80), _size(query, "rows", 24)
-        return agent_client.connect_terminal(target.host, target.instance_pk, cols, rows)
+        session = (query.get("session") or [""])[0]
+        self.key = terminal_key(self.scope["membership"].pk, target.instance_pk, session)
+        return agent_client.connect_terminal(target.host, target.instance_pk, cols, rows, self.key)
+
+    def agent_close_code(self, code: int) -> int:
+        """A browser that closed the panel or left the page (1000, 1001) ends its shell; a
+        socket that dropped, or a console that restarts (1012), leaves it to be taken back."""
+        self.kept = code not in (1000, 1001) and self.key is not None
+        return KEEP_SHELL if self.kept else 1000
 
     async def relay_text(self, text: str) -> None:
         try:
@@ -158,16 +186,22 @@ class TerminalConsumer(AgentRelay):
         return getattr(self.scope.get("user"), "username", None) or "someone"
 
     async def opened(self):
+        resumed = self.agent.response.headers.get("x-terminal") == "resumed"
+        what = "taken back" if resumed else "opened"
         await _record_session(
             self.instance_pk,
-            f"terminal session opened by {self._who()}",
+            f"terminal session {what} by {self._who()}",
             actor=self.scope.get("user"),
         )
 
     async def ended(self):
+        if self.kept:
+            what = f"left: its shell waits {REATTACH_SECONDS} s to be taken back"
+        else:
+            what = "ended"
         await _record_session(
             self.instance_pk,
-            f"terminal session of {self._who()} ended",
+            f"terminal session of {self._who()} {what}",
             actor=self.scope.get("user"),
         )
 

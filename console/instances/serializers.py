@@ -49,7 +49,13 @@ class InstanceSerializer(serializers.Serializer):
     id = serializers.IntegerField(read_only=True)
     name = serializers.CharField(read_only=True)
     state = serializers.ChoiceField(choices=State.choices, read_only=True)
-    state_reason = serializers.CharField(read_only=True)
+    state_reason = serializers.CharField(
+        read_only=True, help_text="why it is in its state: a code (oom_killed, …) or words"
+    )
+    reason_text = serializers.CharField(
+        read_only=True,
+        help_text="state_reason in words: what happened and what to do (empty when none)",
+    )
     spec = serializers.CharField(read_only=True)
     image = serializers.CharField(read_only=True)
     image_reference = serializers.CharField(read_only=True)
@@ -98,12 +104,49 @@ class InstanceSerializer(serializers.Serializer):
     )
 
 
+class SpecField(serializers.SlugRelatedField):
+    """A spec by its code; an unknown code is answered with the codes there are."""
+
+    def __init__(self, **kwargs):
+        queryset = Spec.objects.select_related("gpu_model", "mig_profile")
+        super().__init__(slug_field="code", queryset=queryset, **kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError:
+            codes = Spec.objects.filter(active=True).order_by("code").values_list("code", flat=True)
+            raise serializers.ValidationError(
+                f"No spec {data}. Specs: {', '.join(codes) or '(none yet)'} "
+                "(GET /api/v1/specs/ describes them)."
+            ) from None
+
+
 class LaunchSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=63)
-    spec = serializers.SlugRelatedField(
-        slug_field="code", queryset=Spec.objects.select_related("gpu_model", "mig_profile")
+    name = serializers.CharField(
+        max_length=63,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        help_text="Default: a generated one, its spec's code and two words (\"a100-quarter-"
+        'brave-otter").',
     )
-    image = serializers.SlugRelatedField(slug_field="name", queryset=Image.objects.all())
+    spec = SpecField()
+    image = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Image.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="An image's name. Default: the first active image by name, as the console's "
+        "form preselects.",
+    )
+    disk_gib = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_DISK_GIB,
+        help_text="Its disk at /workspace; default and smallest: the spec's.",
+    )
     region = serializers.SlugRelatedField(
         slug_field="code", queryset=Region.objects.all(), required=False, allow_null=True
     )
@@ -161,19 +204,24 @@ class LogsSerializer(serializers.Serializer):
 
 
 class ResizeSerializer(serializers.Serializer):
-    spec = serializers.SlugRelatedField(
-        slug_field="code", queryset=Spec.objects.select_related("gpu_model", "mig_profile")
-    )
+    spec = SpecField()
     disk_gib = serializers.IntegerField(
         required=False,
         min_value=1,
         max_value=MAX_DISK_GIB,
         help_text="A bigger disk; default: the disk stays as it is (it never shrinks).",
     )
+    allow_restart = serializers.BooleanField(
+        default=False,
+        help_text="Whether a running instance may be restarted on its GPU as the new spec (its "
+        "processes end) when the GPU slice changes or the disk grows; without it such a resize "
+        "answers 400 on this field. A resize that only changes vCPUs and RAM applies live.",
+    )
     allow_stop = serializers.BooleanField(
-        default=True,
-        help_text="Whether a running instance may be stopped (and started again) when its GPU "
-        "has no room for the new spec; false: 409 needs_stop instead.",
+        default=False,
+        help_text="Whether a running instance may be stopped and started again (wherever the "
+        "new spec fits) when its GPU has no room for it, or the GPU model or mode changes; "
+        "without it such a resize answers 400 on this field.",
     )
 
 

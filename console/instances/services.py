@@ -10,7 +10,6 @@ what to do, call the agent, and record the outcome through outcomes.py."""
 
 import logging
 import re
-from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -22,9 +21,19 @@ from console.catalog.models import Image, Region, Spec, command_errors, env_erro
 from console.errors import DomainError
 from console.fleet import agent_client
 from console.fleet.models import Host
-from console.instances import access, availability, lifecycle, locks, placement, queue
+from console.instances import (
+    access,
+    availability,
+    lifecycle,
+    locks,
+    names,
+    placement,
+    queue,
+    reasons,
+    resizing,
+)
 from console.instances.lifecycle import InvalidTransition
-from console.instances.models import Allocation, Instance, OnHostLoss, State
+from console.instances.models import Instance, OnHostLoss, State
 from console.instances.quota import usage
 from console.instances.signals import launch_requested
 
@@ -132,8 +141,14 @@ def validate_launch(
     image: Image,
     command: list[str] | None = None,
     env: dict[str, str] | None = None,
+    disk_gib: int | None = None,
 ) -> None:
     errors = {}
+    if disk_gib is not None and not spec.disk_gib <= disk_gib <= MAX_DISK_GIB:
+        errors["disk_gib"] = (
+            f"{spec.code} comes with {spec.disk_gib} GiB: give {spec.disk_gib} to "
+            f"{MAX_DISK_GIB} GiB."
+        )
     if command is not None:
         problems = command_errors(command) or ([] if command else ["Give at least one argument."])
         if problems:
@@ -166,13 +181,20 @@ def _check_name_free(tenant: Tenant, name: str) -> None:
         raise ValidationError({"name": _name_taken_message(name)})
 
 
+def default_image() -> Image | None:
+    """The image of a launch that names none (the form preselects it too): the first active
+    one by name."""
+    return Image.objects.filter(active=True).order_by("name").first()
+
+
 def launch_instance(
     tenant: Tenant,
     *,
-    name: str,
+    name: str | None = None,
     spec: Spec,
-    image: Image,
+    image: Image | None = None,
     region: Region | None = None,
+    disk_gib: int | None = None,
     command: list[str] | None = None,
     env: dict[str, str] | None = None,
     ssh_keys: list[str] | None = None,
@@ -187,13 +209,19 @@ def launch_instance(
     the keys that open its shells (default: all of the launching user's keys in the
     tenant; see access.launch_keys); `ports` adds web ports to the image's. `restart_policy`
     (default: the image's) and `on_host_loss` say what it does when its host is lost
-    (recovery.fail_over_hosts).
+    (recovery.fail_over_hosts). Without a `name` it gets a generated one (names.generate),
+    without an `image` the default one, without `disk_gib` the spec's disk (a bigger one may
+    be asked for).
 
     What needs no lock is checked first: the request's own fields, the region, whether its
     hardware could ever hold the spec. The transaction (on SQLite the database's one write
     lock, which every launch, task and agent event waits for) holds only what must be
     decided together with the other launches: the name, the quota, the budget, the slice."""
-    validate_launch(tenant, name, spec, image, command, env)
+    image = image or default_image()
+    if image is None:
+        raise ValidationError({"image": "The catalog has no image to launch yet."})
+    name = name or names.generate(spec.code, lambda candidate: _name_taken(tenant, candidate))
+    validate_launch(tenant, name, spec, image, command, env, disk_gib)
     if ports and (problems := access.launch_ports_errors(image, ports)):
         raise ValidationError({"ports": problems})
     region = region or default_region(spec)
@@ -201,7 +229,11 @@ def launch_instance(
         raise ValidationError({"region": "There is no region to launch in yet."})
     if not availability.can_ever_place(spec, region):
         detail = availability.hardware_detail(spec, region)
-        raise ValidationError({"spec": f"{spec.name} cannot be launched: {detail}"})
+        quota = Quota.objects.filter(tenant_id=tenant.pk).first()
+        over_quota = availability.quota_detail(spec, quota) if quota else ""
+        raise ValidationError(
+            {"spec": f"{spec.name} cannot be launched: {detail} {over_quota}".strip()}
+        )
     with transaction.atomic():
         quota = _lock_quota(tenant)  # first: it also serialises the name check below
         _check_name_free(tenant, name)
@@ -218,7 +250,7 @@ def launch_instance(
             region=region,
             command=command or None,
             env=env or {},
-            disk_gib=spec.disk_gib,
+            disk_gib=disk_gib or spec.disk_gib,
             ports=ports or [],
             restart_policy=restart_policy or image.restart_policy,
             on_host_loss=on_host_loss,
@@ -236,21 +268,33 @@ def launch_instance(
     return instance
 
 
-def stop_instance(instance: Instance, *, actor=None) -> Instance:
+def stop_instance(instance: Instance, *, actor=None, reason: str | None = None) -> Instance:
     """Stop: the slice goes back to the pool, the disk stays. A queued instance just stops
-    waiting; one that waits for a restart (restarts.schedule) is not restarted."""
+    waiting; one that waits for a restart (restarts.schedule) is not restarted. `reason` (a
+    state reason code with its detail, see reasons.py: billing's budget stop) is said in the
+    event and stays the stopped instance's reason."""
+    said = reasons.explain(reason) if reason else ""
     with transaction.atomic():
         locked = locks.instance_to_change(instance.pk)
         if locked is not None and lifecycle.waits_for_restart(locked.state, locked.restart_at):
             locked.restart_at = None
             Instance.objects.filter(pk=locked.pk).update(restart_at=None)
-            lifecycle.announce_note(locked, "Stop requested: not restarted", actor=actor)
+            note = f"Not restarted: {said}" if said else "Stop requested: not restarted"
+            lifecycle.announce_note(locked, note, actor=actor)
             return locked
         instance = _lock_for(instance, "stop")
         if instance.state == S.PENDING:
-            lifecycle.transition(instance, S.STOPPED, actor=actor, message="Stopped while queued")
+            lifecycle.transition(
+                instance,
+                S.STOPPED,
+                actor=actor,
+                message=said or "Stopped while queued",
+                reason=reason,
+            )
         else:
-            lifecycle.transition(instance, S.STOPPING, actor=actor, message="Stop requested")
+            lifecycle.transition(
+                instance, S.STOPPING, actor=actor, message=said or "Stop requested", reason=reason
+            )
             queue.enqueue("stop", instance.pk)
     return instance
 
@@ -303,46 +347,14 @@ def _forget_exit(instance: Instance) -> None:
         Instance.objects.filter(pk=instance.pk).update(exit_code=None, restart_at=None)
 
 
-class NeedsStop(InstanceError):
-    code = "needs_stop"
+class NeedsConsent(ValidationError):
+    """A resize that restarts or stops a running instance, not allowed by the caller: a field
+    error on the flag that allows it (allow_restart, allow_stop); `impact` says which."""
 
-
-def _in_place_target(instance: Instance, spec: Spec) -> tuple[Allocation, list[int] | None] | None:
-    """Where a resize of the running `instance` to `spec` could happen without a stop: its
-    current allocation and (but for whole GPUs) the GPUs it holds; None when the GPU model
-    or mode changes (a new placement, so a stop)."""
-    old = instance.spec
-    current = instance.current_allocation()
-    if current is None or spec.mode != old.mode or spec.gpu_model_id != old.gpu_model_id:
-        return None
-    same_gpus = None
-    if spec.mode != "whole":
-        same_gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
-    return current, same_gpus
-
-
-def resize_stops(instance: Instance) -> Callable[[Spec], bool]:
-    """Whether resizing `instance` to a spec now means stopping it (its GPU, or for whole
-    GPUs its host, has no room for the spec, or the GPU model or mode changes), as a function
-    of the spec that reads the instance's allocation and host once. Only a running instance
-    is stopped by a resize."""
-    if instance.state != S.RUNNING:
-        return lambda spec: False
-    current = instance.current_allocation()
-    if current is None:
-        return lambda spec: True
-    old = instance.spec
-    gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
-    snap = placement.snapshot(
-        instance.region_id, host_pks=[current.host_id], ignore_allocation_id=current.pk
-    )
-
-    def stops(spec: Spec) -> bool:
-        if spec.mode != old.mode or spec.gpu_model_id != old.gpu_model_id:
-            return True
-        return placement.choose(spec, snap, None if spec.mode == "whole" else gpus) is None
-
-    return stops
+    def __init__(self, impact: str, message: str):
+        super().__init__({resizing.CONSENT[impact]: message})
+        self.impact = impact
+        self.detail = message
 
 
 def validate_resize(instance: Instance, spec: Spec, disk_gib: int | None) -> None:
@@ -371,13 +383,15 @@ def resize_instance(
     spec: Spec,
     *,
     disk_gib: int | None = None,
-    allow_stop: bool = True,
+    allow_restart: bool = False,
+    allow_stop: bool = False,
     actor=None,
 ) -> Instance:
-    """Change the spec. Quota first; a running instance is resized in place when its GPU
-    (for whole GPUs: its host) has room, else (when `allow_stop`; NeedsStop otherwise)
-    stopped, placed again and started. The disk stays as it is, or grows to `disk_gib`;
-    never shrinks, and the spec's own disk size does not matter after the launch."""
+    """Change the spec. Quota first; then, for a running instance, what resizing.impacts
+    decides: its limits change live (nothing restarts), or, when `allow_restart`, it restarts
+    on its GPU as the new spec, or, when `allow_stop`, it is stopped, placed again and
+    started; NeedsConsent when the flag is not given. The disk stays as it is, or grows to
+    `disk_gib`; never shrinks, and the spec's own disk size does not matter after the launch."""
     with transaction.atomic():
         quota = _lock_quota(instance.tenant)
         _check_active(instance, "resize")
@@ -393,36 +407,42 @@ def resize_instance(
         if disk_gib is not None and disk_gib > instance.disk_gib:
             message += f", disk {instance.disk_gib} → {disk_gib} GiB"
             changes["disk_gib"] = disk_gib
-        if instance.state == S.STOPPED:
-            Instance.objects.filter(pk=instance.pk).update(**changes, updated_at=timezone.now())
-            for name, value in changes.items():
-                setattr(instance, name, value)
+        impact = resizing.impacts(instance)(spec, "disk_gib" in changes)
+        allowed = {resizing.RESTART: allow_restart, resizing.STOP: allow_stop}
+        if not allowed.get(impact, True):
+            raise NeedsConsent(impact, resizing.describe(impact, instance, spec))
+        current = instance.current_allocation()
+        if impact == resizing.LIVE and placement.resize_in_place(instance, current, spec):
+            _apply(instance, changes)
+            lifecycle.record_live_change(instance, f"{message}, live: it kept running", actor)
+            queue.enqueue("set_limits", instance.pk, current.pk, old.pk)
+            return instance
+        if impact == resizing.NONE:
+            _apply(instance, changes)
             lifecycle.note(instance, message, actor=actor)
             return instance
-        target = _in_place_target(instance, spec)
         allocation = None
-        if target is not None:
-            current, same_gpus = target
+        if impact == resizing.RESTART:
+            same_gpus = None
+            if spec.mode != "whole":
+                same_gpus = list(current.claims.values_list("gpu_id", flat=True).distinct())
             try:
                 allocation = placement.allocate(
                     instance, spec, host_pk=current.host_id, gpu_pks=same_gpus, replacing=current
                 )
             except placement.Busy as exc:
                 raise Busy("Its GPU is busy with other placements; try again.") from exc
-        if allocation is None and not allow_stop:
-            raise NeedsStop(
-                f"{spec.name} does not fit on the GPU {instance.name} runs on now: the resize "
-                f"stops it, then starts it again as {spec.name} (queued if nothing is free)."
-            )
-        for name, value in changes.items():
-            setattr(instance, name, value)
+        if allocation is None and not allow_stop:  # its GPU filled up meanwhile
+            raise NeedsConsent(resizing.STOP, resizing.describe(resizing.STOP, instance, spec))
         if allocation is not None:
-            Instance.objects.filter(pk=instance.pk).update(**changes)
-            lifecycle.transition(instance, S.REBOOTING, actor=actor, message=f"{message}, in place")
+            _apply(instance, changes)
+            lifecycle.transition(
+                instance, S.REBOOTING, actor=actor, message=f"{message}, restarting on its GPU"
+            )
             queue.enqueue("resize", instance.pk, current.pk)
         else:
             instance.resume_after_stop = True
-            Instance.objects.filter(pk=instance.pk).update(**changes, resume_after_stop=True)
+            _apply(instance, {**changes, "resume_after_stop": True})
             lifecycle.transition(
                 instance,
                 S.STOPPING,
@@ -431,6 +451,12 @@ def resize_instance(
             )
             queue.enqueue("stop", instance.pk)
     return instance
+
+
+def _apply(instance: Instance, changes: dict) -> None:
+    Instance.objects.filter(pk=instance.pk).update(**changes, updated_at=timezone.now())
+    for name, value in changes.items():
+        setattr(instance, name, value)
 
 
 class LogsUnavailable(InstanceError):
@@ -457,7 +483,7 @@ __all__ = [
     "InstanceError",
     "InvalidState",
     "InvalidTransition",
-    "NeedsStop",
+    "NeedsConsent",
     "QuotaExceeded",
     "launch_instance",
     "stop_instance",

@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 from console.fleet import agent_client
 from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
 from console.fleet.models import Host
-from console.instances import access, lifecycle, outcomes, queue, recovery, restarts
+from console.instances import access, lifecycle, outcomes, placement, queue, recovery, restarts
 from console.instances.models import Allocation, State
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,13 @@ class HostTask(Task):
     def on_retry(self, exc, task_id, args, kwargs, einfo):
         attempt = self.request.retries + 1
         outcomes.note_retry(
-            args[0], f"Host not answering, retry {attempt} of {self.max_retries}: {exc}"
+            args[0],
+            f"Its host is not answering ({exc}); trying again, {attempt} of {self.max_retries}",
         )
 
     def on_failure(self, exc, task_id, args, kwargs, einfo):
+        if isinstance(exc, AgentUnavailable) and recovery.wait_for_host(args[0]):
+            return
         detail = str(exc)
         if isinstance(exc, AgentUnavailable):
             reason = f"agent_unavailable: gave up after {self.max_retries} retries: {detail}"
@@ -174,6 +177,20 @@ def resize(self, instance_pk: int, old_allocation_id: str) -> None:
         agent_client.delete_allocation(old.host, old.pk)
     result = _put(self, job)
     _settle(job, result, "Running, resized")
+
+
+@shared_task(base=HostTask, bind=True, name="console.instances.tasks.set_limits")
+def set_limits(self, instance_pk: int, allocation_id: str, old_spec_pk: int) -> None:
+    """A live resize (running, and it stays so): the agent changes the running container's
+    CPU and memory limits. Refused (the engine could not): back to the old spec."""
+    job = outcomes.job(instance_pk, (S.RUNNING,))
+    if job is None or job.allocation_id != allocation_id:
+        return
+    limits = placement.live_limits(job.request)
+    try:
+        agent_client.set_limits(job.host, allocation_id, limits)
+    except AgentRejected as exc:
+        outcomes.undo_live_resize(instance_pk, allocation_id, old_spec_pk, exc.message)
 
 
 @shared_task(base=HostTask, bind=True, name="console.instances.tasks.terminate")
@@ -305,10 +322,40 @@ def reconcile_host(host_pk: int) -> dict:
             only_states=RAN,
         ):
             failed.append(instance.pk)
-    return {
+    repairs = {
         "removed": removed,
         "stopped": stopped,
         "failed": failed,
         "redriven": redriven,
         "adopted": adopted,
     }
+    done = repairs_done(repairs)
+    if done:
+        log.info("reconcile host %s: %s", host.name, done)
+    else:
+        log.debug("reconcile host %s: nothing to mend", host.name)
+    return repairs
+
+
+# What each list of reconcile_host's repairs holds, for its log line.
+REPAIRED = {
+    "redriven": ("redriven", "launch", "instance"),
+    "adopted": ("adopted back", "instance", "instance"),
+    "failed": ("marked failed", "instance", "instance"),
+    "removed": ("removed", "orphan allocation", "allocation"),
+    "stopped": ("stopped", "orphan allocation", "allocation"),
+}
+
+
+def repairs_done(repairs: dict[str, list]) -> str:
+    """Reconcile's repairs in words, e.g. "redriven 2 launches (instances 4, 5)"; "" when
+    there were none."""
+    said = []
+    for key, (verb, noun, label) in REPAIRED.items():
+        items = repairs.get(key) or []
+        if items:
+            many = len(items) > 1
+            nouns = noun + ("es" if noun.endswith("h") else "s") if many else noun
+            listed = ", ".join(str(item) for item in sorted(items))
+            said.append(f"{verb} {len(items)} {nouns} ({label}{'s' if many else ''} {listed})")
+    return "; ".join(said)

@@ -1,7 +1,6 @@
 """Console pages of instances: the list (live), the launch form, the detail page."""
 
 import json
-from collections import OrderedDict
 from decimal import Decimal
 
 from django.contrib import messages
@@ -22,6 +21,7 @@ from console.instances import (
     availability,
     lifecycle,
     placement,
+    resizing,
     restarts,
     services,
     sign_in,
@@ -74,27 +74,46 @@ def instance_list(request):
     )
 
 
-def _spec_groups(quota, regions, specs, selected_region):
-    """Specs grouped by GPU model and mode, each with its availability in each region (and
-    in the selected one, for the page as served)."""
+# How many of a spec the launch form counts as fitting now, at most ("64+").
+FIT_COUNT_LIMIT = 64
+
+
+def _fit_count(checker, spec, found) -> int:
+    """How many of `spec` the region's free capacity holds now (only a spec that fits now
+    is counted: the others hold none)."""
+    if found.status != availability.FITS_NOW:
+        return 0
+    return placement.count_fits(spec, checker.now, FIT_COUNT_LIMIT)
+
+
+def _spec_rows(quota, regions, specs, selected_region) -> list[dict]:
+    """The launch form's specs (grouped by GPU model and mode, in the order given), each with
+    what it does in each region (status, label, detail, how many fit now) and in the
+    selected one, for the page as served. The regions are read once each (a Checker)."""
     checkers = [availability.Checker(quota, region) for region in regions]
-    groups: OrderedDict = OrderedDict()
-    for spec in specs:
-        key = (spec.gpu_model.name, spec.get_mode_display())
-        found = {checker.region.code: checker.of(spec) for checker in checkers}
-        groups.setdefault(key, []).append(
+    rows = []
+    for order, spec in enumerate(specs):
+        found = {checker.region.code: (checker, checker.of(spec)) for checker in checkers}
+        by_region = {
+            code: [a.status, a.label, a.detail, _fit_count(checker, spec, a)]
+            for code, (checker, a) in found.items()
+        }
+        now = by_region.get(selected_region)
+        rows.append(
             {
                 "spec": spec,
+                "order": order,
+                "group": f"{spec.gpu_model.name} · {spec.get_mode_display()}",
                 "per_month": spec.current_price() * HOURS_PER_MONTH,
                 "gpu_memory_gib": round(spec.gpu_memory_mib / 1024, 1),
                 "ram_gib": round(spec.ram_mib / 1024, 1),
-                "now": found.get(selected_region),
-                "availability": json.dumps(
-                    {code: [a.status, a.label, a.detail] for code, a in found.items()}
-                ),
+                "now": now and {"status": now[0], "label": now[1], "detail": now[2]},
+                "fit_count": now[3] if now else 0,
+                "launchable": bool(now) and now[0] in (availability.FITS_NOW, availability.QUEUES),
+                "availability": json.dumps(by_region),
             }
         )
-    return [{"model": k[0], "mode": k[1], "specs": v} for k, v in groups.items()]
+    return rows
 
 
 # Where the error summary of the launch form links to, by field.
@@ -121,7 +140,7 @@ def launch(request):
     tenant = request.membership.tenant
     form = LaunchForm(
         request.POST or None,
-        initial={"region": Region.objects.first()},
+        initial={"region": Region.objects.first(), "image": services.default_image()},
         membership=request.membership,
     )
     if request.method == "POST" and form.is_valid():
@@ -133,6 +152,8 @@ def launch(request):
                 spec=data["spec"],
                 image=data["image"],
                 region=data["region"],
+                disk_gib=data["disk_gib"],
+                ports=data["ports"],
                 command=data["command"],
                 env=data["env"],
                 ssh_keys=[key.name for key in data["ssh_keys"]],
@@ -160,12 +181,15 @@ def launch(request):
     specs.sort(key=lambda spec: (spec.gpu_model.name, spec.mode, spec.current_price(), spec.code))
     quota = tenant.quota
     used = usage(tenant)
+    rows = _spec_rows(quota, regions, specs, _region_code(form["region"].value(), regions))
     return render(
         request,
         "instances/launch.html",
         {
             "form": form,
-            "groups": _spec_groups(quota, regions, specs, form["region"].value()),
+            "runnable": [row for row in rows if row["launchable"]],
+            "folded": [row for row in rows if not row["launchable"]],
+            "fit_count_limit": FIT_COUNT_LIMIT,
             "error_links": _error_links(form) if form.is_bound else [],
             "regions": regions,
             "quota": quota,
@@ -173,6 +197,15 @@ def launch(request):
             "selected_spec": form["spec"].value(),
         },
     )
+
+
+def _region_code(value, regions) -> str | None:
+    """The selected region's code: the form's value is a code when posted, the initial
+    Region (its pk) on a first view."""
+    for region in regions:
+        if value in (region.code, region.pk, str(region.pk)):
+            return region.code
+    return None
 
 
 def _port_link(instance, entry: dict, can_operate: bool) -> str:
@@ -233,6 +266,13 @@ ACTIONS = {
     "start": services.start_instance,
     "reboot": services.reboot_instance,
 }
+# What ends a running instance's processes asks first: a page, then a POST with confirm.
+ASKS = {
+    "stop": "Stopping ends every process in it and frees its GPU; its disk and what is on it "
+    "stay, and Start runs it again.",
+    "reboot": "Rebooting ends every process in it and starts its workload again on the same "
+    "GPU; its disk and what is on it stay.",
+}
 
 
 @require_POST
@@ -241,6 +281,9 @@ def act(request, pk, action):
     instance = get_object_or_404(_instances(request), pk=pk)
     if action == "resize":
         return _resize(request, instance)
+    if action in ASKS and instance.state == State.RUNNING and not request.POST.get("confirm"):
+        context = {"instance": instance, "action": action, "why": ASKS[action]}
+        return render(request, "instances/confirm_action.html", context)
     try:
         ACTIONS[action](instance, actor=request.user)
         messages.success(request, f"{action.capitalize()} of {instance.name} requested.")
@@ -250,30 +293,40 @@ def act(request, pk, action):
 
 
 def _resize(request, instance):
-    """Resize; one that has to stop a running instance asks first (a page, then a POST with
-    confirm)."""
+    """Resize; one that restarts or stops a running instance asks first (a page, then a POST
+    with confirm naming what was agreed to)."""
     form = ResizeForm(request.POST, instance=instance)
     if not form.is_valid():
         messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
         return redirect("instances:detail", pk=instance.pk)
     spec, disk_gib = form.cleaned_data["spec"], form.cleaned_data["disk_gib"]
+    confirm = form.cleaned_data["confirm"]
     try:
-        services.resize_instance(
+        resized = services.resize_instance(
             instance,
             spec,
             disk_gib=disk_gib,
-            allow_stop=form.cleaned_data["confirm"],
+            allow_restart=confirm == resizing.RESTART,
+            allow_stop=confirm == resizing.STOP,
             actor=request.user,
         )
-    except services.NeedsStop as error:
-        context = {"instance": instance, "spec": spec, "disk_gib": disk_gib, "why": error.detail}
+    except services.NeedsConsent as consent:
+        context = {
+            "instance": instance,
+            "spec": spec,
+            "disk_gib": disk_gib,
+            "why": consent.detail,
+            "impact": consent.impact,
+        }
         return render(request, "instances/resize_confirm.html", context)
     except DomainError as error:
         messages.error(request, error.detail)
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:
-        messages.success(request, f"Resizing {instance.name} to {spec.name}.")
+        live = resized.state == State.RUNNING
+        how = " live: it keeps running" if live else ""
+        messages.success(request, f"Resizing {instance.name} to {spec.name}{how}.")
     return redirect("instances:detail", pk=instance.pk)
 
 

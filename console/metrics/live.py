@@ -5,7 +5,8 @@ downsampling into the history.
 With REDIS_URL it lives in Redis, shared by every ASGI server and Celery worker. Without it (the
 single-process case: unit tests, `manage.py` one-offs) it lives in this process.
 
-Redis keys (prefix `gpucloud:metrics:`):
+Redis keys (prefix `<settings.DEPLOYMENT_NAME>:metrics:`, so that deployments sharing a Redis keep
+windows of their own):
 - `w:<series>`      sorted set, score = ts, member = JSON `[ts, gpu_util, mem_used_mib, ...]`;
                     the same sample pushed twice is one member, so an agent's retry adds nothing
 - `latest`          hash, series -> JSON of its latest sample with its labels
@@ -23,7 +24,6 @@ from django.conf import settings
 
 # What a window row holds after its ts, in this order.
 FIELDS = ("gpu_util", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w", "sm_clock_mhz")
-PREFIX = "gpucloud:metrics:"
 # Samples are kept a minute past the window, so that the minute being downsampled at the edge
 # of the window is still whole.
 KEEP_EXTRA_SECONDS = 60
@@ -147,10 +147,11 @@ class MemoryWindow:
 class RedisWindow:
     """The window in Redis (REDIS_URL): shared by every process."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, prefix: str):
         import redis
 
         self.redis = redis.Redis.from_url(url)
+        self.prefix = prefix
         self._trimmed: dict[str, float] = {}
         self._minutes_noted: dict[int, float] = {}
 
@@ -171,7 +172,7 @@ class RedisWindow:
             dirty.setdefault(minute_of(point.ts), set()).add(point.series)
         pipe = self.redis.pipeline(transaction=False)
         for series, members in by_series.items():
-            key = PREFIX + "w:" + series
+            key = self.prefix + "w:" + series
             pipe.zadd(key, members)
             # An idle series goes away by itself; a busy one is trimmed now and then.
             if now - self._trimmed.get(series, 0.0) >= TRIM_EVERY_SECONDS:
@@ -180,19 +181,19 @@ class RedisWindow:
                 pipe.expire(key, keep)
         if latest:
             pipe.hset(
-                PREFIX + "latest",
+                self.prefix + "latest",
                 mapping={s: compact_json(v) for s, v in latest.items()},
             )
         for minute, series in dirty.items():
-            pipe.sadd(f"{PREFIX}dirty:{minute}", *series)
+            pipe.sadd(f"{self.prefix}dirty:{minute}", *series)
         # A minute stays in `minutes` until it leaves the window (forget_minutes_before), so
         # this process notes it, and pushes its dirty set's expiry, every TRIM_EVERY_SECONDS.
         noted = [m for m in dirty if now - self._minutes_noted.get(m, 0.0) >= TRIM_EVERY_SECONDS]
         for minute in noted:
             self._minutes_noted[minute] = now
-            pipe.expire(f"{PREFIX}dirty:{minute}", keep + 60)
+            pipe.expire(f"{self.prefix}dirty:{minute}", keep + 60)
         if noted:
-            pipe.zadd(PREFIX + "minutes", {str(m): m for m in noted})
+            pipe.zadd(self.prefix + "minutes", {str(m): m for m in noted})
             for old in [m for m in self._minutes_noted if m < now - keep - 60]:
                 del self._minutes_noted[old]
         for channel, payload in publish:
@@ -202,7 +203,7 @@ class RedisWindow:
     def window(self, series: str, since: float = float("-inf"), until: float = float("inf")):
         low = "-inf" if since == float("-inf") else since
         high = "+inf" if until == float("inf") else f"({until}"
-        return [decode(m) for m in self.redis.zrangebyscore(PREFIX + "w:" + series, low, high)]
+        return [decode(m) for m in self.redis.zrangebyscore(self.prefix + "w:" + series, low, high)]
 
     def windows(
         self, series: list[str], since: float = float("-inf"), until: float = float("inf")
@@ -212,7 +213,7 @@ class RedisWindow:
         high = "+inf" if until == float("inf") else f"({until}"
         pipe = self.redis.pipeline(transaction=False)
         for name in series:
-            pipe.zrangebyscore(PREFIX + "w:" + name, low, high)
+            pipe.zrangebyscore(self.prefix + "w:" + name, low, high)
         return {
             name: [decode(m) for m in members]
             for name, members in zip(series, pipe.execute(), strict=True)
@@ -221,36 +222,38 @@ class RedisWindow:
     def latest(self) -> dict[str, dict]:
         return {
             series.decode(): json.loads(raw)
-            for series, raw in self.redis.hgetall(PREFIX + "latest").items()
+            for series, raw in self.redis.hgetall(self.prefix + "latest").items()
         }
 
     def drop_latest(self, series: list[str]) -> None:
         if series:
-            self.redis.hdel(PREFIX + "latest", *series)
+            self.redis.hdel(self.prefix + "latest", *series)
 
     def minutes(self) -> list[int]:
-        return [int(m) for m in self.redis.zrangebyscore(PREFIX + "minutes", "-inf", "+inf")]
+        return [int(m) for m in self.redis.zrangebyscore(self.prefix + "minutes", "-inf", "+inf")]
 
     def dirty(self, minute: int) -> set[str]:
-        return {s.decode() for s in self.redis.smembers(f"{PREFIX}dirty:{minute}")}
+        return {s.decode() for s in self.redis.smembers(f"{self.prefix}dirty:{minute}")}
 
     def clean(self, minute: int, series: set[str]) -> None:
         """Forget the series just downsampled; one that got a sample meanwhile stays dirty."""
         if series:
-            self.redis.srem(f"{PREFIX}dirty:{minute}", *series)
+            self.redis.srem(f"{self.prefix}dirty:{minute}", *series)
 
     def forget_minutes_before(self, minute: int) -> None:
-        old = [int(m) for m in self.redis.zrangebyscore(PREFIX + "minutes", "-inf", f"({minute}")]
+        old = [
+            int(m) for m in self.redis.zrangebyscore(self.prefix + "minutes", "-inf", f"({minute}")
+        ]
         if old:
             pipe = self.redis.pipeline(transaction=False)
-            pipe.delete(*[f"{PREFIX}dirty:{m}" for m in old])
-            pipe.zrem(PREFIX + "minutes", *[str(m) for m in old])
+            pipe.delete(*[f"{self.prefix}dirty:{m}" for m in old])
+            pipe.zrem(self.prefix + "minutes", *[str(m) for m in old])
             pipe.execute()
 
     def clear(self) -> None:
         self._trimmed.clear()
         self._minutes_noted.clear()
-        keys = list(self.redis.scan_iter(match=PREFIX + "*", count=1000))
+        keys = list(self.redis.scan_iter(match=self.prefix + "*", count=1000))
         for start in range(0, len(keys), 500):
             self.redis.delete(*keys[start : start + 500])
 
@@ -266,7 +269,11 @@ def store() -> MemoryWindow | RedisWindow:
         with _store_lock:
             if _store is None:
                 url = settings.REDIS_URL
-                _store = RedisWindow(url) if url else MemoryWindow()
+                _store = (
+                    RedisWindow(url, f"{settings.DEPLOYMENT_NAME}:metrics:")
+                    if url
+                    else MemoryWindow()
+                )
     return _store
 
 

@@ -13,6 +13,7 @@ from console.fleet.models import Host
 from console.instances.models import Instance
 from console.metrics import history
 from console.metrics.ingest import gpu_series
+from console.metrics.operations import OperationsCollector
 from console.metrics.prometheus import LiveCollector, scrape_allowed
 
 
@@ -27,6 +28,7 @@ def prometheus_metrics(request):
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LiveCollector())
+    registry.register(OperationsCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 

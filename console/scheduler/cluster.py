@@ -7,6 +7,12 @@ tie-break of fgd. A bucket keeps apart the hosts with stranded GPU capacity unde
 workload snapshot last tracked, most free vCPU first: only there can a placement lower the
 stranded part of fragmentation, and a request's scan of them ends where the vCPU runs out.
 Placement looks buckets up; it never scans all GPUs.
+
+For fgd, each request shape keeps its candidate GPU states ranked by how much the shape
+raises their fragmentation (a Ranking), under the workload snapshot last tracked: a state
+is scored once when its bucket first appears, and fgd reads the ranking from the top and
+stops early, so that a request's cost does not grow with the number of GPU states (which
+grows with the number of distinct fractions the workload asks for).
 """
 
 from bisect import bisect_left, insort
@@ -14,18 +20,34 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from console.scheduler.fragmentation import State, gpu_state, stranded, unused_counts
-from console.scheduler.model import MIG, MILLI, SHARED, Gpu, Node, Placement
+from console.scheduler.model import MIG, MILLI, SHARED, Gpu, Node, Placement, Request
 from console.scheduler.workload import Distribution, Workload
 
 # (free milli-GPU, free vCPU milli, free RAM MiB, host order, host id)
 Entry = tuple[int, int, int, int, Hashable]
 GroupKey = tuple[str, str, str]  # (region, mode, model)
+LOG_MIN = 1024  # buckets created before the rankings may be started again
 
 
 def by_cpu(entry: Entry) -> tuple[int, Entry]:
     """The order of a bucket's hosts with stranded capacity: most free vCPU first, so that
     a scan stops at the first host that lacks the vCPU."""
     return -entry[1], entry
+
+
+# A candidate of a Ranking: (rise, free milli-GPU left on the GPU, MIG start, group, state)
+Option = tuple[float, int, int | None, GroupKey, State]
+
+
+@dataclass
+class Ranking:
+    """One shape's candidate GPU states, least rise first: every state whose bucket existed
+    while the ranking was kept up to date (an emptied bucket's entry stays and is skipped).
+    `seen`: how much of the cluster's log of created buckets is taken in."""
+
+    options: list[Option] = field(default_factory=list)
+    keys: set[tuple[GroupKey, State]] = field(default_factory=set)
+    seen: int = 0
 
 
 @dataclass
@@ -64,6 +86,10 @@ class Cluster:
         self._entries: dict[Hashable, Entry] = {}
         self._gpus: dict[Hashable, dict[tuple[GroupKey, State], list[int]]] = {}
         self._dist: Distribution | None = None
+        # (group, state) of each bucket created, in order, and each shape's ranking of
+        # them: both dropped when the snapshot changes or the log outgrows the buckets
+        self.created: list[tuple[GroupKey, State]] = []
+        self.rankings: dict[Request, Ranking] = {}
         # free milli-GPU of each indexed host that its free vCPU and RAM cannot feed under
         # the tracked workload snapshot (0 before any)
         self.stranded: dict[Hashable, float] = {}
@@ -86,6 +112,7 @@ class Cluster:
         if dist is self._dist:
             return
         self._dist = dist
+        self.created, self.rankings = [], {}
         self.stranded = {host_id: self._stranded(e) for host_id, e in self._entries.items()}
         for bucket in self._buckets():
             entries = sorted(bucket.slack + bucket.starved)
@@ -174,9 +201,19 @@ class Cluster:
         starved = self.stranded[host.id] > 0
         self.everyone.add(entry, starved)
         for group, state in states:
-            self.groups.setdefault(group, {}).setdefault(state, Bucket()).add(entry, starved)
+            buckets = self.groups.setdefault(group, {})
+            if state not in buckets:
+                buckets[state] = Bucket()
+                self._created(group, state)
+            buckets[state].add(entry, starved)
         self._entries[host.id] = entry
         self._gpus[host.id] = states
+
+    def _created(self, group: GroupKey, state: State) -> None:
+        self.created.append((group, state))
+        # rankings keep emptied buckets' entries: start them again once those may dominate
+        if len(self.created) > max(LOG_MIN, 2 * sum(map(len, self.groups.values()))):
+            self.created, self.rankings = [], {}
 
     def _unindex(self, host_id: Hashable) -> None:
         entry = self._entries.pop(host_id, None)

@@ -12,15 +12,18 @@
   (milli-GPU, then vCPU, then RAM).
 - fgd: the placement that raises the host's fragmentation (fragmentation.py) the least,
   ties broken as best-fit breaks them. Each distinct GPU state is scored once per workload
-  snapshot; hosts come from the index, and within a bucket only hosts that can lower the
-  stranded part are looked at beyond the first that leaves it unchanged.
+  snapshot and request shape, into the shape's ranking (cluster.Ranking), read least rise
+  first until no state can beat the best so far; hosts come from the index, and within a
+  bucket only hosts that can lower the stranded part are looked at beyond the first that
+  leaves it unchanged.
 """
 
 import itertools
+from bisect import insort
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 
-from console.scheduler.cluster import Bucket, Cluster, GroupKey
+from console.scheduler.cluster import Bucket, Cluster, GroupKey, Option, Ranking
 from console.scheduler.fragmentation import State, fed, gpu_waste, sets_used, state_units
 from console.scheduler.mig import free_starts
 from console.scheduler.model import MIG, SHARED, Node, Placement, Request
@@ -28,6 +31,7 @@ from console.scheduler.workload import Distribution
 
 EPSILON = 1e-6  # scores are rounded to 1e-6 milli-GPU so that equal sums compare equal
 INFINITY = float("inf")
+NO_GPU: Option = (0.0, 0, None, None, None)  # the one option of a vCPU-only request
 
 
 def place(
@@ -152,33 +156,23 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
     dist = cluster.workload.snapshot()
     cluster.track(dist)
     shape = replace(request, cpu_milli=0, ram_mib=0)
-    shape = dist.memo.setdefault(shape, shape)  # one object: memo keys then compare at once
     units, cpu, ram = request.gpu_units, request.cpu_milli, request.ram_mib
     per_cpu, per_ram = dist.cpu_per_unit, dist.ram_per_unit
 
-    memo = dist.memo
-    options = [(0.0, 0, None, None, None, cluster.everyone)]
-    if request.gpu_count:
-        options = []
-        for group, states in cluster.groups.items():
-            for state, bucket in states.items():
-                found = memo.get((group, state, shape), memo)  # the hot loop: inlined lookup
-                if found is memo:
-                    found = _option(request, shape, group, state, dist)
-                if found is not None:
-                    options.append((*found, group, state, bucket))
-    options.sort(key=lambda option: option[:2])
-
+    groups = cluster.groups
+    options = _ranked(shape, cluster, dist) if request.gpu_count else [NO_GPU]
     # the stranded part falls by at most this much (the vCPU and RAM taken feed this much)
     floor = -max(0.0, units - fed(cpu, ram, dist))
     stranded = cluster.stranded
     best = None  # (key, host, group, state, MIG start, rise)
-    for rise, left, start, group, state, bucket in options:
-        if best is not None:
-            if rise + floor > best[0][0] + EPSILON:
-                break
-            if not bucket.starved and rise > best[0][0] + EPSILON:
-                continue
+    for rise, left, start, group, state in options:
+        if best is not None and rise + floor > best[0][0] + EPSILON:
+            break
+        bucket = cluster.everyone if group is None else groups[group].get(state)
+        if bucket is None:  # emptied since it was ranked
+            continue
+        if best is not None and not bucket.starved and rise > best[0][0] + EPSILON:
+            continue
         # hosts with stranded capacity, most vCPU first: all that have the vCPU and RAM;
         # a score is rounded only when it may tie or beat the least so far (`value`)
         found, value, value_raw = None, INFINITY if best is None else best[0][0], None
@@ -187,15 +181,10 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
                 break
             if free_ram < ram:
                 continue
-            # stranded(after) - stranded(before), inlined: the hot loop
-            after = (
-                free
-                - units
-                - min(
-                    (free_cpu - cpu) / per_cpu if per_cpu else INFINITY,
-                    (free_ram - ram) / per_ram if per_ram else INFINITY,
-                )
-            )
+            # stranded(after) - stranded(before), inlined (no min()): the hot loop
+            by_cpu = (free_cpu - cpu) / per_cpu if per_cpu else INFINITY
+            by_ram = (free_ram - ram) / per_ram if per_ram else INFINITY
+            after = free - units - (by_cpu if by_cpu < by_ram else by_ram)
             raw = rise + ((after if after > 0.0 else 0.0) - stranded[host_id])
             if raw > value + EPSILON:
                 continue
@@ -215,14 +204,9 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
             for free, free_cpu, free_ram, order, host_id in bucket.slack:
                 if free_cpu < cpu or free_ram < ram:
                     continue
-                after = (
-                    free
-                    - units
-                    - min(
-                        (free_cpu - cpu) / per_cpu if per_cpu else INFINITY,
-                        (free_ram - ram) / per_ram if per_ram else INFINITY,
-                    )
-                )
+                by_cpu = (free_cpu - cpu) / per_cpu if per_cpu else INFINITY
+                by_ram = (free_ram - ram) / per_ram if per_ram else INFINITY
+                after = free - units - (by_cpu if by_cpu < by_ram else by_ram)
                 score = round(rise + (after if after > 0.0 else 0.0), 6)
                 key = (score, left, free - units, free_cpu - cpu, free_ram - ram, order)
                 if found is None or key < found[0]:
@@ -241,17 +225,23 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
     return None if best is None else _placement(request, cluster, *best[1:5])
 
 
-def _option(
-    request: Request, shape: Request, group: GroupKey, state: State, dist: Distribution
-) -> tuple[float, int, int | None] | None:
-    """(rise, free milli-GPU left on the GPU, MIG start) when `request` takes a GPU in
-    `state`, None when it cannot; kept in the snapshot's memo under its `shape`."""
-    found = None
-    if _fits(request, group, state):
-        rise, start = _gpu_rise(request, group, state, dist)
-        found = (rise, _left(request, group, state), start)
-    dist.memo[group, state, shape] = found
-    return found
+def _ranked(shape: Request, cluster: Cluster, dist: Distribution) -> list[Option]:
+    """The GPU states that can take `shape`, least rise first (cluster.Ranking): scored
+    when first met, from the buckets there are or those created since the last call."""
+    ranking = cluster.rankings.get(shape)
+    if ranking is None:
+        ranking = cluster.rankings[shape] = Ranking()
+        new = [(group, state) for group, states in cluster.groups.items() for state in states]
+    else:
+        new = cluster.created[ranking.seen :]
+    ranking.seen = len(cluster.created)
+    for group, state in new:
+        if (group, state) not in ranking.keys:
+            ranking.keys.add((group, state))
+            if _fits(shape, group, state):
+                rise, start = _gpu_rise(shape, group, state, dist)
+                insort(ranking.options, (rise, _left(shape, group, state), start, group, state))
+    return ranking.options
 
 
 def _tie(option: tuple, best: tuple, cluster: Cluster) -> bool:

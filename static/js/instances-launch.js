@@ -1,13 +1,19 @@
-// The launch form: what each spec does in the chosen region (fits now, queues, or cannot be
-// launched: no such hardware there, over the tenant's quota), what the launch does to the
-// tenant's quota, and, after a refused launch, the error summary at the top in focus.
+// The launch form: what each spec does in the chosen region (fits now, and how many, queues,
+// or cannot be launched: no such hardware there, over the tenant's quota), the ones that can
+// run first and the rest folded, what the launch does to the tenant's quota, and, after a
+// refused launch, the error summary at the top in focus.
 (() => {
   "use strict";
   const form = document.querySelector("[data-launch-form]");
   if (!form) return;
   const region = form.querySelector("[data-region]");
   const quota = form.querySelector("[data-quota]");
-  const rows = form.querySelectorAll("tr[data-spec]");
+  const rows = [...form.querySelectorAll("tr[data-spec]")].sort((a, b) => a.dataset.order - b.dataset.order);
+  const card = form.querySelector("#spec-card");
+  const runnable = form.querySelector("[data-spec-table=runnable]");
+  const folded = form.querySelector("[data-spec-table=folded]");
+  const fold = form.querySelector("[data-spec-fold]");
+  const fitLimit = Number(card.dataset.fitLimit);
   const number = (value) => Number.parseFloat(value || "0");
   const show = (value) => String(Math.round(value * 1000) / 1000);
 
@@ -33,12 +39,57 @@
   function updateFits() {
     rows.forEach((row) => {
       const byRegion = JSON.parse(row.dataset.availability || "{}");
-      const [status, label, detail] = byRegion[region.value] || ["no_hardware", "no hardware here", ""];
+      const [status, label, detail, count] = byRegion[region.value] || ["no_hardware", "no hardware here", "", 0];
       row.querySelector("[data-role=fit]").replaceChildren(badge(status, label, detail));
       row.dataset.status = status;
       row.dataset.detail = detail;
       row.dataset.launchable = status in BADGES ? "1" : "0";
+      row.querySelector("[data-role=count]").textContent =
+        status in BADGES ? `${count}${count >= fitLimit ? "+" : ""} free` : "";
     });
+    layout();
+  }
+
+  // What can run in the region first, the rest folded; each table with its group headings.
+  function layout() {
+    if (!runnable) return; // no specs offered at all
+    [runnable, folded].forEach((table) => {
+      const wanted = table === runnable ? "1" : "0";
+      const parts = [];
+      let group = null;
+      rows.filter((row) => row.dataset.launchable === wanted).forEach((row) => {
+        if (row.dataset.group !== group) {
+          group = row.dataset.group;
+          const heading = document.createElement("tr");
+          heading.className = "spec-group";
+          heading.dataset.groupRow = "";
+          const cell = document.createElement("th");
+          cell.colSpan = 6;
+          cell.textContent = group;
+          heading.append(cell);
+          parts.push(heading);
+        }
+        parts.push(row);
+      });
+      table.tBodies[0].replaceChildren(...parts);
+    });
+    const canRun = rows.filter((row) => row.dataset.launchable === "1").length;
+    runnable.hidden = canRun === 0;
+    form.querySelector("[data-role=none-runnable]").hidden = canRun > 0;
+    form.querySelector("[data-role=spec-counts]").textContent = `${canRun} can run here`;
+    form.querySelector("[data-role=fold-count]").textContent = String(rows.length - canRun);
+    fold.hidden = canRun === rows.length;
+    const row = selectedRow();
+    if (row && row.dataset.launchable !== "1") fold.open = true; // never hide the choice
+  }
+
+  function updateDisk() {
+    const row = selectedRow();
+    const disk = form.querySelector("#id_disk_gib");
+    const note = form.querySelector("[data-role=spec-disk]");
+    disk.placeholder = row ? row.dataset.disk : "";
+    if (row) disk.min = row.dataset.disk;
+    note.textContent = row ? `This spec comes with ${row.dataset.disk} GiB.` : "";
   }
 
   function meter(el, used, limit) {
@@ -82,9 +133,11 @@
   form.addEventListener("change", () => {
     updateFits();
     updateQuota();
+    updateDisk();
   });
   updateFits();
   updateQuota();
+  updateDisk();
   if (summary) {
     summary.scrollIntoView({ block: "start" });
     const first = summary.querySelector("[data-error-link]");

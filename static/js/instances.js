@@ -15,8 +15,17 @@
     });
   }
 
-  // Fetch the page again and swap in the freshest copy of `selector` (no reload).
-  function refresh(selector, url) {
+  // What on the detail page outside the live part depends on the state: the terminal (a
+  // shell only while it runs; kept out of the refreshed part, so that a refresh does not cut
+  // an open shell).
+  function followState(state) {
+    const terminal = document.querySelector("[data-terminal]");
+    if (terminal) terminal.hidden = state !== "running";
+  }
+
+  // Fetch the page again and swap in the freshest copy of `selector` (no reload); `then`
+  // gets the fresh copy.
+  function refresh(selector, url, then) {
     const ticket = ++refreshing;
     fetch(url, { headers: { "X-Requested-With": "fetch" }, credentials: "same-origin" })
       .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
@@ -24,13 +33,18 @@
         if (ticket !== refreshing) return; // a later refresh is on its way
         const fresh = new DOMParser().parseFromString(html, "text/html").querySelector(selector);
         const current = document.querySelector(selector);
-        if (fresh && current) current.replaceWith(fresh);
+        if (fresh && current) {
+          current.replaceWith(fresh);
+          if (then) then(fresh);
+        }
       })
       .catch(() => {});
   }
 
   function refreshDetail() {
-    refresh("[data-live-detail]", `${location.pathname}?partial=1`);
+    // the state as the server renders it now: it also covers what changed before the
+    // events socket was open (an instance that ran before its page listened)
+    refresh("[data-live-detail]", `${location.pathname}?partial=1`, (fresh) => followState(fresh.dataset.state));
   }
 
   function refreshList() {
@@ -48,8 +62,8 @@
     badge.textContent = instance.state;
     const reason = row.querySelector("[data-role=reason]");
     if (reason) {
-      const show = instance.state === "pending" || instance.state === "failed";
-      reason.textContent = show ? instance.state_reason : "";
+      const show = ["pending", "failed", "stopped", "unreachable"].includes(instance.state);
+      reason.textContent = show ? instance.reason_text : "";
     }
   }
 
@@ -57,8 +71,7 @@
     if (list) applyToList(instance);
     const detail = document.querySelector("[data-live-detail]");
     if (detail && detail.dataset.instanceId === String(instance.id)) {
-      const terminal = document.querySelector("[data-terminal]");
-      if (terminal) terminal.hidden = instance.state !== "running"; // a shell only while it runs
+      followState(instance.state);
       if (instance.state === "terminated") {
         statusMarks.forEach((mark) => {
           mark.dataset.ended = "";

@@ -11,6 +11,8 @@ import pytest
 
 from tests.agent.agents import SECRET, standalone
 
+pytestmark = pytest.mark.integration
+
 MIG_3G = {"mode": "mig", "gpus": [0], "mig": {"profile": "3g.40gb", "start": 4, "size": 4}}
 SHARED_QUARTER = {"mode": "shared", "gpus": [2], "shared": {"milli": 250, "memory_mib": 20480}}
 ALLOCATION_KEYS = {

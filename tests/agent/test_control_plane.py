@@ -4,6 +4,8 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from agent import AGENT_VERSION
 from agent.backends.sim import SimBackend
 from agent.control import BUFFER_ROUNDS, ROUNDS_PER_POST, Reporter
@@ -54,6 +56,7 @@ def _samples(server) -> list[dict]:
     return [s for _, body in server.received("samples") for s in body["samples"]]
 
 
+@pytest.mark.integration
 def test_register_heartbeat_samples_and_restart(start_agent):
     args = ("--gpus", "2", "--mode", "shared,mig", "--region", "eu-west")
     with FakeControlPlane() as server:
@@ -121,6 +124,7 @@ def test_register_heartbeat_samples_and_restart(start_agent):
         assert {a["id"] for a in listed} == {"s-1", "m-1"}
 
 
+@pytest.mark.integration
 def test_agent_rides_out_a_control_plane_outage(start_agent):
     with FakeControlPlane() as server:
         agent = start_agent(
@@ -139,6 +143,7 @@ def test_agent_rides_out_a_control_plane_outage(start_agent):
     assert len(back.received("register")) == 0
 
 
+@pytest.mark.integration
 def test_an_agent_given_two_servers_moves_to_the_one_that_answers_and_stays(start_agent):
     """Two web processes of one console: the agent registers with the first it reaches,
     reports to it while it answers, moves to the other when it goes away (samples read
@@ -166,6 +171,7 @@ def test_an_agent_given_two_servers_moves_to_the_one_that_answers_and_stays(star
         assert agent.proc.poll() is None
 
 
+@pytest.mark.integration
 def test_servers_may_be_given_comma_separated_and_a_restart_needs_the_one_it_joined(
     start_agent,
 ):
@@ -187,6 +193,7 @@ def test_servers_may_be_given_comma_separated_and_a_restart_needs_the_one_it_joi
         assert [len(s.received("register")) for s in (first, second)] == [1, 0]
 
 
+@pytest.mark.integration
 def test_refused_registration_exits_with_the_message(start_agent):
     with FakeControlPlane(refuse="join token already used") as server:
         agent = start_agent(

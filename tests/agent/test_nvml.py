@@ -240,6 +240,7 @@ def workload():
     proc.wait()
 
 
+@pytest.mark.integration
 def test_samples_of_gpus_mig_devices_and_allocations(nvml, tmp_path, workload):
     me = workload
     shared_gpu = gpu(

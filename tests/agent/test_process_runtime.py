@@ -4,7 +4,11 @@ import json
 import sys
 import time
 
+import pytest
+
 from tests.agent.agents import wait_for
+
+pytestmark = pytest.mark.integration
 
 DUMP_ENV = (
     "import json, os, sys, time\n"

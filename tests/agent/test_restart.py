@@ -3,6 +3,10 @@
 import os
 import signal
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 MIG_1G = {"mode": "mig", "gpus": [0], "mig": {"profile": "1g.10gb", "start": 2}}
 
 

@@ -106,6 +106,7 @@ def test_xid79_makes_the_gpu_lost_in_samples(make_host):
     assert _gpu(host.poll(), 0)["healthy"] is True
 
 
+@pytest.mark.integration
 def test_fault_injection_through_the_api(start_agent):
     agent = start_agent("--gpus", "2", "--mode", "whole,shared")
     api = agent.client
@@ -133,6 +134,7 @@ def test_fault_injection_through_the_api(start_agent):
         assert response.status_code == 400, body
 
 
+@pytest.mark.integration
 def test_exceeding_the_memory_cap_fails_the_workload(start_agent):
     agent = start_agent("--gpus", "2", "--mode", "shared,mig")
     greedy = {

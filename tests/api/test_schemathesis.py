@@ -18,6 +18,8 @@ from accounts import services
 from accounts.roles import Role
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 
+pytestmark = pytest.mark.slow  # property-based: many examples
+
 document = json.loads(OpenApiJsonRenderer().render(SchemaGenerator().get_schema(public=True)))
 schema = schemathesis.openapi.from_dict(document)
 schema.app = get_wsgi_application()

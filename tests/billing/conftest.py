@@ -61,10 +61,10 @@ class World:
             spec=self.quarter, effective_from=LONG_AGO, price_per_hour=Decimal("0.9000")
         )
 
-    def instance(self, tenant, *, spec=None, name=None, when=None, state=State.PENDING):
+    def instance(self, tenant, *, spec=None, name=None, when=None, state=State.PENDING, **extra):
         """A new instance with its first event (no signal: pending bills nothing)."""
         name = name or f"box-{next(_serial)}"
-        return make_instance(self, tenant, state=state, spec=spec, name=name, when=when)
+        return make_instance(self, tenant, state=state, spec=spec, name=name, when=when, **extra)
 
     def running(self, tenant, when: datetime, **kwargs) -> Instance:
         instance = self.instance(tenant, when=when, **kwargs)

@@ -27,7 +27,7 @@ def operator(client):
 def issued(world, tenant, other_tenant):
     for owner in (tenant, other_tenant):
         box = world.running(owner, at(2026, 3, 3, 8))
-        move(box, State.STOPPING, at(2026, 3, 3, 9))
+        move(box, State.TERMINATING, at(2026, 3, 3, 9))
     services.run_meter(at(2026, 3, 4))
     services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 2))
     return list(Invoice.objects.order_by("number"))

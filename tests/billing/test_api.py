@@ -25,11 +25,11 @@ NOW = at(2026, 4, 15, 12)
 @pytest.fixture
 def usage(world, tenant, other_tenant):
     """Acme: 2 h of a quarter A100 in March (finalized), one running since April 15 10:00.
-    Globex: 1 h in March."""
+    Globex: 1 h in March. Each run ends terminated: GPU time, no disk."""
     box = world.running(tenant, at(2026, 3, 3, 8), name="train")
-    move(box, S.STOPPING, at(2026, 3, 3, 10))
+    move(box, S.TERMINATING, at(2026, 3, 3, 10))
     theirs = world.running(other_tenant, at(2026, 3, 5), name="secret")
-    move(theirs, S.STOPPING, at(2026, 3, 5, 1))
+    move(theirs, S.TERMINATING, at(2026, 3, 5, 1))
     services.run_meter(at(2026, 4, 1, 1))
     services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 2))
     world.running(tenant, at(2026, 4, 15, 10), spec=world.whole, name="infer")
@@ -153,7 +153,7 @@ def test_anonymous_is_refused(client, usage):
 def test_invoice_list_query_count_is_bounded(usage, viewer, world):
     for month in range(5, 9):
         box = world.running(usage, at(2026, month, 2))
-        move(box, S.STOPPING, at(2026, month, 2, 1))
+        move(box, S.TERMINATING, at(2026, month, 2, 1))
     services.run_meter(at(2026, 9, 1, 1))
     for month in range(4, 9):
         services.finalize_month(at(2026, month, 1).date(), now=at(2026, 9, 1, 2))

@@ -23,7 +23,7 @@ def test_usage_page_and_invoice_download(page, live_server, world, tenant, make_
     this_month = month_start(now)
     last_month = month_start(this_month - timedelta(days=1))
     train = world.running(tenant, last_month + timedelta(days=3), name="train")
-    move(train, State.STOPPING, last_month + timedelta(days=3, hours=7, seconds=12))
+    move(train, State.TERMINATING, last_month + timedelta(days=3, hours=7, seconds=12))
     world.running(tenant, max(this_month, now - timedelta(hours=5)), spec=world.whole, name="infer")
     services.run_meter(now)
     services.finalize_month(last_month.date(), now=now)

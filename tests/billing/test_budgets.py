@@ -12,6 +12,7 @@ from accounts.roles import Role
 from billing import budgets, services
 from billing.models import BudgetAlert
 from console.celery import app
+from console.instances import outcomes
 from console.instances.models import Instance, State
 from tests.billing.conftest import at, move
 
@@ -65,7 +66,8 @@ def test_alerts_fire_once_each_to_owners_and_admins(
     assert sorted(mail.outbox[0].to) == ["admin-one@example.com", "owner-one@example.com"]
     assert BudgetAlert.objects.filter(emailed_at__isnull=True).count() == 0
     assert Instance.objects.get(pk=box.pk).state == S.RUNNING  # alert only
-    assert [a.threshold for a in budgets.notices(team, at(2026, 3, 2, 12))] == [100, 80, 50]
+    owner = team.memberships.get(role=Role.OWNER)
+    assert budgets.notice(owner, at(2026, 3, 2, 12)).level == 100  # the banner, for everyone
     # a new month starts over
     meter(at(2026, 4, 1, 5, 1), django_capture_on_commit_callbacks)
     assert BudgetAlert.objects.filter(month=at(2026, 4, 1).date()).count() == 1
@@ -104,7 +106,7 @@ def test_launch_allowed_unless_stop_budget_is_spent(world, tenant):
     budgets.ensure_launch_allowed(tenant)  # no budget
     set_budget(tenant, "1.00", "alert")
     box = world.running(tenant, at(2026, 3, 2), spec=world.whole)
-    move(box, S.STOPPING, at(2026, 3, 2, 1))
+    move(box, S.TERMINATING, at(2026, 3, 2, 1))
     services.run_meter(at(2026, 3, 2, 2))
     with time_machine.travel(at(2026, 3, 2, 2), tick=False):
         budgets.ensure_launch_allowed(tenant)  # over, but alert only
@@ -137,6 +139,15 @@ def test_stop_at_100_percent_stops_running_instances(
     assert Instance.objects.get(pk=waiting.pk).state == S.STOPPED
     with time_machine.travel(at(2026, 3, 2, 0, 41), tick=False):
         assert budgets.enforce(tenant.pk) == 0  # nothing left to stop
+    # why, in the event and as the reason, which the stop keeps once it is done
+    why = "monthly budget of 2.00 USD reached at 2.13 USD"
+    event = running.events.last()
+    assert (event.to_state, event.actor_label) == (S.STOPPING, "system")
+    assert event.message.startswith(f"Stopped: {why} — an owner can raise the budget")
+    assert Instance.objects.get(pk=waiting.pk).state_reason == f"budget_stopped: {why}"
+    outcomes.finish_stop(running.pk)
+    stopped = Instance.objects.get(pk=running.pk)
+    assert (stopped.state, stopped.state_reason) == (S.STOPPED, f"budget_stopped: {why}")
 
 
 def test_enforce_checks_again(world, tenant, monkeypatch):

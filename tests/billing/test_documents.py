@@ -261,6 +261,7 @@ def test_pdf_opens_and_shows_the_number_and_the_total():
     assert render_invoice_pdf(SAMPLE) == data  # deterministic
 
 
+@pytest.mark.slow
 def test_pdf_with_hundreds_of_lines_and_long_names_repeats_the_table_header():
     long_name = "a-very-long-instance-name-" * 12
     lines = [
@@ -295,6 +296,7 @@ def pdftotext(data: bytes) -> str:
     ).stdout.decode()
 
 
+@pytest.mark.integration
 def test_pdf_draws_every_name_whole_in_unicode_and_matches_the_csv():
     """Issue 27, item 7: no '?' for CJK or Latin Extended, no two names cut to one, no spec
     code cut: a long cell wraps (before a hyphen), so its lines run together give the CSV's

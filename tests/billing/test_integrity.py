@@ -58,7 +58,7 @@ def _issue(world, tenant, seconds: int, price: str) -> Invoice:
         spec=world.whole, effective_from=at(2020, 1, 1), price_per_hour=Decimal(price)
     )
     box = world.running(tenant, at(2026, 3, 3, 8), spec=world.whole)
-    move(box, S.STOPPING, at(2026, 3, 3, 8) + timedelta(seconds=seconds))
+    move(box, S.TERMINATING, at(2026, 3, 3, 8) + timedelta(seconds=seconds))
     services.run_meter(at(2026, 3, 4))
     services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 2))
     return Invoice.objects.get(tenant=tenant, kind=Invoice.Kind.INVOICE)
@@ -173,8 +173,9 @@ def test_a_stop_during_host_silence_bills_up_to_the_last_heartbeat(
 
 def test_repair_rates_each_piece_with_the_spec_disk_and_price_of_its_time(world, tenant, settings):
     """Finding 3: every signal of a box was lost; it ran as a quarter A100, was resized in
-    place to a whole A100, then stopped; the disk price setting changed since. The repair
-    gives each period the spec it had and the disk price of its time."""
+    place to a whole A100 (its disk billed for the reboot's minute), then stopped; the disk
+    price setting changed since. The repair gives each period the spec it had and the disk
+    price of its time."""
     settings.BILLING_DISK_PRICE_PER_GIB_MONTH = Decimal("0.10")
     other = world.running(tenant, at(2026, 3, 1))
     walk(other, [S.STOPPING, S.STOPPED], at(2026, 3, 1, 1))  # its disk segment records 0.10
@@ -192,6 +193,7 @@ def test_repair_rates_each_piece_with_the_spec_disk_and_price_of_its_time(world,
         (s.kind, s.spec_id, s.disk_gib, s.disk_price_per_gib_month, s.source) for s in segments
     ] == [
         (UsageKind.GPU, world.quarter.pk, 0, None, "repair"),
+        (UsageKind.DISK, world.whole.pk, 200, Decimal("0.10"), "repair"),  # rebooting
         (UsageKind.GPU, world.whole.pk, 0, None, "repair"),
         (UsageKind.DISK, world.whole.pk, 200, Decimal("0.10"), "repair"),
     ]

@@ -32,8 +32,10 @@ APRIL_1 = at(2026, 4, 1, 2)  # after the grace period
 
 
 def use(world, tenant, start, hours, *, spec=None, name=None):
+    """It runs ``hours``, then is terminated: GPU time only (a stopped one's disk would bill
+    on)."""
     box = world.running(tenant, start, spec=spec, name=name)
-    move(box, S.STOPPING, start + timedelta(hours=hours))
+    move(box, S.TERMINATING, start + timedelta(hours=hours))
     return box
 
 
@@ -315,6 +317,7 @@ def test_finalization_query_count_does_not_grow_with_tenants(world):
         assert counts[1] - counts[0] <= 4
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not shutil.which("pdftoppm"), reason="poppler-utils (pdftoppm) is missing")
 def test_pdf_renders_to_an_image(march, settings, tmp_path):
     """The PDF rasterizes (pdftoppm); the PNG is kept in var/screenshots to look at."""

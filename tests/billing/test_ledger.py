@@ -6,15 +6,16 @@ silence or not), voids and month ends:
 - every issued document adds up: sum(lines) - credits + tax = total, and a credit note is
   its invoice negated;
 - billed GPU seconds are the running intervals, each rounded up to a second with the
-  60 s minimum per start; billed disk seconds are the stopped (failed, queued again)
-  intervals after placement; a late correction of an issued month included (billed on a
-  later invoice);
+  60 s minimum per start; billed disk seconds are the intervals in every other state after
+  placement until terminate, each at the disk's size then (a resize grows it); a late
+  correction of an issued month included (billed on a later invoice);
 - with price points back-dated into the open month (as the admin allows), every month reads
   the same to the cent on the invoice, the usage page, the API, the CSV and (this month) the
   budget: one rating path, and an issued month reads as issued.
 
 Meant for PostgreSQL (``DATABASE_URL=postgres://…``); it runs on SQLite too."""
 
+import os
 from datetime import timedelta
 from decimal import Decimal
 
@@ -60,7 +61,10 @@ actions = st.one_of(
     st.tuples(st.just("launch"), gaps, st.integers(0, 1), held),
     st.tuples(st.just("stop"), pick, gaps),
     st.tuples(st.just("start"), pick, gaps, held),
-    st.tuples(st.just("resize"), pick, gaps, st.integers(0, 1), held),
+    # to which spec (its price), how many GiB its disk grows by
+    st.tuples(
+        st.just("resize"), pick, gaps, st.integers(0, 1), held, st.sampled_from([0, 10, 150])
+    ),
     # a late batch from the agent of a held instance: it ran, and (maybe) its workload
     # exited, both at their own times, in one batch or in two with the meter between
     st.tuples(st.just("agent"), pick, gaps, st.booleans(), st.booleans()),
@@ -160,7 +164,8 @@ class Ledger:
         self.now = START
         self.boxes: list[Instance] = []
         self.gpu: dict[int, list[list]] = {}  # instance pk: [[start, end or None], …]
-        self.disk: dict[int, list[list]] = {}
+        self.disk: dict[int, list[list]] = {}  # instance pk: [[start, end or None, GiB], …]
+        self.placed: set[int] = set()  # instances whose disk was made
         self.seen: dict[str, tuple] = {}
 
     def tick(self, gap: timedelta) -> None:
@@ -178,10 +183,10 @@ class Ledger:
         periods[box.pk][-1][1] = when or self.now
 
     def disk_on(self, box, when=None):
-        """Its disk is billed from ``when`` on (stopped, failed or queued again)."""
+        """Its disk is billed from ``when`` on (any state but running, once placed)."""
         spans = self.disk.setdefault(box.pk, [])
-        if not spans or spans[-1][1] is not None:
-            spans.append([when or self.now, None])
+        if box.pk in self.placed and (not spans or spans[-1][1] is not None):
+            spans.append([when or self.now, None, box.disk_gib])
 
     def disk_off(self, box, when=None):
         spans = self.disk.get(box.pk)
@@ -190,7 +195,8 @@ class Ledger:
 
     def launch(self, gap, spec_index, wait=""):
         self.tick(gap)
-        box = self.world.instance(self.tenant, spec=self.specs[spec_index], when=self.now)
+        spec = self.specs[spec_index]
+        box = self.world.instance(self.tenant, spec=spec, when=self.now, disk_gib=spec.disk_gib)
         self.boxes.append(box)
         if wait != "queued":
             self.run(box, [S.PROVISIONING, S.RUNNING], wait)
@@ -215,12 +221,14 @@ class Ledger:
         self.run(box, [S.STARTING, S.RUNNING], wait)
 
     def run(self, box, states, wait):
-        """Walk ``states`` (on its way, its disk is not billed); held: the last (running)
+        """Walk ``states`` (on its way, placed: its disk is billed); held: the last (running)
         waits for the agent's word."""
         walk(box, states[:-1], self.now)
-        self.disk_off(box)
+        self.placed.add(box.pk)
+        self.disk_on(box)
         if not wait:
             move(box, states[-1], self.now)
+            self.disk_off(box)
             self.enter(box, UsageKind.GPU, self.gpu)
 
     def agent(self, index, gap, exits, split):
@@ -234,6 +242,7 @@ class Ledger:
         self.tick(gap)
         ran, exited = last + (self.now - last) / 3, last + (self.now - last) * 2 / 3
         move(box, S.RUNNING, ran)
+        self.disk_off(box, ran)
         self.enter(box, UsageKind.GPU, self.gpu, ran)
         if split:
             self.meter(timedelta(0))
@@ -260,19 +269,26 @@ class Ledger:
                     self.leave(box, self.gpu)
                 self.disk_on(box)
 
-    def resize(self, index, gap, spec_index, wait=""):
+    def resize(self, index, gap, spec_index, wait="", grow=0):
+        """As resize_instance does: a new spec (its price) and, ``grow`` > 0, a larger disk;
+        noted while stopped (the disk bills at its new size from then), in place while
+        running (rebooting, its disk billed at the new size)."""
         box = self.in_state({S.RUNNING, S.STOPPED}, index)
         spec = self.specs[spec_index]
         if box is None or box.spec_id == spec.pk:
             return
         self.tick(gap)
-        Instance.objects.filter(pk=box.pk).update(spec=spec)
-        box.spec = spec
+        Instance.objects.filter(pk=box.pk).update(spec=spec, disk_gib=box.disk_gib + grow)
+        box.spec, box.disk_gib = spec, box.disk_gib + grow
         if box.state == S.STOPPED:
-            lifecycle.note(box, f"Resize to {spec.code}")
+            lifecycle.note(box, f"Resize to {spec.code}, disk +{grow} GiB")
+            if grow:
+                self.disk_off(box)
+                self.disk_on(box)
             return
         move(box, S.REBOOTING, self.now)  # in place
         self.leave(box, self.gpu)
+        self.disk_on(box)
         self.tick(timedelta(seconds=20))
         self.run(box, [S.RUNNING], wait)
 
@@ -295,12 +311,12 @@ class Ledger:
         heartbeat = max(self.now - timedelta(seconds=silence), last)
         if clicked:  # a stop requested during the silence: the segment closes at the click
             move(box, S.STOPPING, self.now)
+            self.disk_on(box)  # its disk bills from the click (the GPU to the heartbeat)
             self.tick(timedelta(seconds=60))
             with transaction.atomic():
                 end_at_last_heartbeat(box, heartbeat)
             move(box, S.STOPPED, self.now)
             self.leave(box, self.gpu, heartbeat)
-            self.disk_on(box)
         else:
             move(box, S.FAILED, heartbeat)
             self.leave(box, self.gpu)
@@ -353,6 +369,8 @@ class Ledger:
         check_documents()
 
     def check_seconds(self):
+        """Billed seconds are the seconds of the truth's periods; the disk's GiB-seconds too,
+        each period at its size."""
         for kind, periods, minimum in (
             (UsageKind.GPU, self.gpu, MINIMUM),
             (UsageKind.DISK, self.disk, 0),
@@ -360,7 +378,7 @@ class Ledger:
             expected = sum(
                 max(ceil_seconds((end or self.now) - start), minimum)
                 for spans in periods.values()
-                for start, end in spans
+                for start, end, *_ in spans
             )
             billed = sum(  # as invoiced, plus the corrections billed since
                 row.seconds
@@ -368,12 +386,25 @@ class Ledger:
                 for row in model.objects.filter(tenant=self.tenant, kind=kind)
             )
             assert billed == expected, f"{kind}: billed {billed} s, ran {expected} s"
+        expected = sum(
+            ceil_seconds((end or self.now) - start) * gib
+            for spans in self.disk.values()
+            for start, end, gib in spans
+        )
+        billed = sum(
+            row.seconds * row.disk_gib
+            for model in (UsagePiece, UsageCorrection)
+            for row in model.objects.filter(tenant=self.tenant, kind=UsageKind.DISK)
+        )
+        assert billed == expected, f"disk: billed {billed} GiB-s, held {expected} GiB-s"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.timeout(900)  # shrinking a failure replays many sequences
 @settings(
-    max_examples=40,  # 400 pass in ~25 s on PostgreSQL; CI keeps the default run short
+    # CI keeps the default run short; LEDGER_EXAMPLES=400 for a longer one
+    max_examples=int(os.environ.get("LEDGER_EXAMPLES", "40")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -67,7 +67,7 @@ def test_stopped_disk_is_billed_per_gib_month_pro_rata(world, tenant, settings):
     settings.BILLING_DISK_PRICE_PER_GIB_MONTH = Decimal("0.10")
     box = world.running(tenant, at(2026, 4, 1))
     walk(box, [S.STOPPING, S.STOPPED], at(2026, 4, 1, 1))
-    move(box, S.STARTING, at(2026, 4, 16, 1))  # 15 days stopped of a 30-day month
+    walk(box, [S.STARTING, S.RUNNING], at(2026, 4, 16, 1))  # 15 days stopped of a 30-day month
     services.run_meter(at(2026, 4, 20))
     assert billed_seconds(box, UsageKind.DISK) == 15 * 86400
     # 50 GiB × 0.10 × 15/30
@@ -128,7 +128,7 @@ def test_lost_signals_are_repaired_from_the_events(world, tenant):
     ]
     assert segments == [
         ("gpu", at(2026, 3, 10, 8), at(2026, 3, 10, 9), "repair"),
-        ("disk", at(2026, 3, 10, 9), at(2026, 3, 10, 10), "repair"),
+        ("disk", at(2026, 3, 10, 9), at(2026, 3, 10, 10, 5), "repair"),  # stopped, starting
         ("gpu", at(2026, 3, 10, 10, 5), None, "repair"),
     ]
     # the late signal, delivered after all, changes nothing
@@ -153,7 +153,7 @@ def test_segments_split_at_month_and_price_changes_without_changing_the_total(wo
     SpecPrice.objects.create(
         spec=world.quarter, effective_from=at(2026, 4, 1, 0, 30), price_per_hour=Decimal("1.8")
     )
-    move(box, S.STOPPING, at(2026, 4, 1, 1, 0))
+    move(box, S.TERMINATING, at(2026, 4, 1, 1, 0))  # GPU time only: no disk after it
     services.run_meter(at(2026, 4, 2))
     pieces = list(UsagePiece.objects.filter(instance=box).order_by("start"))
     assert [(p.month.month, p.seconds, p.amount) for p in pieces] == [
@@ -194,7 +194,7 @@ def test_open_segment_across_months_settles_the_earlier_month(world, tenant):
 
 def test_closed_segment_is_rated_once(world, tenant, django_assert_max_num_queries):
     box = world.running(tenant, at(2026, 3, 10, 8))
-    move(box, S.STOPPING, at(2026, 3, 10, 9))
+    move(box, S.TERMINATING, at(2026, 3, 10, 9))  # no disk segment stays open after it
     services.run_meter(at(2026, 3, 10, 10))
     assert gpu_segments(box)[0].rated
     assert metering.rate_pending(at(2026, 3, 10, 11)) == 0
@@ -217,7 +217,7 @@ def test_bulk_upsert_paths_agree(world, tenant, monkeypatch, threshold):
     first = {(p.segment_id, p.start): (p.seconds, p.amount_micros, p.is_final)
              for p in UsagePiece.objects.all()}  # fmt: skip
     assert len(first) == 6
-    move(boxes[0], S.STOPPING, at(2026, 3, 31, 23, 30))  # late close: one April piece goes
+    move(boxes[0], S.TERMINATING, at(2026, 3, 31, 23, 30))  # late close: one April piece goes
     services.run_meter(at(2026, 4, 1, 2))
     rows = {(p.segment_id, p.start): (p.seconds, p.amount_micros, p.is_final)
             for p in UsagePiece.objects.all()}  # fmt: skip

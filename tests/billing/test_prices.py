@@ -69,7 +69,7 @@ def test_a_future_price_never_rewrites_the_past(world, tenant):
     )
     # 1 h in March at 2.0, then 14 days of April at 2.0 (a 24 h day costs 48.00)
     assert amounts_by_month(box) == {3: Decimal("2.000000"), 4: Decimal("672.000000")}
-    move(box, State.STOPPING, at(2026, 5, 1, 1))
+    move(box, State.TERMINATING, at(2026, 5, 1, 1))
     services.run_meter(at(2026, 5, 2))
     assert amounts_by_month(box)[5] == Decimal("10.000000")  # after the change: 10.0/h
 

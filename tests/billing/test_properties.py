@@ -25,7 +25,10 @@ from console.instances.models import State
 from tests.billing.conftest import LONG_AGO, at, move, snapshot
 from tests.factories import TenantFactory
 
+pytestmark = pytest.mark.slow  # property-based: many examples
+
 S = State
+DISK_STATES = set(State.values) - {S.RUNNING, S.TERMINATING, S.TERMINATED}
 START = at(2026, 1, 27, 22, 13, 5, 123_456)
 MICRO = timedelta(microseconds=1)
 ZERO = timedelta(0)
@@ -145,8 +148,9 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
     box = world.instance(tenant, spec=spec, when=now)
     state, last, placed = S.PENDING, now, False
     periods = {UsageKind.GPU: [], UsageKind.DISK: []}  # the truth: [start, end or None]
-    # the disk rests stopped, failed or queued again; a run that fails as it begins never ran
-    billed_state = {UsageKind.GPU: {S.RUNNING}, UsageKind.DISK: {S.STOPPED, S.FAILED, S.PENDING}}
+    # the disk is billed in every state but running once placed, until terminate; a run
+    # that fails as it begins never ran
+    billed_state = {UsageKind.GPU: {S.RUNNING}, UsageKind.DISK: DISK_STATES}
     with time_machine.travel(now, tick=False) as clock:
         for choice, gap, deliver, silent in walk:
             targets = sorted(TRANSITIONS[state])
@@ -159,16 +163,18 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
             if target == S.FAILED and silent and state == S.RUNNING:
                 when = last + (now - last) * (1 - silent)  # the last heartbeat
             move(box, target, when, deliver=deliver)
+            placed = placed or target in (S.PROVISIONING, S.STARTING)  # its disk is made
             for kind, billed in billed_state.items():
-                if state in billed and target not in billed and periods[kind]:
-                    periods[kind][-1][1] = when
-                    start = periods[kind][-1][0]
-                    if when == start and (kind == UsageKind.DISK or target == S.FAILED):
-                        periods[kind].pop()  # of no length: bills nothing
-                if target in billed and state not in billed and (placed or kind == UsageKind.GPU):
-                    periods[kind].append([when, None])  # no disk before its first placement
+                spans = periods[kind]
+                is_open = bool(spans) and spans[-1][1] is None
+                bills_now = target in billed and (placed or kind == UsageKind.GPU)
+                if is_open and not bills_now:
+                    spans[-1][1] = when
+                    if when == spans[-1][0] and (kind == UsageKind.DISK or target == S.FAILED):
+                        spans.pop()  # of no length: bills nothing
+                elif bills_now and not is_open:
+                    spans.append([when, None])
             state, last = target, when
-            placed = placed or target in (S.PROVISIONING, S.STARTING)
         now += tail
         clock.move_to(now)
         services.run_meter()

@@ -43,7 +43,7 @@ def test_parallel_finalizations_issue_each_invoice_once(world):
     for _ in range(6):
         tenant = TenantFactory()
         box = world.running(tenant, at(2026, 3, 2))
-        move(box, State.STOPPING, at(2026, 3, 2, 3))
+        move(box, State.TERMINATING, at(2026, 3, 2, 3))
     services.run_meter(at(2026, 3, 3))
     results = in_threads(
         3, lambda: services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 2))

@@ -352,6 +352,7 @@ def check_pieces(pieces, start, until, history):
                 assert oracle_price(history, point.effective_from) == piece.price_per_hour
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(intervals, price_histories, minimums)
 def test_billed_seconds_and_amounts_survive_every_split(spans, history, minimum):

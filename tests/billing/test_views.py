@@ -4,6 +4,7 @@ import csv
 import functools
 import io
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import httpx
@@ -32,7 +33,7 @@ NOW = at(2026, 4, 15, 12)
 @pytest.fixture
 def usage(world, tenant, other_tenant):
     box = world.running(tenant, at(2026, 3, 3, 8), name="train")
-    move(box, S.STOPPING, at(2026, 3, 3, 10))
+    move(box, S.TERMINATING, at(2026, 3, 3, 10))
     world.running(other_tenant, at(2026, 3, 5), name="secret")
     services.run_meter(at(2026, 4, 1, 1))
     services.finalize_month(at(2026, 3, 1).date(), now=at(2026, 4, 1, 2))
@@ -142,30 +143,25 @@ def test_other_tenants_invoice_pages_are_404(client, usage, other_tenant, make_m
     assert client.get(f"/billing/invoices/{theirs.pk}/download/csv/").status_code == 404
 
 
-def test_budget_notices_for_every_page(rf, tenant, make_member):
+def test_budget_notices_for_every_page(rf, world, tenant, make_member):
+    """The banner is the current budget against the spend so far, whatever alerts fired."""
     from django.template.loader import render_to_string
     from django.utils import timezone
 
     from billing.context_processors import budget_notices
-    from billing.rating import month_start
 
     request = rf.get("/")
     request.membership = make_member(tenant, Role.VIEWER)
-    assert budget_notices(request) == {"budget_notices": []}
+    assert budget_notices(request) == {"budget_notice": None}  # no budget
+    world.running(tenant, timezone.now() - timedelta(hours=2))  # 0.90 USD/h
     services.set_budget(tenant, Decimal("10"), "stop")
-    month = month_start(timezone.now()).date()
-    for threshold in (50, 80, 100):
-        BudgetAlert.objects.create(
-            tenant=tenant,
-            month=month,
-            threshold=threshold,
-            spent=Decimal(threshold) / 10,
-            budget=10,
-        )
-    notices = budget_notices(request)["budget_notices"]
-    assert [alert.threshold for alert in notices] == [100, 80, 50]
-    html = render_to_string("billing/_budget_notices.html", {"notices": notices})
-    assert "used 100% of its monthly budget" in html and "New launches are refused" in html
+    assert budget_notices(request) == {"budget_notice": None}  # 18 %
+    services.set_budget(tenant, Decimal("1"), "stop")
+    notice = budget_notices(request)["budget_notice"]
+    assert (notice.level, notice.stopping) == (100, True)
+    html = render_to_string("billing/_budget_notices.html", {"notice": notice})
+    assert f"has used {notice.percent}% of its monthly budget" in html
+    assert "New launches are refused" in html and 'class="error' in html
 
 
 def _testid(html: str, testid: str) -> str:

@@ -300,6 +300,7 @@ IMAGE_NAMES = sorted(i["name"] for i in EXAMPLE_DOC["images"])
 subsets = st.tuples(st.sets(st.sampled_from(SPEC_CODES)), st.sets(st.sampled_from(IMAGE_NAMES)))
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(first=subsets, second=subsets)
 def test_the_catalog_ends_as_the_last_file_says_whatever_came_before(first, second):

@@ -14,7 +14,9 @@ FIELDS = ("name", "reference", "cuda_version", "description", "command", "env", 
 
 def example_images() -> list[dict]:
     images = tomllib.loads(EXAMPLE.read_text())["images"]
-    return [{"command": [], "env": {}, "ports": [], **image} for image in images]
+    return [
+        {"cuda_version": "", "command": [], "env": {}, "ports": [], **image} for image in images
+    ]
 
 
 def test_the_demo_and_the_example_offer_the_same_images():

@@ -1,5 +1,7 @@
 import json
 import os
+import re
+import shlex
 
 import pytest
 
@@ -235,13 +237,14 @@ def test_show_prints_the_ssh_command_and_port_urls(cli, monkeypatch):
     instance = {
         "id": 7, "name": "nb", "state": "running", "spec": "a100-quarter", "image": "x",
         "region": "local-1", "state_reason": "", "disk": {"size_gib": 50, "host": None},
-        "ssh": {"command": "ssh -p 2222 7@gpu-1.example"},
+        "ssh": {"command": "ssh -p 2222 7@gpu-1.example", "host_key_fingerprint": "SHA256:k"},
         "ports": [{"port": 8888, "name": "jupyter", "url": "http://c/instances/7/ports/8888/",
                    "origin_url": "http://i7-8888.ports.c/"}],
     }  # fmt: skip
     text = cli_main.describe(instance)
     assert text.splitlines() == [
         "ssh: ssh -p 2222 7@gpu-1.example",
+        "ssh host key: SHA256:k",
         "jupyter (port 8888): http://c/instances/7/ports/8888/",
         "  with an API token: http://i7-8888.ports.c/",
         "disk: 50 GiB",
@@ -265,5 +268,22 @@ def test_instances_hide_terminated_ones_unless_all(cli, tenant):
 def test_an_unknown_spec_says_which_exist(cli):
     code, _, err = cli("launch", "x", "--spec", "nope")
     assert code == 1
-    assert "spec: Object with code=nope does not exist." in err
-    assert "specs: a100-quarter (see `gpucloud specs`)" in err
+    assert "spec: No spec nope. Specs: a100-quarter (GET /api/v1/specs/ describes them)." in err
+
+
+def test_launch_without_a_name_or_an_image_gets_the_apis_defaults(cli):
+    code, out, err = cli("--json", "launch", "--spec", "a100-quarter", "--disk-gib", "80")
+    assert code == 0, err
+    launched = json.loads(out)
+    assert re.fullmatch(r"a100-quarter-[a-z]+-[a-z]+", launched["name"])
+    assert launched["image"] == "pytorch-2.5-cuda12.4"  # the only image: the default
+    assert launched["disk"]["size_gib"] == 80
+
+
+def test_show_prints_the_command_as_a_line_that_gives_the_argv_back():
+    command = ["sh", "-c", "echo start SEED=$SEED"]
+    from cli import main as cli_main
+
+    (line,) = cli_main.describe({"command": command}).splitlines()
+    assert line == "command: sh -c 'echo start SEED=$SEED'"
+    assert shlex.split(line.removeprefix("command: ")) == command

@@ -6,7 +6,7 @@ import json
 import asyncssh
 import pytest
 
-from cli import main as cli_main
+from cli import ssh as cli_ssh
 from console.fleet.models import Host
 from console.instances.models import Allocation, Instance, State
 from tests.cli.test_cli import cli  # noqa: F401 - the fixture
@@ -51,25 +51,104 @@ def test_launch_with_keys_and_ports(cli, tmp_path):  # noqa: F811
     assert code == 1 and "PORT:NAME" in err
 
 
-def test_ssh_execs_the_system_ssh_with_the_instances_target(cli, monkeypatch):  # noqa: F811
+def _running_on_a_gateway(pk: int, host_key) -> None:
+    """The instance runs on gpu-1.example, whose gateway has `host_key`."""
+    instance = Instance.objects.get(pk=pk)
+    host = Host(name="gpu-1", region=instance.region, address="http://gpu-1.example:8101")
+    host.set_secret("s")
+    host.ssh_port, host.ssh_host_key_fingerprint = 2222, host_key.get_fingerprint("sha256")
+    host.save()
+    Allocation.objects.create(id="a1", instance=instance, host=host, mode="shared")
+    Instance.objects.filter(pk=pk).update(state=State.RUNNING)
+
+
+class Exec(Exception):
+    """What the fake execvp raises: a real one never returns."""
+
+
+@pytest.fixture
+def execs(monkeypatch) -> list[list[str]]:
+    """The ssh command lines that `gpucloud ssh` execs."""
+    ran = []
+
+    def execvp(file, argv):
+        assert file == "ssh"
+        ran.append(argv)
+        raise Exec
+
+    monkeypatch.setattr(cli_ssh.os, "execvp", execvp)
+    return ran
+
+
+def _key_line(key) -> str:
+    return " ".join(key.export_public_key().decode().split()[:2])
+
+
+def _scanned(monkeypatch, key) -> list:
+    """The gateway (gpu-1.example, not reachable from here) presents `key` when scanned."""
+    scanned = []
+    monkeypatch.setattr(
+        cli_ssh, "scan",
+        lambda host, port: scanned.append((host, port)) or [tuple(_key_line(key).split())],
+    )  # fmt: skip
+    return scanned
+
+
+def test_ssh_pins_the_host_key_and_execs_the_system_ssh(cli, monkeypatch, tmp_path, execs):  # noqa: F811
     code, out, _ = cli(
         "--json", "launch", "nb", "--spec", "a100-quarter", "--image", "pytorch-2.5-cuda12.4"
     )
     pk = json.loads(out)["id"]
     code, _, err = cli("ssh", str(pk))
     assert code == 1 and "is pending: ssh needs it running" in err
-    instance = Instance.objects.get(pk=pk)
-    host = Host(name="gpu-1", region=instance.region, address="http://gpu-1.example:8101")
-    host.set_secret("s")
-    host.ssh_port, host.ssh_host_key_fingerprint = 2222, "SHA256:x"
-    host.save()
-    Allocation.objects.create(id="a1", instance=instance, host=host, mode="shared")
-    Instance.objects.filter(pk=pk).update(state=State.RUNNING)
-    ran = []
-    monkeypatch.setattr(cli_main.os, "execvp", lambda file, argv: ran.append((file, argv)))
-    cli("ssh", str(pk), "--", "nvidia-smi", "-L")
-    cli("ssh", str(pk))
-    assert ran == [
-        ("ssh", ["ssh", "-p", "2222", f"{pk}@gpu-1.example", "nvidia-smi", "-L"]),
-        ("ssh", ["ssh", "-p", "2222", f"{pk}@gpu-1.example"]),
-    ]
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    _running_on_a_gateway(pk, host_key)
+    scanned = _scanned(monkeypatch, host_key)
+    known_hosts = tmp_path / "known_hosts"  # next to GPUCLOUD_CONFIG
+    pinned = ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+    with pytest.raises(Exec):
+        cli("ssh", str(pk), "--", "nvidia-smi", "-L")
+    with pytest.raises(Exec):
+        cli("ssh", "nb", "-i", "~/k", "-o", "ServerAliveInterval=30", "-o", "LogLevel=ERROR")
+    assert execs == [
+        ["ssh", "-p", "2222", *pinned, f"{pk}@gpu-1.example", "nvidia-smi", "-L"],
+        ["ssh", "-p", "2222", "-i", "~/k", "-o", "ServerAliveInterval=30", "-o", "LogLevel=ERROR",
+         *pinned, f"{pk}@gpu-1.example"],
+    ]  # fmt: skip
+    assert known_hosts.read_text() == f"[gpu-1.example]:2222 {_key_line(host_key)}\n"
+    assert scanned == [("gpu-1.example", 2222)]  # pinned once, then taken from the file
+    code, out, _ = cli("show", "nb")
+    assert f"ssh host key: {host_key.get_fingerprint('sha256')}" in out
+
+
+def test_ssh_refuses_a_gateway_whose_key_the_console_does_not_report(
+    cli, monkeypatch, tmp_path, execs  # noqa: F811
+):  # fmt: skip
+    code, out, _ = cli("--json", "launch", "nb", "--spec", "a100-quarter")
+    reported = asyncssh.generate_private_key("ssh-ed25519")
+    _running_on_a_gateway(json.loads(out)["id"], reported)
+    intruder = asyncssh.generate_private_key("ssh-ed25519")
+    _scanned(monkeypatch, intruder)
+    code, _, err = cli("ssh", "nb", "--", "true")
+    assert code == 1 and execs == []
+    assert f"presents {intruder.get_fingerprint('sha256')}" in err
+    assert f"not the host key the console reports ({reported.get_fingerprint('sha256')})" in err
+    assert not (tmp_path / "known_hosts").exists()
+
+
+def test_ssh_replaces_a_pinned_key_only_when_the_console_reports_the_new_one(
+    cli, monkeypatch, tmp_path, capsys, execs  # noqa: F811
+):  # fmt: skip
+    code, out, _ = cli("--json", "launch", "nb", "--spec", "a100-quarter")
+    old, new = (asyncssh.generate_private_key("ssh-ed25519") for _ in range(2))
+    known_hosts = tmp_path / "known_hosts"
+    other = f"[gpu-2.example]:2222 {_key_line(old)}"
+    known_hosts.write_text(f"{other}\n[gpu-1.example]:2222 {_key_line(old)}\n")
+    _running_on_a_gateway(json.loads(out)["id"], new)  # the host was re-keyed; the agent said so
+    _scanned(monkeypatch, new)
+    with pytest.raises(Exec):
+        cli("ssh", "nb")
+    assert len(execs) == 1
+    err = capsys.readouterr().err
+    assert f"host key of [gpu-1.example]:2222 changed to {new.get_fingerprint('sha256')}" in err
+    assert known_hosts.read_text() == f"{other}\n[gpu-1.example]:2222 {_key_line(new)}\n"

@@ -10,6 +10,8 @@ from console.fleet.models import Gpu
 from console.instances import placement
 from tests.agent.agents import SECRET, standalone
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):

@@ -134,7 +134,7 @@ def test_an_agent_down_longer_than_the_old_failover_time_keeps_its_work(
     assert host.status == Host.Status.UNREACHABLE
     silent = Instance.objects.get(pk=iid)
     assert silent.state == State.UNREACHABLE
-    assert silent.state_reason.startswith("host gpu-1 not heard since ")
+    assert silent.state_reason.startswith("host_unreachable: host gpu-1 not heard since ")
     shown = api.get(f"/instances/{iid}/").json()
     assert (shown["state"], shown["state_reason"]) == ("unreachable", silent.state_reason)
     assert silent.events.last().at == host.last_heartbeat_at  # billing stops there

@@ -1,6 +1,7 @@
 """REST API: /api/v1/instances/ — create, list, filter, paginate, actions, events, errors,
 and who may do what."""
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -14,6 +15,7 @@ from console.catalog.models import Mode
 from console.fleet.models import Host
 from console.instances import outcomes, services
 from console.instances.models import State
+from tests.factories import ImageFactory, SpecFactory
 from tests.instances.helpers import make_instance
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
@@ -56,8 +58,8 @@ class TestCreate:
     @pytest.mark.parametrize(
         "overrides, field",
         [
-            ({"name": ""}, "name"),
             ({"name": "Bad Name"}, "name"),
+            ({"disk_gib": 10}, "disk_gib"),  # less than the spec's 50 GiB
             ({"spec": "no-such-spec"}, "spec"),
             ({"image": "no-such-image"}, "image"),
             ({"region": "mars-1"}, "region"),
@@ -72,7 +74,41 @@ class TestCreate:
     def test_missing_fields(self, client, catalog):
         response = client.post(URL, {}, format="json")
         assert response.status_code == 400
-        assert set(response.json()["errors"]) == {"name", "spec", "image"}
+        assert set(response.json()["errors"]) == {"spec"}  # a name and an image have defaults
+
+    def test_only_a_spec_gets_a_generated_name_the_default_image_and_the_specs_disk(
+        self, client, catalog
+    ):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        ImageFactory(name="aaa-first", reference="docker.io/library/python:3.12")
+        ImageFactory(name="000-retired", reference="docker.io/library/python:3.11", active=False)
+        response = client.post(URL, {"spec": "a100-quarter"}, format="json")
+        assert response.status_code == 202, response.data
+        data = response.json()
+        assert re.fullmatch(r"a100-quarter-[a-z]+-[a-z]+", data["name"]), data["name"]
+        assert data["image"] == "aaa-first"  # the first active one, as the form preselects
+        assert data["disk"]["size_gib"] == 50
+        again = client.post(URL, {"spec": "a100-quarter", "name": ""}, format="json").json()
+        assert again["name"].startswith("a100-quarter-") and again["name"] != data["name"]
+
+    def test_a_bigger_disk_and_a_spec_code_with_a_dot(self, client, catalog):
+        catalog.host(gpus=1, mode=Mode.MIG)
+        SpecFactory(
+            code="a100-1g.10gb", mode=Mode.MIG, milli=None, gpu_model=catalog.a100,
+            mig_profile=catalog.mig1g.mig_profile, gpu_memory_mib=9984, disk_gib=50,
+        )  # fmt: skip
+        response = client.post(URL, {"spec": "a100-1g.10gb", "disk_gib": 120}, format="json")
+        assert response.status_code == 202, response.data
+        assert response.json()["disk"]["size_gib"] == 120
+        assert re.fullmatch(r"a100-1g-10gb-[a-z]+-[a-z]+", response.json()["name"])
+
+    def test_an_unknown_spec_lists_the_specs_there_are(self, client, catalog):
+        response = client.post(URL, body(spec="nope"), format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"]["spec"] == [
+            "No spec nope. Specs: a100-1g10gb, a100-1x, a100-2x, a100-3g40gb, a100-half, "
+            "a100-quarter (GET /api/v1/specs/ describes them)."
+        ]
 
     def test_quota_exceeded(self, client, catalog, tenant):
         catalog.cordoned()
@@ -168,6 +204,11 @@ class TestActions:
         assert response.status_code == 202 and response.json()["state"] == "rebooting"
         outcomes.mark_running(instance.pk, instance.current_allocation().pk)
         response = client.post(url + "resize/", {"spec": "a100-half"}, format="json")
+        assert response.status_code == 400  # it restarts: the client must say it may
+        assert "restarts it" in response.json()["errors"]["allow_restart"][0]
+        assert client.get(url).json()["state"] == "running"
+        body = {"spec": "a100-half", "allow_restart": True}
+        response = client.post(url + "resize/", body, format="json")
         assert response.status_code == 202
         assert (response.json()["state"], response.json()["spec"]) == ("rebooting", "a100-half")
         outcomes.mark_running(instance.pk, instance.current_allocation().pk)
@@ -191,7 +232,8 @@ class TestActions:
     def test_resize_field_errors(self, client, catalog, tenant):
         instance = make_instance(catalog, tenant, state=State.STOPPED)
         response = client.post(f"{URL}{instance.pk}/resize/", {"spec": "nope"}, format="json")
-        assert response.status_code == 400 and "spec" in response.json()["errors"]
+        assert response.status_code == 400
+        assert response.json()["errors"]["spec"][0].startswith("No spec nope. Specs: a100-1g10gb")
         same = client.post(f"{URL}{instance.pk}/resize/", {"spec": "a100-quarter"}, format="json")
         assert same.status_code == 400 and "spec" in same.json()["errors"]
 
@@ -236,18 +278,37 @@ class TestResizeRules:
         assert response.status_code == 202
         assert response.json()["disk"]["size_gib"] == 150
 
-    def test_allow_stop_false_answers_409_needs_stop(self, client, catalog, tenant):
+    def test_a_stopping_resize_needs_allow_stop(self, client, catalog, tenant):
         Quota.objects.filter(tenant=tenant).update(gpu_quota=Decimal("8"), max_instances=50)
         catalog.host(gpus=2, mode=Mode.SHARED)
         instance = self.running(catalog, tenant)
         for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full
             services.launch_instance(tenant, name=name, spec=spec, image=catalog.image)
         url = f"{URL}{instance.pk}/resize/"
-        response = client.post(url, {"spec": "a100-half", "allow_stop": False}, format="json")
-        assert response.status_code == 409 and response.json()["code"] == "needs_stop"
+        for flags in ({}, {"allow_stop": False}, {"allow_restart": True}):
+            response = client.post(url, {"spec": "a100-half", **flags}, format="json")
+            assert response.status_code == 400 and response.json()["code"] == "invalid"
+            assert list(response.json()["errors"]) == ["allow_stop"]
+            assert "the resize stops it" in response.json()["errors"]["allow_stop"][0]
         assert client.get(f"{URL}{instance.pk}/").json()["state"] == "running"
-        response = client.post(url, {"spec": "a100-half"}, format="json")
+        response = client.post(url, {"spec": "a100-half", "allow_stop": True}, format="json")
         assert response.status_code == 202 and response.json()["state"] == "stopping"
+
+    def test_a_restarting_resize_needs_allow_restart(self, client, catalog, tenant):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        instance = self.running(catalog, tenant)
+        url = f"{URL}{instance.pk}/resize/"
+        for flags in ({}, {"allow_restart": False}, {"allow_stop": True}):
+            response = client.post(url, {"spec": "a100-half", **flags}, format="json")
+            assert response.status_code == 400
+            assert response.json()["errors"] == {
+                "allow_restart": [
+                    "Resizing box to A100 1/2 restarts it on its GPU: every process in it ends "
+                    "and it starts again as the new spec; its disk stays."
+                ]
+            }
+        shown = client.get(f"{URL}{instance.pk}/").json()
+        assert (shown["state"], shown["spec"]) == ("running", "a100-quarter")
 
     def test_a_stopped_resize_is_a_note_in_the_events(self, client, catalog, tenant):
         catalog.host(gpus=1, mode=Mode.SHARED)

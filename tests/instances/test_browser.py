@@ -52,7 +52,14 @@ def test_launch_watch_stop_terminate(stack, page):
 
     row.locator("a", has_text="notebook").click()
     expect(page.locator("h1 [data-role=state]")).to_have_text("running")
+    page.click("[data-action=stop]")  # it asks first; Cancel leaves it running
+    expect(page.locator("h1")).to_contain_text("Stop notebook?")
+    expect(page.get_by_test_id("confirm-action")).to_contain_text("ends every process in it")
+    shoot(page, "stop-confirm")
+    page.get_by_test_id("cancel").click()
+    expect(page.locator("h1 [data-role=state]")).to_have_text("running")
     page.click("[data-action=stop]")
+    page.click("[data-testid=confirm-stop]")
     page.evaluate("window.__noReload = true")
     expect(page.locator("h1 [data-role=state]")).to_have_text("stopped", timeout=20_000)
     assert page.evaluate("window.__noReload") is True

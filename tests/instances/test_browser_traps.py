@@ -46,6 +46,7 @@ def test_each_spec_says_whether_it_fits_queues_or_cannot_launch(
     expect(page.locator("[data-role=fit-note]")).to_have_text(
         "queues It waits in the queue until a slice frees."
     )
+    page.get_by_test_id("spec-fold-summary").click()  # what cannot run here is folded
     page.locator("tr[data-spec=a100-1g10gb] input").check()
     expect(page.locator("[data-role=fit-note]")).to_contain_text("cannot launch No host in")
 
@@ -107,7 +108,7 @@ def test_resize_offers_what_can_run_and_asks_before_stopping(
     page.goto(f"{live_server.url}/instances/{instance.pk}/")
 
     options = page.locator("#id_resize_spec option")
-    expect(options).to_have_text(["A100 1/2 — 1.80 USD/h"])  # in place: no stop
+    expect(options).to_have_text(["A100 1/2 — 1.80 USD/h · restarts it"])  # another fraction
     expect(page.locator("#id_resize_disk")).to_have_value("50")
 
     for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full now

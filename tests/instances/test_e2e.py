@@ -52,7 +52,8 @@ def test_launch_stop_start_resize_terminate(stack):
     assert second.pk != first.pk
     assert list(agent_allocations(host)) == [second.pk]
 
-    resized = api.post(f"/instances/{iid}/resize/", json={"spec": "a100-half"})
+    body = {"spec": "a100-half", "allow_restart": True}
+    resized = api.post(f"/instances/{iid}/resize/", json=body)
     assert resized.status_code == 202 and resized.json()["state"] == "rebooting"
     done = wait_state(api, iid, "running", stack)
     assert done["spec"] == "a100-half"

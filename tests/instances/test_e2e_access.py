@@ -4,9 +4,14 @@ terminal through the console's websocket relay, and the container's web server t
 port's own origin — to its tenant only."""
 
 import asyncio
+import contextlib
+import re
 import shlex
 import shutil
+import signal
 import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import asyncssh
@@ -15,13 +20,24 @@ import pytest
 import websockets
 from playwright.sync_api import expect
 
+from accounts.roles import Role
 from agent.engine import DEMO_IMAGE
-from tests.factories import ImageFactory
+from console import processes
+from tests.factories import ImageFactory, MembershipFactory
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent, wait_for
 from tests.instances.e2e import wait_state as wait_api_state
 from tests.pages import screenshot, sign_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
+
+
+def run_async(coroutine):
+    """asyncio.run in a thread of its own: the module's Playwright browser may keep an event
+    loop running in this one."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
+
+
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"]  # fmt: skip
 
@@ -113,7 +129,7 @@ def test_the_browser_terminal_runs_a_shell_through_the_console(stack, running):
                 seen += await asyncio.wait_for(ws.recv(), 10)
             return seen
 
-    assert b"30 100" in asyncio.run(session())
+    assert b"30 100" in run_async(session())
     events = running["api"].get(f"/instances/{running['id']}/events/").json()["results"]
     assert any("terminal session" in e["message"] for e in events)
 
@@ -172,3 +188,112 @@ def test_the_terminal_panel_types_a_command_and_shows_its_output(stack, running,
     page.keyboard.type("echo answer=$((6*7))\n")
     expect(page.get_by_test_id("terminal")).to_contain_text("answer=42", timeout=10_000)
     screenshot(page, "instances-terminal")
+
+
+def test_a_terminal_comes_back_to_the_same_shell_after_the_web_process_restarts(stack, running):
+    """A rolling restart of the console costs a terminal nothing: the panel's session id takes
+    back the shell the agent kept, with what it printed meanwhile; another member with the same
+    id gets a shell of their own; a panel closed on purpose ends its shell."""
+    token = running["api"].headers["Authorization"]
+    other_member = MembershipFactory(tenant=running["tenant"], role=Role.MEMBER)
+    other = api_client(stack, other_member).headers["Authorization"]
+    session = "0123456789abcdef0123456789abcdef"
+    url = f"ws://127.0.0.1:{stack.port}/ws/instances/{running['id']}/terminal/?session={session}"
+
+    def connect(who=token):
+        return websockets.connect(url, additional_headers={"Authorization": who})
+
+    async def until(ws, text: bytes) -> bytes:
+        seen = b""
+        while text not in seen:
+            seen += await asyncio.wait_for(ws.recv(), 10)
+        return seen
+
+    async def ask(ws, command: bytes) -> bytes:
+        await ws.send(command + b'; echo DO""NE\r')  # the echoed line is not the answer
+        return await until(ws, b"DONE\r\n")
+
+    def pid(answer: bytes) -> bytes:
+        return re.findall(rb"PID=([0-9]+)", answer)[-1]
+
+    def restart_web():
+        stack.web.stop()  # SIGTERM: the console closes its sockets with 1012
+        stack.web = stack.start("web-again", processes.web_cmd(stack.port))
+        processes.wait_http(f"{stack.url}/healthz", proc=stack.web.popen)
+
+    async def scenario():
+        async with connect() as ws:  # closed on purpose (1000) at the end of the block
+            closed_pid = pid(await ask(ws, b"echo PID=$$"))
+        ws = await connect()
+        said = await ask(ws, b"export MARK=kept; (sleep 4; echo LATE-$MARK) & echo PID=$$")
+        kept_pid = pid(said)
+        await asyncio.to_thread(restart_web)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:  # the rest of the prompt, then the close
+                await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd.code == 1012
+        async with connect(other) as theirs:
+            assert b"MARK=[]\r\n" in await ask(theirs, b"echo MARK=[$MARK]")
+        await asyncio.sleep(4)
+        async with connect() as back:
+            answer = await ask(back, b"echo MARK=[$MARK] PID=$$")
+            assert b"LATE-kept" in answer  # printed while no one was there
+            assert b"MARK=[kept] PID=" + kept_pid in answer
+            await back.send(b"exit\r")
+            await asyncio.wait_for(back.wait_closed(), 10)
+        return closed_pid, kept_pid
+
+    closed_pid, kept_pid = run_async(scenario())
+
+    async def alive(pid: bytes) -> bool:
+        """Running or sleeping: an ended shell may stay a zombie of the image's init."""
+        state = b"s=$(cut -d' ' -f3 /proc/%s/stat 2>/dev/null); [ -n \"$s\" ] && [ $s != Z ]" % pid
+        async with connect() as ws:
+            return b"ALIVE" in await ask(ws, state + b" && echo ALI''VE")
+
+    def ended(pid: bytes) -> bool:
+        return not run_async(alive(pid))
+
+    wait_for(lambda: ended(closed_pid) and ended(kept_pid), what="the shells to end", interval=1)
+    events = running["api"].get(f"/instances/{running['id']}/events/").json()["results"]
+    messages = [e["message"] for e in events]
+    assert any("waits 60 s to be taken back" in m for m in messages), messages
+    assert any(m.startswith("terminal session taken back") for m in messages), messages
+
+
+def test_a_web_restart_cuts_a_port_download_after_its_grace(stack, running):
+    """A graceful stop of a web process does not wait on a tenant's long download from a port
+    (here a CGI script of the container's web server that takes 40 s): the download is cut
+    after WEB_SHUTDOWN_GRACE_SECONDS and the process exits well within systemd's 30 s."""
+    token = running["api"].headers["Authorization"]
+    terminal = f"ws://127.0.0.1:{stack.port}/ws/instances/{running['id']}/terminal/"
+    script = (
+        "mkdir -p /srv/cgi-bin && printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\n"
+        "for i in $(seq 40); do echo line $i; sleep 1; done\\n' > /srv/cgi-bin/slow && "
+        'chmod +x /srv/cgi-bin/slow && echo MA""DE\r'
+    )
+
+    async def make_slow_script():
+        async with websockets.connect(terminal, additional_headers={"Authorization": token}) as ws:
+            await ws.send(script.encode())
+            seen = b""
+            while b"MADE\r\n" not in seen:
+                seen += await asyncio.wait_for(ws.recv(), 30)
+
+    run_async(make_slow_script())
+    (jupyter,) = running["instance"]["ports"]
+    headers = {"Host": urlsplit(jupyter["origin_url"]).netloc, "Authorization": token}
+    grace = processes.WEB_SHUTDOWN_GRACE_SECONDS
+    with httpx.stream("GET", f"{stack.url}/cgi-bin/slow", headers=headers, timeout=60) as download:
+        assert download.status_code == 200
+        lines = download.iter_lines()
+        assert next(lines) == "line 1"
+        asked = time.monotonic()
+        stack.web.popen.send_signal(signal.SIGTERM)
+        stack.web.popen.wait(timeout=grace + 10)
+        took = time.monotonic() - asked
+        rest = []
+        with contextlib.suppress(httpx.HTTPError):
+            rest.extend(lines)
+        assert "line 40" not in rest  # cut, not finished
+    assert took < grace + 5, took

@@ -40,25 +40,36 @@ def test_agent_down_then_host_silent_then_back(stack, settings):
         stack=stack,
     )
 
-    # the agent dies: a launch placed on it is retried, then fails with the reason
+    # the agent dies: a launch placed on it is retried, then waits for its host, saying so
     agent.kill()
     second = api.post("/instances/", json={"name": "second", **LAUNCH}).json()
     assert second["state"] == "provisioning"
-    failed = wait_state(api, second["id"], "failed", stack, timeout=30)
-    assert failed["state_reason"].startswith("agent_unavailable: gave up after 2 retries")
+    waiting = wait_for(
+        lambda: (
+            (r := api.get(f"/instances/{second['id']}/").json())["state_reason"].startswith(
+                "Waiting for its host gpu-1"
+            )
+            and r
+        ),
+        timeout=30,
+        what="the launch waiting for its host",
+        stack=stack,
+    )
+    assert waiting["state"] == "provisioning"
     assert stack.worker.log().count("tasks.provision[") >= 3  # received, retried, retried
     assert "Retry in" in stack.worker.log()
-    assert not GpuClaim.objects.filter(allocation__instance_id=second["id"]).exists()
 
     # the watchdog marks it unreachable; past HOST_FAILOVER_SECONDS it is lost and its
-    # instances fail over
+    # instances fail over: the one that ran, and the launch that waited
     time.sleep(0.6)
     assert [h.name for h in fleet.mark_silent_hosts_unreachable(grace_seconds=0.5)] == ["gpu-1"]
     settings.HOST_FAILOVER_SECONDS = 0
-    assert recovery.fail_over_hosts() == 1
+    assert recovery.fail_over_hosts() == 2
+    assert Instance.objects.get(pk=second["id"]).state == State.FAILED
+    assert not GpuClaim.objects.filter(allocation__instance_id=second["id"]).exists()
     instance = Instance.objects.get(pk=first["id"])
     assert instance.state == State.FAILED
-    assert instance.state_reason.startswith("host gpu-1 lost at ")
+    assert instance.state_reason.startswith("host_lost: host gpu-1 lost at ")
     host.refresh_from_db()
     assert instance.events.order_by("at", "pk").last().at == host.last_heartbeat_at  # billing
     assert not GpuClaim.objects.exists()
@@ -126,7 +137,10 @@ def test_a_host_lost_for_good_its_instances_come_back_elsewhere_or_say_why_not(s
     steps = [(e.to_state, e.message) for e in instance.events.order_by("at", "pk")][-4:]
     assert steps[:3] == [
         ("unreachable", steps[0][1]),
-        ("failed", f"{lost}; it runs again elsewhere on a fresh disk, its old disk stays there"),
+        (
+            "failed",
+            f"host_lost: {lost}; it runs again elsewhere on a fresh disk, its old disk stays there",
+        ),
         ("starting", "Re-placed on a fresh disk after host gpu-a was lost; GPU slice reserved"),
     ]
     assert steps[3][0] == "running"
@@ -135,8 +149,8 @@ def test_a_host_lost_for_good_its_instances_come_back_elsewhere_or_say_why_not(s
     kept = api.get(f"/instances/{kept['id']}/").json()
     assert (kept["state"], kept["disk"]["host"]) == ("failed", "gpu-a")
     assert kept["state_reason"] == (
-        f"{lost}; its disk stays there until the host returns (its disk cannot move; launch "
-        "with on_host_loss=fresh_disk to come back elsewhere)"
+        f"host_lost: {lost}; its disk stays there until the host returns (its disk cannot "
+        "move; launch with on_host_loss=fresh_disk to come back elsewhere)"
     )
 
 

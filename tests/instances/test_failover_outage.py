@@ -66,7 +66,7 @@ def test_every_host_silent_at_once_is_the_consoles_outage_not_the_hosts(catalog,
     assert recovery.fail_over_hosts(later + timedelta(seconds=61)) == 1
     failed = Instance.objects.get(pk=instance.pk)
     assert failed.state == State.FAILED
-    assert failed.state_reason.startswith(f"host {host.name} lost at ")
+    assert failed.state_reason.startswith(f"host_lost: host {host.name} lost at ")
 
 
 def test_a_host_heard_again_restarts_only_the_clocks_of_those_silent_with_it(

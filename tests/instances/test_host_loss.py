@@ -62,8 +62,8 @@ def test_a_fresh_disk_instance_runs_again_on_another_host_billed_once(
     *_, failed, again = box.events.all()
     assert (failed.to_state, failed.at) == (State.FAILED, heard)
     assert failed.message == (
-        f"host host-a lost at {heard:%Y-%m-%d %H:%M} UTC; it runs again elsewhere on a fresh "
-        "disk, its old disk stays there"
+        f"host_lost: host host-a lost at {heard:%Y-%m-%d %H:%M} UTC; it runs again elsewhere "
+        "on a fresh disk, its old disk stays there"
     )
     assert (again.from_state, again.to_state) == (State.FAILED, State.STARTING)
     assert (
@@ -121,8 +121,8 @@ def test_otherwise_it_stays_failed_with_the_reason_in_words(catalog, tenant, age
     box.refresh_from_db()
     assert (box.state, box.disk_host, box.disk_name) == (State.FAILED, a, disk)
     assert box.state_reason == (
-        f"host host-a lost at {heard:%Y-%m-%d %H:%M} UTC; its disk stays there until the host "
-        f"returns ({why})"
+        f"host_lost: host host-a lost at {heard:%Y-%m-%d %H:%M} UTC; its disk stays there until "
+        f"the host returns ({why})"
     )
     assert not a.events.filter(message__startswith="Disk").exists()
 

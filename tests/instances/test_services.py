@@ -12,9 +12,10 @@ from django.utils import timezone
 from accounts.models import Quota
 from console.catalog.models import Mode
 from console.fleet.models import Gpu, Host
-from console.instances import outcomes, placement, queue, recovery, services
+from console.instances import outcomes, placement, queue, recovery, resizing, services
 from console.instances.models import Allocation, GpuClaim, Instance, InstanceEvent, State
 from console.instances.quota import usage
+from tests.factories import SpecFactory
 from tests.instances.helpers import make_instance, states
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
@@ -279,7 +280,9 @@ class TestActions:
             "start": services.start_instance,
             "reboot": services.reboot_instance,
             "terminate": services.terminate_instance,
-            "resize": lambda i: services.resize_instance(i, catalog.half),
+            "resize": lambda i: services.resize_instance(
+                i, catalog.half, allow_restart=True, allow_stop=True
+            ),
         }
         for action, call in calls.items():
             instance = make_instance(catalog, tenant, state=state)
@@ -323,7 +326,7 @@ class TestResize:
         catalog.host(gpus=1, mode=Mode.SHARED)
         instance = self.running(catalog, tenant)
         old = instance.current_allocation()
-        services.resize_instance(instance, catalog.half)
+        services.resize_instance(instance, catalog.half, allow_restart=True)
         instance.refresh_from_db()
         assert instance.state == State.REBOOTING
         assert instance.spec == catalog.half
@@ -341,7 +344,7 @@ class TestResize:
         fillers = [launch(catalog, tenant, spec=catalog.half), launch(catalog, tenant)]
         assert {f.state for f in fillers} == {State.PROVISIONING}  # 250 + 500 + 250 of 1000
         catalog.host("b", gpus=1, mode=Mode.SHARED)  # room, but not where its disk is
-        services.resize_instance(instance, catalog.half)
+        services.resize_instance(instance, catalog.half, allow_stop=True)
         instance.refresh_from_db()
         assert instance.state == State.STOPPING and instance.resume_after_stop
         assert usage(tenant).gpu_used == Decimal("1.25")  # its new quota stays reserved
@@ -432,10 +435,11 @@ class TestResizeRules:
         launch(catalog, tenant, spec=catalog.half)
         launch(catalog, tenant)  # its GPU is full; the host's other GPU is free
         sent = list(no_tasks)
-        assert services.resize_stops(instance)(catalog.half)
-        with pytest.raises(services.NeedsStop) as caught:
-            services.resize_instance(instance, catalog.half, allow_stop=False)
-        assert "the resize stops it" in caught.value.detail
+        assert resizing.impacts(instance)(catalog.half) == resizing.STOP
+        for allowed in ({}, {"allow_restart": True}):
+            with pytest.raises(services.NeedsConsent) as caught:
+                services.resize_instance(instance, catalog.half, **allowed)
+            assert "the resize stops it" in caught.value.message_dict["allow_stop"][0]
         instance.refresh_from_db()
         assert (instance.state, instance.spec) == (State.RUNNING, catalog.quarter)
         assert no_tasks == sent
@@ -443,12 +447,73 @@ class TestResizeRules:
         instance.refresh_from_db()
         assert (instance.state, instance.spec) == (State.STOPPING, catalog.half)
 
-    def test_in_place_needs_no_consent(self, catalog, tenant):
+    def test_a_restart_needs_consent(self, catalog, tenant, no_tasks):
         catalog.host(gpus=1, mode=Mode.SHARED)
         instance = self.running(catalog, tenant)
-        assert not services.resize_stops(instance)(catalog.half)
-        services.resize_instance(instance, catalog.half, allow_stop=False)
+        assert resizing.impacts(instance)(catalog.half) == resizing.RESTART
+        for allowed in ({}, {"allow_stop": True}):
+            with pytest.raises(services.NeedsConsent) as caught:
+                services.resize_instance(instance, catalog.half, **allowed)
+            assert "restarts it" in caught.value.message_dict["allow_restart"][0]
+        assert Instance.objects.get(pk=instance.pk).state == State.RUNNING and not no_tasks[1:]
+        services.resize_instance(instance, catalog.half, allow_restart=True)
         assert Instance.objects.get(pk=instance.pk).state == State.REBOOTING
+
+    def test_cpu_and_memory_only_apply_live(
+        self, catalog, tenant, no_tasks, django_capture_on_commit_callbacks
+    ):
+        from billing.models import UsageSegment
+
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.SHARED, vcpus=16, ram_mib=65536)
+        bigger = SpecFactory(
+            code="a100-quarter-xl", name="A100 1/4 XL", mode=Mode.SHARED, milli=250,
+            gpu_memory_mib=20480, gpu_model=catalog.a100, vcpus=12, ram_mib=49152, disk_gib=50,
+            price_per_hour=Decimal("1.2000"),
+        )  # fmt: skip
+        with django_capture_on_commit_callbacks(execute=True):
+            instance = self.running(catalog, tenant)
+        old = instance.current_allocation()
+        assert resizing.impacts(instance)(bigger) == resizing.LIVE
+        assert resizing.impacts(instance)(bigger, True) == resizing.RESTART  # a bigger disk
+        with django_capture_on_commit_callbacks(execute=True):
+            services.resize_instance(instance, bigger)  # no consent needed: nothing restarts
+        instance.refresh_from_db()
+        assert (instance.state, instance.spec) == (State.RUNNING, bigger)
+        allocation = instance.current_allocation()
+        assert allocation.pk == old.pk and (allocation.vcpus, allocation.ram_mib) == (12, 49152)
+        assert allocation.request["resources"]["memory_mib"] == 49152
+        assert no_tasks[-1] == ("set_limits", instance.pk, old.pk, catalog.quarter.pk)
+        assert instance.events.last().message.endswith("live: it kept running")
+        at = instance.events.last().at  # the run goes on, billed at the new spec from then
+        gpu = UsageSegment.objects.filter(instance=instance, kind="gpu")
+        assert gpu.get(ended_at=at).spec_id == catalog.quarter.pk
+        assert gpu.get(started_at=at, ended_at=None).spec_id == bigger.pk
+        # no room for more vCPUs on its host: it would have to move
+        huge = SpecFactory(
+            code="a100-quarter-xxl", name="A100 1/4 XXL", mode=Mode.SHARED, milli=250,
+            gpu_memory_mib=20480, gpu_model=catalog.a100, vcpus=32, ram_mib=4096, disk_gib=50,
+            price_per_hour=Decimal("2.0000"),
+        )  # fmt: skip
+        assert resizing.impacts(instance)(huge) == resizing.STOP
+
+    def test_a_refused_live_resize_goes_back(self, catalog, tenant, no_tasks):
+        catalog.host(gpus=1, mode=Mode.SHARED)
+        smaller = SpecFactory(
+            code="a100-quarter-s", name="A100 1/4 S", mode=Mode.SHARED, milli=250,
+            gpu_memory_mib=20480, gpu_model=catalog.a100, vcpus=2, ram_mib=1024, disk_gib=50,
+            price_per_hour=Decimal("0.8000"),
+        )  # fmt: skip
+        instance = self.running(catalog, tenant)
+        services.resize_instance(instance, smaller)
+        allocation = instance.current_allocation()
+        assert outcomes.undo_live_resize(
+            instance.pk, allocation.pk, catalog.quarter.pk, "the engine refused"
+        )
+        instance.refresh_from_db()
+        assert (instance.state, instance.spec) == (State.RUNNING, catalog.quarter)
+        assert instance.current_allocation().request["resources"]["memory_mib"] == 16384
+        assert "undone, it stays a100-quarter: the engine refused" in instance.events.last().message
 
     def test_the_disk_stays_whatever_the_specs_disk(self, catalog, tenant):
         from billing.models import UsageKind
@@ -460,7 +525,7 @@ class TestResizeRules:
         Spec.objects.filter(pk=catalog.half.pk).update(disk_gib=1000)
         instance = self.running(catalog, tenant)
         assert instance.disk_gib == 50
-        services.resize_instance(instance, catalog.half)
+        services.resize_instance(instance, catalog.half, allow_restart=True)
         instance.refresh_from_db()
         assert (instance.spec, instance.disk_gib) == (catalog.half, 50)
         cost = stopped_disk_cost_per_month(instance)
@@ -549,9 +614,9 @@ class TestFailover:
         running.refresh_from_db()
         assert running.state == State.FAILED
         assert running.state_reason == (
-            f"host {host.name} lost at {heartbeat:%Y-%m-%d %H:%M} UTC; its disk stays there "
-            "until the host returns (its disk cannot move; launch with on_host_loss=fresh_disk "
-            "to come back elsewhere)"
+            f"host_lost: host {host.name} lost at {heartbeat:%Y-%m-%d %H:%M} UTC; its disk stays "
+            "there until the host returns (its disk cannot move; launch with "
+            "on_host_loss=fresh_disk to come back elsewhere)"
         )
         event = running.events.last()
         assert event.at == heartbeat  # billing stops at the last heartbeat

@@ -71,16 +71,35 @@ def test_stop_deletes_on_the_agent_and_survives_redelivery(catalog, tenant, agen
     assert state(instance) == State.STOPPED
 
 
-def test_agent_down_retries_then_failed(catalog, tenant, agents, eager):
+def test_a_launch_whose_agent_is_down_waits_for_it_then_fails_when_it_stays_away(
+    catalog, tenant, agents, eager, settings
+):
     host = catalog.host(gpus=1, mode=Mode.SHARED)
     agents.down.add(host.name)
     instance = launch(catalog, tenant)
     tasks.provision.apply(args=[instance.pk])
     instance.refresh_from_db()
+    assert instance.state == State.PROVISIONING  # its slice held while it waits
+    assert instance.state_reason.startswith(f"Waiting for its host {host.name}, which does not")
+    assert agents.calls.count(host.name) == 3  # the call and two retries
+    assert instance.current_allocation().host == host
+
+    settings.HOST_FAILOVER_SECONDS = 0  # as long as a silent host is given: over
+    tasks.provision.apply(args=[instance.pk])
+    instance.refresh_from_db()
     assert instance.state == State.FAILED
     assert instance.state_reason.startswith("agent_unavailable: gave up after 2 retries")
-    assert agents.calls.count(host.name) == 3  # the call and two retries
     assert instance.current_allocation() is None
+
+
+def test_a_start_on_a_retired_host_does_not_wait(catalog, tenant, agents, eager):
+    host = catalog.host(gpus=1, mode=Mode.SHARED)
+    agents.down.add(host.name)
+    instance = launch(catalog, tenant)
+    Host.objects.filter(pk=host.pk).update(status=Host.Status.RETIRED)
+    tasks.provision.apply(args=[instance.pk])
+    instance.refresh_from_db()
+    assert instance.state == State.FAILED
 
 
 def test_agent_refusal_fails_at_once(catalog, tenant, agents, monkeypatch):
@@ -105,7 +124,7 @@ def test_resize_in_place_swaps_the_allocation(catalog, tenant, agents):
     instance = launch(catalog, tenant)
     tasks.provision.apply(args=[instance.pk])
     old = instance.current_allocation().pk
-    services.resize_instance(instance, catalog.half)
+    services.resize_instance(instance, catalog.half, allow_restart=True)
     tasks.resize.apply(args=[instance.pk, old])
     assert state(instance) == State.RUNNING
     new = Instance.objects.get(pk=instance.pk).current_allocation()
@@ -279,7 +298,7 @@ class TestReconcile:
         assert instance.state == State.UNREACHABLE
         assert (
             instance.state_reason
-            == f"host {host.name} not heard since {heard:%Y-%m-%d %H:%M:%S} UTC"
+            == f"host_unreachable: host {host.name} not heard since {heard:%Y-%m-%d %H:%M:%S} UTC"
         )
         assert instance.events.last().at == heard  # billing stops at the last heartbeat
         assert Allocation.objects.get(pk=allocation).released_at is None  # its slice kept

@@ -136,7 +136,13 @@ def test_detail_actions_and_terminate_confirmation(web, catalog, tenant):
     fragment = web.get(f"/instances/{instance.pk}/?partial=1").content.decode()
     assert fragment.lstrip().startswith("<div data-live-detail")
 
-    web.post(f"/instances/{instance.pk}/reboot/")
+    for action in ("reboot", "stop"):  # each asks first: a page, and nothing changes
+        asked = web.post(f"/instances/{instance.pk}/{action}/")
+        assert asked.status_code == 200
+        assert f"{action.capitalize()} nb?" in asked.content.decode()
+        assert "ends every process in it" in asked.content.decode()
+        assert Instance.objects.get(pk=instance.pk).state == State.RUNNING
+    web.post(f"/instances/{instance.pk}/reboot/", {"confirm": "on"})
     assert Instance.objects.get(pk=instance.pk).state == State.REBOOTING
     response = web.post(f"/instances/{instance.pk}/reboot/", follow=True)
     assert "Cannot reboot an instance that is rebooting." in response.content.decode()
@@ -165,7 +171,7 @@ def test_a_resize_that_stops_it_asks_first(web, catalog, tenant, no_tasks):
     for name, spec in (("f1", catalog.half), ("f2", catalog.quarter)):  # its GPU is full
         services.launch_instance(tenant, name=name, spec=spec, image=catalog.image)
     page = web.get(f"/instances/{instance.pk}/").content.decode()
-    assert 'data-needs-stop="1">A100 1/2 — 1.80 USD/h · stops it</option>' in page
+    assert 'data-impact="stop">A100 1/2 — 1.80 USD/h · stops it</option>' in page
 
     response = web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half"})
     assert response.status_code == 200
@@ -173,10 +179,31 @@ def test_a_resize_that_stops_it_asks_first(web, catalog, tenant, no_tasks):
     instance.refresh_from_db()
     assert (instance.state, instance.spec) == (State.RUNNING, catalog.quarter)  # asked only
 
-    response = web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half", "confirm": "on"})
+    agreed = {"spec": "a100-half", "confirm": "restart"}  # agreed to less than it does
+    assert web.post(f"/instances/{instance.pk}/resize/", agreed).status_code == 200
+    response = web.post(
+        f"/instances/{instance.pk}/resize/", {"spec": "a100-half", "confirm": "stop"}
+    )
     assert response.status_code == 302
     instance.refresh_from_db()
     assert (instance.state, instance.spec) == (State.STOPPING, catalog.half)
+
+
+def test_a_resize_that_restarts_it_is_labelled_and_asks_first(web, catalog, tenant, no_tasks):
+    catalog.host(gpus=1, mode=Mode.SHARED)
+    instance = services.launch_instance(
+        tenant, name="nb", spec=catalog.quarter, image=catalog.image
+    )
+    outcomes.mark_running(instance.pk, instance.current_allocation().pk)
+    page = web.get(f"/instances/{instance.pk}/").content.decode()
+    assert 'data-impact="restart">A100 1/2 — 1.80 USD/h · restarts it</option>' in page
+
+    response = web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half"})
+    assert "Restart nb to resize it?" in response.content.decode()
+    assert Instance.objects.get(pk=instance.pk).state == State.RUNNING
+    web.post(f"/instances/{instance.pk}/resize/", {"spec": "a100-half", "confirm": "restart"})
+    instance.refresh_from_db()
+    assert (instance.state, instance.spec) == (State.REBOOTING, catalog.half)
 
 
 def test_resize_refusals_are_messages(web, catalog, tenant):

@@ -58,7 +58,8 @@ def test_the_instance_page_shows_what_it_runs_its_disk_and_logs(web, catalog, te
     )  # fmt: skip
     page = web.get(f"/instances/{instance.pk}/").content.decode()
     assert catalog.image.reference in page
-    assert "sh -c exit 3" in page
+    # the argv as a shell line that gives it back: copyable, quoting kept
+    assert 'data-testid="command-line">sh -c &#x27;exit 3&#x27;<' in page
     assert 'data-testid="exit-code">3<' in page
     assert "50 GiB at /workspace on gpu-a" in page
     assert f'data-logs-url="/api/v1/instances/{instance.pk}/logs/?tail=500"' in page

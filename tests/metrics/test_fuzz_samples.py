@@ -17,6 +17,8 @@ from console.fleet.models import Gpu
 from console.metrics import history, live
 from console.metrics.models import MetricMinute
 
+pytestmark = pytest.mark.slow  # property-based: many examples
+
 MIG = "MIG-host-a-0-0"
 NOW = time.time()
 

@@ -63,7 +63,7 @@ def scraped(world):
 
 def test_names_are_the_dcgm_exporters(scraped):
     assert set(scraped) >= DCGM
-    assert all(f.startswith("DCGM_FI_DEV_") for f in scraped)
+    assert all(f.startswith(("DCGM_FI_DEV_", "gpucloud_")) for f in scraped)
 
 
 def test_gpu_series_have_dcgm_labels_and_values(world, scraped):

@@ -80,6 +80,13 @@ def test_prometheus_scrapes_dcgm_series_with_tenants(stack, tenant, other_tenant
             "DCGM_FI_DEV_SM_CLOCK",
         ):
             assert query(base, f'{name}{{Hostname="gpu-host-3"}}'), name
+        # the operational families, from the same scrape
+        assert float(query(base, 'gpucloud_hosts{status="active"}')[0]["value"][1]) == 1
+        [age] = query(base, 'gpucloud_host_heartbeat_age_seconds{host="gpu-host-3"}')
+        assert 0 <= float(age["value"][1]) < 30
+        assert float(query(base, 'gpucloud_instances{state="running"}')[0]["value"][1]) == 2
+        queues = {s["metric"]["queue"] for s in query(base, "gpucloud_celery_queue_length")}
+        assert queues >= {"default", "provisioning", "billing", "metrics"}
     finally:
         server.terminate()
         server.wait(timeout=10)

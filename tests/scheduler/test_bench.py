@@ -96,3 +96,31 @@ def test_a_load_spaces_that_many_arrivals_evenly(tmp_path, capsys):
     span = jobs[-1].arrival + (jobs[1].arrival - jobs[0].arrival)
     asked = sum(job.demand * min(job.duration, span) for job in jobs)
     assert abs(asked / (3000 * span) - 1.0) < 0.05
+
+
+def test_a_fraction_mix_is_measured_beside_the_files_own_fractions(tmp_path, capsys):
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    main = runpy.run_path(str(BENCH))["main"]
+    args = ["--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv")]
+    main([*args, "--fractions", "--policies", "best-fit,fgd"])
+    table = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in table if line.startswith(("file's", "11 fractions "))]
+    assert [row[:3] for row in rows] == [
+        ["file's", "fractions", "best-fit"],
+        ["file's", "fractions", "fgd"],
+        ["11", "fractions", "best-fit"],
+        ["11", "fractions", "fgd"],
+    ]
+    assert all(row[-2] == "(baseline)" for row in rows[:2])
+    assert all(row[-2].endswith("x") and float(row[-2][:-1]) > 0 for row in rows[2:])
+    assert table[-1] == "11 fractions: 100,125,200,250,300,333,460,500,600,750,810 milli-GPU"
+
+    main([*args, "--fractions", "125,333", "--json"])
+    for result in json.loads(capsys.readouterr().out).values():
+        baseline = result["baseline"]
+        assert baseline["requests"] == 4  # the file as it is: its demand reaches capacity
+        assert result["decisions_per_cpu_s_vs_baseline"] == (
+            result["decisions_per_cpu_s"] / baseline["decisions_per_cpu_s"]
+        )
+        assert result["unallocated_vs_best_fit"] >= 0

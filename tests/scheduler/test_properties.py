@@ -13,6 +13,8 @@ from console.scheduler.policies import POLICIES, apply, place, release
 from console.scheduler.workload import Workload
 from tests.scheduler.helpers import feasible, hosts, index_view, requests, taken
 
+pytestmark = pytest.mark.slow  # property-based: many examples
+
 
 def where(placement: Placement) -> tuple:
     return placement.host_id, tuple(sorted(placement.gpu_indexes)), placement.mig_start

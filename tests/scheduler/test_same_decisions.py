@@ -2,15 +2,20 @@
 state, the same score and tie-breaks (helpers.fgd_everywhere)."""
 
 import copy
+import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from console.scheduler import cluster as cluster_module
 from console.scheduler.cluster import Cluster
 from console.scheduler.model import MILLI, SHARED, Gpu, Node, Placement, Request
 from console.scheduler.policies import apply, place, release
 from console.scheduler.workload import Workload
 from tests.scheduler.helpers import fgd_everywhere, hosts, requests
+
+pytestmark = pytest.mark.slow  # property-based: many examples
 
 # many distinct fractions, so that GPUs take many states
 FRACTIONS = (100, 125, 200, 250, 300, 333, 460, 500, 600, 750, 810, 1000)
@@ -81,3 +86,47 @@ def test_fgd_decides_as_the_straightforward_search_on_trace_like_clusters(all_ho
 )
 def test_fgd_decides_as_the_straightforward_search_in_every_mode(all_hosts, prior, steps):
     replay(all_hosts, prior, steps)
+
+
+# two mixes of eleven fractions: the first that of bench/scheduler.py --fractions
+MIXES = (
+    (100, 125, 200, 250, 300, 333, 460, 500, 600, 750, 810),
+    (50, 125, 175, 230, 290, 333, 410, 470, 530, 660, 875),
+)
+
+
+@pytest.mark.parametrize("log_min", [cluster_module.LOG_MIN, 0])
+@pytest.mark.parametrize("fractions", MIXES)
+def test_fgd_decides_as_the_straightforward_search_on_mixes_of_eleven_fractions(
+    fractions, log_min, monkeypatch
+):
+    """Hundreds of requests on a trace-like cluster, many GPU states: each shape's ranking
+    of states, kept up to date as buckets come and go (and started again whenever the log
+    of created buckets outgrows them, with log_min 0), leaves every decision as it was."""
+    monkeypatch.setattr(cluster_module, "LOG_MIN", log_min)
+    draw = random.Random(fractions[0])
+    all_hosts = [
+        Node(
+            id=f"h{i}",
+            region="eu",
+            schedulable=True,
+            free_cpu_milli=draw.choice((16000, 32000, 96000)),
+            free_ram_mib=draw.choice((65536, 131072, 524288)),
+            gpus=[
+                Gpu(j, draw.choice(("t4", "v100")), SHARED, 0) for j in range(draw.randint(1, 8))
+            ],
+        )
+        for i in range(30)
+    ]
+    steps = []
+    for _ in range(300):
+        count = draw.choice((0, 1, 1, 1, 1, 1, 1, 2))
+        request = Request(
+            SHARED,
+            gpu_count=count,
+            milli=draw.choice(fractions) if count == 1 else MILLI if count else 0,
+            cpu_milli=draw.choice((1000, 2000, 4000, 8000)),
+            ram_mib=draw.choice((4096, 16384, 32768)),
+        )
+        steps.append((request, draw.randint(0, 2)))
+    replay(all_hosts, [], steps)

@@ -33,6 +33,7 @@ def _calls(calls) -> list[tuple[str, str, str]]:
     return [tuple(line.split(" ", 2)) for line in calls.read_text().splitlines()]
 
 
+@pytest.mark.integration
 def test_each_fraction_has_a_daemon_whose_servers_get_its_limits(tmp_path, fake_mps_control):
     daemons = MpsDaemons(tmp_path / "mps")
     eighth, half = _alloc("a-1", 125, 11517), _alloc("a-2", 500, 40960)
@@ -62,6 +63,7 @@ def test_each_fraction_has_a_daemon_whose_servers_get_its_limits(tmp_path, fake_
     assert len(_calls(fake_mps_control)) == 7
 
 
+@pytest.mark.integration
 def test_a_daemon_left_by_an_earlier_launch_is_ended_first(tmp_path, fake_mps_control):
     daemons = MpsDaemons(tmp_path / "mps")
     alloc = _alloc("a-1", 250, 20480)
@@ -76,6 +78,7 @@ def test_a_daemon_left_by_an_earlier_launch_is_ended_first(tmp_path, fake_mps_co
     ]
 
 
+@pytest.mark.integration
 def test_no_server_runs_without_its_limits(tmp_path, fake_mps_control):
     fake_mps_control.with_name("calls.fail").write_text(
         "set_default_device_pinned_mem_limit 0 20480M\n"

@@ -268,6 +268,7 @@ def test_the_console_refuses_a_post_from_a_port_origin_even_with_a_tossed_csrf_c
     assert browser.post("/tokens/", form, HTTP_ORIGIN="http://testserver").status_code == 302
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "env",
     [
@@ -286,6 +287,7 @@ def test_settings_that_would_trust_the_ports_origins_are_refused(env):
     assert check.returncode != 0 and "covers the ports' hosts" in check.stderr
 
 
+@pytest.mark.integration
 def test_https_gives_the_consoles_cookies_the_host_prefix():
     check = subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); from django.conf import "

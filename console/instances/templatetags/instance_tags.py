@@ -1,8 +1,30 @@
+import shlex
 from decimal import Decimal
 
 from django import template
 
+from console.instances import reasons
+
 register = template.Library()
+
+
+@register.filter
+def argv(value) -> str:
+    """A command (a list of arguments) as a shell line that gives that list back when pasted."""
+    return shlex.join(value or [])
+
+
+@register.filter
+def cuda(image) -> str:
+    """The CUDA version an image names; none for an image without CUDA ("-" or empty)."""
+    version = (image.cuda_version or "").strip()
+    return "" if version in ("", "-") else version
+
+
+@register.filter
+def reason_text(instance) -> str:
+    """Why the instance is in its state, in words (reasons.py)."""
+    return reasons.of_instance(instance)
 
 
 @register.filter

@@ -1,0 +1,7 @@
+"""What a command refuses or cannot do: one line (and field errors) on stderr, exit status 1."""
+
+
+class CliError(Exception):
+    def __init__(self, message: str, fields: dict | None = None):
+        super().__init__(message)
+        self.fields = fields or {}
