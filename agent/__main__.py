@@ -1,7 +1,7 @@
 """`gpucloud-agent` / `python -m agent`: run the host agent."""
 
 import argparse
-import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -9,6 +9,7 @@ from pathlib import Path
 import pynvml
 from docker.errors import DockerException
 
+from agent import logs
 from agent.allocations import MODES
 from agent.api import create_app
 from agent.backends.nvml import NvmlBackend
@@ -125,6 +126,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"seconds (default: the server's, or {DEFAULT_HEARTBEAT_INTERVAL})",
     )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=os.environ.get("LOG_FORMAT") or "text",
+        help="one JSON object a line (default: LOG_FORMAT, else text)",
+    )
     return p
 
 
@@ -175,12 +182,7 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(probe(words[1:]))
     args = _parse(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if args.log_level.upper() != "DEBUG":
-        # httpx logs each request at INFO: every sample push (one a second) and heartbeat
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+    logs.configure(args.log_level, args.log_format)
     store = StateStore(args.state_dir)
     if args.backend == "sim":
         backend = SimBackend(args.hostname, MODELS[args.model], args.modes)

@@ -68,6 +68,7 @@ def serve(app, host: str, port: int, log_level: str) -> None:
         port=port,
         log_level=log_level,
         access_log=False,
+        log_config=None,  # its lines go through the agent's handler (agent/logs.py)
         lifespan="on",
         timeout_graceful_shutdown=5,
     )

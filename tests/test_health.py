@@ -128,8 +128,9 @@ def test_healthz_is_503_when_the_broker_is_down(monitor, settings, monkeypatch):
     from console.processes import free_port
 
     url = f"redis://127.0.0.1:{free_port()}/0"
-    settings.CELERY_BROKER_URL = url
+    # app.conf reads the settings: patched first, so that what it restores is the real URL
     monkeypatch.setattr(app.conf, "broker_url", url)
+    settings.CELERY_BROKER_URL = url
     response = monitor.get("/healthz")
     assert response.status_code == 503
     assert response.json()["components"]["broker"]["status"] == "down"

@@ -14,6 +14,8 @@ import pytest
 import redis
 
 from console import processes
+from console.fleet import services as fleet
+from tests.factories import GpuModelFactory, RegionFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,3 +80,26 @@ def test_worker_and_beat_write_only_json_lines_from_start_to_shutdown(redis_url,
     assert "worker: Warm shutdown (MainProcess)" in worker_says
     assert any(m.startswith("celery beat v") and "scheduler ->" in m for m in beat_says)
     assert "Scheduler: Sending due task" in "\n".join(beat_says)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_an_agent_writes_only_json_lines_its_http_servers_included(stack, tmp_path):
+    """LOG_FORMAT=json reaches the agent too (its own program, its own copy of the format):
+    its registration, its HTTP server's lines and its shutdown, each one JSON line."""
+    RegionFactory(code="local-1")
+    GpuModelFactory()
+    _, token = fleet.create_join_token("local-1")
+    listen = f"127.0.0.1:{processes.free_port()}"
+    cmd = processes.agent_cmd(
+        stack.url, tmp_path / "state", listen, join_token=token, hostname="json-1",
+        region="local-1", gpus=1, model="a100-80gb", mode="shared",
+    )  # fmt: skip
+    agent = stack.start("agent-json", cmd, LOG_FORMAT="json")
+    agent.wait_for_log("Uvicorn running on")
+    agent.stop()
+    log_path = tmp_path / "agent.log"
+    log_path.write_text(agent.log())
+    says = _messages(log_path)
+    assert any(m.startswith(f"Uvicorn running on http://{listen}") for m in says)
+    assert any("registered with" in m for m in says)

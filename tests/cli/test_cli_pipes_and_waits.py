@@ -37,8 +37,9 @@ def test_launch_wait_gives_up_after_its_timeout(cli):  # noqa: F811
     )
     assert code == 1 and out == ""
     pk = json.loads(cli("--json", "instances")[1])[0]["id"]
-    waited, gave_up = err.splitlines()
-    assert waited.startswith("queued: pending (") and "capacity" in waited  # and why it waits
+    *waited, gave_up = err.splitlines()  # a line each time its state or reason changed
+    assert waited and all(line.startswith("queued: pending") for line in waited), waited
+    assert "capacity" in waited[-1]  # and why it waits
     assert gave_up == (
         f"gpucloud: queued is still pending after 1 s: follow it with `gpucloud show {pk}`"
     )

@@ -190,6 +190,25 @@ def test_the_terminal_panel_types_a_command_and_shows_its_output(stack, running,
     screenshot(page, "instances-terminal")
 
 
+@pytest.mark.browser
+def test_the_terminal_panel_reconnects_to_its_shell_across_a_web_restart(stack, running, page):
+    """The panel connects again by itself when the console restarts under it, and its shell is
+    the same one: what the tenant set in it is still there."""
+    sign_in(page, stack.url, "mia")
+    page.goto(f"{stack.url}/instances/{running['id']}/")
+    expect(page.locator("[data-live-status]")).to_have_text("● live")
+    page.click("[data-terminal-connect]")
+    status = page.locator("[data-terminal-status]")
+    expect(status).to_have_text("· connected", timeout=10_000)
+    page.keyboard.type("export MARK=kept\n")
+    stack.web.stop()  # SIGTERM: the console closes its sockets with 1012
+    expect(status).not_to_have_text("· connected", timeout=10_000)
+    stack.web = stack.start("web-again", processes.web_cmd(stack.port))
+    expect(status).to_have_text("· connected", timeout=30_000)
+    page.keyboard.type('echo "mark=$MARK"\n')
+    expect(page.get_by_test_id("terminal")).to_contain_text("mark=kept", timeout=10_000)
+
+
 def test_a_terminal_comes_back_to_the_same_shell_after_the_web_process_restarts(stack, running):
     """A rolling restart of the console costs a terminal nothing: the panel's session id takes
     back the shell the agent kept, with what it printed meanwhile; another member with the same
