@@ -24,13 +24,12 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str, form: str) -> None:
-    """One handler on the root logger; uvicorn's loggers send their lines to it too (the server
+    """One handler on the root logger (unless the process has one already, as under a test
+    runner); uvicorn's loggers send their lines to it too (the server
     is started with log_config=None). httpx logs each request at INFO (every sample push and
     heartbeat): routine, so only at DEBUG."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if form == "json" else logging.Formatter(TEXT))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    logging.basicConfig(level=level.upper(), handlers=[handler])  # a no-op where one is set
     if level.upper() != "DEBUG":
         logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -42,6 +42,7 @@ from agent.allocations import Allocation
 from agent.errors import ApiError
 from agent.mps import CLIENT_PIPE, MpsDaemons
 from agent.networks import TenantNetworks
+from agent.pulls import PullProgress
 from agent.runtime import (
     KEPT_LOG_BYTES,
     Exit,
@@ -90,7 +91,6 @@ PIDS_FLOOR = 256
 # what one GPU may hold: 7 MIG instances, or 8 fractions of the catalog's smallest (1/8)
 CONTAINERS_PER_GPU = 8
 ENGINE_TIMEOUT_SECONDS = 30
-PULL_REPORT_SECONDS = 2.0
 KMSG = Path("/dev/kmsg")
 KERNEL_PIDS = ("pid_max", "threads-max")
 LIVE_STATES = ("running", "created", "configured", "initialized", "paused")
@@ -248,10 +248,6 @@ def _iso(engine_time: str | None) -> str | None:
     except ValueError:
         return None
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{frac}Z"
-
-
-def _size(size: float) -> str:
-    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
 
 
 def killed_for_memory(container_id: str) -> bool:
@@ -412,31 +408,24 @@ class OciRuntime:
         except APIError as exc:
             raise LaunchError(f"engine_unavailable: {exc.explanation or exc}") from exc
         repository, tag = _split_reference(reference)
-        progress(f"pulling {reference}")
-        started = time.monotonic()
-        layers: dict[str, tuple[float, float]] = {}
-        reported = 0.0
+        pull = PullProgress(reference)
+        progress(pull.start())
         try:
             for line in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
                 if line.get("error"):
                     raise LaunchError(f"image_pull_failed: {reference}: {line['error']}")
-                detail = line.get("progressDetail") or {}
-                if line.get("id") and detail.get("total"):
-                    layers[line["id"]] = (detail.get("current", 0), detail["total"])
-                if layers and time.monotonic() - reported >= PULL_REPORT_SECONDS:
-                    done = sum(c for c, _ in layers.values())
-                    total = sum(t for _, t in layers.values())
-                    progress(f"pulling {reference}: {_size(done)} of {_size(total)}")
-                    reported = time.monotonic()
+                pull.feed(line)
+                if report := pull.due():
+                    progress(report)
         except NotFound as exc:
             raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc
         except APIError as exc:
             raise LaunchError(f"image_pull_failed: {reference}: {exc.explanation or exc}") from exc
         try:
-            self.client.images.get(reference)
+            image = self.client.images.get(reference)
         except ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {reference} (the pull brought nothing)") from exc
-        progress(f"pulled {reference} in {time.monotonic() - started:.0f} s")
+        progress(pull.finished(image.id))
 
     # --- containers -----------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ pieces), finalization (the month's invoices) and the operators' CSV export.
 It creates its own database (DATABASE_URL, default
 postgres://postgres@127.0.0.1:5432/billbench), migrates it, and drops it at the end (unless
 --keep). Two months are billed through the production code (billing.metering.rate_pending,
-billing.invoices.finalize_month, billing.invoices.month_export_csv):
+billing.finalize.finalize_month, billing.exports.month_export_csv):
 
 - February: the first --small tenants (default 1,000) × --segments segments;
 - March: all --tenants tenants (default 10,000) × --segments segments (default 100),
@@ -275,7 +275,7 @@ def finalize(month: datetime, now: datetime):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from billing.invoices import finalize_month
+    from billing.finalize import finalize_month
 
     with CaptureQueriesContext(connection) as queries:
         result, seconds = timed(finalize_month, month.date(), now=now)
@@ -286,7 +286,7 @@ def finalize(month: datetime, now: datetime):
 
 
 def export_csv(month: datetime):
-    from billing.invoices import issued, month_export_csv
+    from billing.exports import issued, month_export_csv
 
     def run():
         return month_export_csv(issued(month.date()))

@@ -5,20 +5,30 @@ Everything runs in a throwaway directory: a SQLite database (migrated here, with
 GPUs, one whole-GPU instance per GPU, and tenants of 8 instances with a member token each),
 Redis (REDIS_URL, else the one `make run` starts: `redis-server` where installed, else the
 fakeredis server in a process of its own; `--redis embedded` or `--redis redis-server` picks
-one), and `--servers` uvicorn processes. The agents are simulated
-in a process of the bench's own: each reads a round (a `gpu` and an `allocation` sample per GPU)
-once a second and hands it to the agent's own `Reporter` (agent/control.py), which pushes it to
-/agent/v1/samples with its host's secret exactly as a running agent does; latency starts at
-the read. The viewers, in another process, are `websockets` clients on
-/ws/instances/<id>/metrics/ with a member's bearer token; latency ends when one receives.
+one), and `--servers` uvicorn processes. The agents are simulated in processes of the
+bench's own (`--agents-per-process`, 250 by default): each reads a round (a `gpu` and an
+`allocation` sample per GPU) once a second and hands it to the agent's own `Reporter`
+(agent/control.py), which pushes it to /agent/v1/samples with its host's secret exactly as a
+running agent does; latency starts at the read. The viewers, in another process, are
+`websockets` clients on /ws/instances/<id>/metrics/ with a member's bearer token; latency
+ends when one receives.
 
 Per run it prints: samples in, messages expected and delivered, lost, agent-read → client-
 received latency (p50/p99/max), the CPU the server processes (and Redis) used, as cores, and
 how late the bench's own two event loops ran (p99): what of a latency is the bench's.
-The baseline (`polling`) is the target load watched by plain HTTP polling of the history API
-every second instead of websockets.
+The baseline (`bare`) is the target load with no agent, no push and no live window: a process
+of the bench's own PUBLISHes each GPU's sample frame straight to its instance's Redis channel,
+as the console's ingestion does, and the same servers relay it to the same viewers. No change
+of ours makes that path faster, so the other runs' figures are also given as ratios to it.
+`polling` is the target load watched by plain HTTP polling of the history API every second.
 
-    .venv/bin/python bench/metrics.py                        # small, target, polling
+`--runs scaling` measures how the servers' CPU grows with the fleet: at each size of `--scale`
+(GPUs, default 1,000, 5,000 and 10,000, `--gpus` to an agent, one read a second each, 500
+viewers) an agents run and a bare run, then a table of samples per second per web core and
+the read → browser p99 beside the bare path's.
+
+    .venv/bin/python bench/metrics.py                        # small, target, bare, polling
+    .venv/bin/python bench/metrics.py --runs scaling --seconds 10 --scale 1000,5000
     .venv/bin/python bench/metrics.py --runs target --seconds 30 --servers 4 --redis redis-server
     .venv/bin/python bench/metrics.py --agents 50 --gpus 8 --viewers 200 --runs custom
 """
@@ -45,10 +55,13 @@ from scratch import embedded_redis_process, make_run_redis  # noqa: E402 - bench
 from stats import percentile  # noqa: E402 - bench/ is on the path when run as a script
 
 RUNS = {
-    "small": {"agents": 10, "gpus": 8, "viewers": 50, "watch": "ws"},
-    "target": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "ws"},
-    "polling": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "poll"},
+    "small": {"agents": 10, "gpus": 8, "viewers": 50, "watch": "ws", "push": "agent"},
+    "target": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "ws", "push": "agent"},
+    "bare": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "ws", "push": "bare"},
+    "polling": {"agents": 125, "gpus": 8, "viewers": 500, "watch": "poll", "push": "agent"},
 }
+SCALE_VIEWERS = 500
+TARGET_GPUS, TARGET_P99_MS = 10_000, 250.0
 INSTANCES_PER_TENANT = 8
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -246,6 +259,14 @@ class AgentsTally:
     loop_lag: list[float] = field(default_factory=list)
     cpu: float = 0.0
 
+    def merge(self, other: "AgentsTally") -> None:
+        self.samples_in += other.samples_in
+        self.posts_failed += other.posts_failed
+        self.post_seconds += other.post_seconds
+        self.expected |= other.expected
+        self.loop_lag += other.loop_lag
+        self.cpu += other.cpu
+
 
 @dataclass
 class ViewersTally:
@@ -281,15 +302,19 @@ async def loop_lag(lags: list, every: float = 0.01) -> None:
         lags.append((time.time(), time.monotonic() - began - every))
 
 
-async def agent(address, host, watched, tally: AgentsTally, window: Window, phase):
+def reporter_of(address, host):
+    """The agent's own Reporter for `host`, pushing to the server at `address`."""
+    from agent.control import Reporter
+
+    identity = {"server": f"http://{address}", "host_id": host["id"], "secret": host["secret"]}
+    return Reporter(None, identity, 5.0, address)
+
+
+async def agent(reporter, host, watched, tally: AgentsTally, window: Window, phase):
     """A host agent's reading and pushing: a round of samples read each second and handed to
     the agent's own Reporter, which pushes it as the real agent does (at once, buffered and
     backing off while the console is away). At the end it stops reading and flushes what is
     buffered, as the agent does when it stops."""
-    from agent.control import Reporter
-
-    identity = {"server": f"http://{address}", "host_id": host["id"], "secret": host["secret"]}
-    reporter = Reporter(None, identity, 5.0, address)
 
     async def push() -> None:
         while True:
@@ -430,19 +455,24 @@ def viewers_process(conn, addresses, watched, tokens, watch) -> None:
     conn.send(tally)
 
 
-def agents_process(conn, addresses, hosts, watched, window: Window) -> None:
-    """The agents, in a process of their own: they read from 3 s before the window to its
-    end, then flush, and the process sends back its tally."""
+def agents_process(conn, addresses, hosts, watched, first: int, fleet: int) -> None:
+    """Agents, in a process of their own: `hosts`, the fleet's from number `first` of `fleet`.
+    Once they are set up (an HTTP client each: seconds for a thousand) it says "ready" and
+    receives the window; they read from 3 s before it to its end, then flush, and the process
+    sends back its tally."""
     began = time.process_time()
 
     async def main() -> AgentsTally:
         tally = AgentsTally()
+        numbered = list(enumerate(hosts, start=first))
+        reporters = [reporter_of(addresses[n % len(addresses)], h) for n, h in numbered]
+        conn.send("ready")
+        window = conn.recv()
         lags: list[tuple[float, float]] = []
         lag = asyncio.ensure_future(loop_lag(lags))
         await asyncio.gather(*[
-            agent(addresses[n % len(addresses)], host, watched, tally, window,
-                  phase=n / max(1, len(hosts)))
-            for n, host in enumerate(hosts)
+            agent(reporter, host, watched, tally, window, phase=n / fleet)
+            for reporter, (n, host) in zip(reporters, numbered, strict=True)
         ])  # fmt: skip
         lag.cancel()
         tally.loop_lag = [seconds for at, seconds in lags if at in window]
@@ -453,8 +483,54 @@ def agents_process(conn, addresses, hosts, watched, window: Window) -> None:
     conn.send(tally)
 
 
-def drive(world, servers, agents, viewers, watch, warmup, seconds, drain):
-    """The viewers connect; then the agents start, and `seconds` after `warmup` count."""
+def publisher_process(conn, hosts, watched) -> None:
+    """The baseline's source, in a process of its own: at each host's moment of the second, one
+    frame per GPU PUBLISHed in one pipeline to its instance's channel exactly as the console's
+    ingestion writes it (broadcast.pubsub_wire), with no push, check or live window before.
+    Says "ready", receives the window, and sends back its tally."""
+    import redis
+
+    from console import broadcast
+    from console.metrics.ingest import instance_group, sample_frame
+
+    began = time.process_time()
+    tally = AgentsTally()
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    client.ping()
+    conn.send("ready")
+    window = conn.recv()
+    second = window.start - 3.0
+    while second < window.end:
+        for n, host in enumerate(hosts):
+            at = second + n / len(hosts)
+            if at >= window.end:
+                break
+            time.sleep(max(0.0, at - time.time()))
+            ts = time.time()
+            messages = [
+                (instance_group(instance), {"type": "metrics.frames", "frames": [[ts, sample_frame(
+                    instance, reading(ts, index, uuid, alloc)[-1])]]})
+                for index, uuid, alloc, instance in host["gpus"]
+            ]  # fmt: skip
+            pipe = client.pipeline(transaction=False)
+            for channel, payload in broadcast.pubsub_wire(messages):
+                pipe.publish(channel, payload)
+            pipe.execute()
+            if ts in window:
+                tally.loop_lag.append(ts - at)
+                tally.samples_in += len(messages)
+                tally.expected.update(
+                    (instance, ts) for *_, instance in host["gpus"] if instance in watched
+                )
+        second += 1.0
+    client.close()
+    tally.cpu = time.process_time() - began
+    conn.send(tally)
+
+
+def drive(world, servers, agents, viewers, watch, push, warmup, seconds, drain, per_process):
+    """The viewers connect; then the agents (at most `per_process` to a process) or the bare
+    publisher start, and `seconds` after `warmup` count."""
     context = multiprocessing.get_context("fork")  # the world is built here already
     hosts = world.hosts[:agents]
     watched = [inst for host in hosts for _, _, _, inst in host["gpus"]][:viewers]
@@ -466,21 +542,35 @@ def drive(world, servers, agents, viewers, watch, warmup, seconds, drain):
     )
     viewers_proc.start()
     _, refused = viewers_end.recv()
+    sources = []
+    if push == "bare":
+        sources.append((publisher_process, (hosts, set(watched))))
+    else:
+        for first in range(0, len(hosts), per_process):
+            part = hosts[first : first + per_process]
+            sources.append((agents_process, (addresses, part, set(watched), first, len(hosts))))
+    ends, procs = [], []
+    for target, arguments in sources:
+        end, child_end = context.Pipe()
+        procs.append(context.Process(target=target, args=(child_end, *arguments)))
+        procs[-1].start()
+        ends.append(end)
+    for end in ends:
+        end.recv()  # "ready"
     window = Window(time.time() + max(warmup, 3.0), 0.0)
     window.end = window.start + seconds
-    agents_end, agents_conn = context.Pipe()
-    agents_proc = context.Process(
-        target=agents_process, args=(agents_conn, addresses, hosts, set(watched), window)
-    )
-    agents_proc.start()
+    for end in ends:
+        end.send(window)
     time.sleep(max(0.0, window.start - time.time()))
     cpu_before = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
     wall_before = time.monotonic()
     time.sleep(max(0.0, window.end - time.time()))
     cpu_after = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
     wall = time.monotonic() - wall_before
-    agents_tally = agents_end.recv()
-    agents_proc.join()
+    agents_tally = AgentsTally()
+    for end, proc in zip(ends, procs, strict=True):
+        agents_tally.merge(end.recv())
+        proc.join()
     time.sleep(drain)
     viewers_end.send("stop")
     viewers_tally = viewers_end.recv()
@@ -489,7 +579,7 @@ def drive(world, servers, agents, viewers, watch, warmup, seconds, drain):
     return window, agents_tally, viewers_tally, server_cpu, wall
 
 
-def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> dict:
+def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch, push) -> dict:
     import redis as redis_client
 
     redis_client.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
@@ -498,7 +588,16 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> di
     began = time.monotonic()
     try:
         window, sent, seen, server_cpu, wall = drive(
-            world, servers, agents, viewers, watch, args.warmup, args.seconds, args.drain
+            world,
+            servers,
+            agents,
+            viewers,
+            watch,
+            push,
+            args.warmup,
+            args.seconds,
+            args.drain,
+            args.agents_per_process,
         )
     finally:
         for proc, _ in servers:
@@ -523,6 +622,7 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> di
     return {
         "run": name,
         "watch": watch,
+        "push": push,
         "gpus": agents * gpus,
         "agents": agents,
         "viewers": viewers,
@@ -555,16 +655,16 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch) -> di
 
 def table(results: list[dict], redis: str) -> str:
     head = (
-        "| run | watch | GPUs (agents x G) | viewers | servers | samples in (/s) "
+        "| run | push | watch | GPUs (agents x G) | viewers | servers | samples in (/s) "
         "| msgs expected "
         "| delivered | lost | p50 ms | p99 ms | max ms | server CPU (cores) | Redis CPU "
         "| bench CPU | bench loops' lag p99 ms (agents, viewers) | load avg |"
     )
-    lines = [head, "|" + "---|" * 17]
+    lines = [head, "|" + "---|" * 18]
     for r in results:
         redis_cpu = f"{r['redis_cpu']:.2f}" if r["redis_cpu"] is not None else "n/a"
         lines.append(
-            f"| {r['run']} | {r['watch']} "
+            f"| {r['run']} | {r['push']} | {r['watch']} "
             f"| {r['gpus']} ({r['agents']} x {r['gpus'] // r['agents']}) "
             f"| {r['viewers']} | {r['servers']} "
             f"| {r['samples_in']} ({r['samples_per_s']:.0f}) "
@@ -580,10 +680,87 @@ def table(results: list[dict], redis: str) -> str:
     return "\n".join(lines)
 
 
+def scaling_table(results: list[dict]) -> str:
+    """Each websocket run of the agents beside the bare run of the same fleet, if any: the
+    servers' samples per second per core, the p99, and both as ratios to the bare path's."""
+    bare = {(r["gpus"], r["viewers"]): r for r in results if r["push"] == "bare"}
+    lines = [
+        "| GPUs | samples in /s | web CPU (cores) | samples/s per web core | lost | p99 ms "
+        "| bare: frames/s, web CPU (cores), p99 ms | web CPU ÷ bare's | p99 ÷ bare's |",
+        "|" + "---|" * 9,
+    ]
+    for r in results:
+        if r["push"] != "agent" or r["watch"] != "ws":
+            continue
+        per_core = r["samples_per_s"] / r["server_cpu"] if r["server_cpu"] else float("nan")
+        base = bare.get((r["gpus"], r["viewers"]))
+        if base:
+            against = (
+                f"{base['samples_per_s']:.0f}, {base['server_cpu']:.2f}, {base['p99_ms']:.1f} "
+                f"| {r['server_cpu'] / base['server_cpu']:.1f}× "
+                f"| {r['p99_ms'] / base['p99_ms']:.1f}×"
+            )
+        else:
+            against = "not run | – | –"
+        lines.append(
+            f"| {r['gpus']} | {r['samples_per_s']:.0f} | {r['server_cpu']:.2f} | {per_core:.0f} "
+            f"| {r['lost']} | {r['p99_ms']:.1f} | {against} |"
+        )
+    return "\n".join(lines)
+
+
+def scaling_verdict(results: list[dict]) -> str:
+    """The target of 10,000 GPUs at one sample a second on this machine: met, missed, or not
+    measured (then the largest fleet measured)."""
+    runs = [r for r in results if r["push"] == "agent" and r["watch"] == "ws"]
+    at_target = [r for r in runs if r["gpus"] >= TARGET_GPUS]
+    head = f"target: {TARGET_GPUS:,} GPUs with p99 < {TARGET_P99_MS:.0f} ms, nothing lost: "
+    if not at_target:
+        largest = max((r["gpus"] for r in runs), default=0)
+        return head + f"not measured in this run (largest fleet: {largest:,} GPUs)"
+    worst = max(at_target, key=lambda r: r["p99_ms"])
+    met = all(r["p99_ms"] < TARGET_P99_MS and r["lost"] == 0 for r in at_target)
+    return head + f"{'met' if met else 'MISSED'} (p99 {worst['p99_ms']:.1f} ms)"
+
+
+def planned_runs(names: list[str], args) -> list[tuple[str, dict]]:
+    """The runs the names stand for, in order: `scaling` is an agents run and a bare run at
+    each size of args.scale."""
+    runs = []
+    for name in names:
+        if name == "custom":
+            spec = {"agents": args.agents, "gpus": args.gpus, "viewers": args.viewers}
+            runs.append((name, {**spec, "watch": args.watch, "push": "agent"}))
+        elif name == "scaling":
+            for size in args.scale:
+                agents = max(1, size // args.gpus)
+                viewers = min(SCALE_VIEWERS, agents * args.gpus)
+                spec = {"agents": agents, "gpus": args.gpus, "viewers": viewers, "watch": "ws"}
+                for push in ("agent", "bare"):
+                    runs.append((f"{push}-{size}", {**spec, "push": push}))
+        elif name in RUNS:
+            runs.append((name, RUNS[name]))
+        else:
+            raise ValueError(f"unknown run {name!r}")
+    return runs
+
+
+def sizes(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("comma-separated numbers of GPUs") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("comma-separated numbers of GPUs, each at least 1")
+    return values
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", default="small,target,polling",
-                        help=f"comma-separated: {', '.join(RUNS)}, custom")  # fmt: skip
+    parser.add_argument("--runs", default="small,target,bare,polling",
+                        help=f"comma-separated: {', '.join(RUNS)}, custom, scaling")  # fmt: skip
+    parser.add_argument("--scale", type=sizes, default=[1000, 5000, 10000],
+                        help="scaling: fleet sizes in GPUs (default 1000,5000,10000)")  # fmt: skip
     parser.add_argument("--agents", type=int, default=20, help="custom run: agents")
     parser.add_argument("--gpus", type=int, default=8, help="custom run: GPUs per agent")
     parser.add_argument("--viewers", type=int, default=100, help="custom run: viewers")
@@ -592,8 +769,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per run")
     parser.add_argument(
         "--warmup", type=float, default=6.0,
-        help="seconds before the measured ones: setting up 125 agents (an HTTP client each) "
-        "holds the agents' process for about 3 s, and their first pushes open connections",
+        help="seconds before the measured ones, from when the agents are set up: their first "
+        "pushes open connections",
+    )  # fmt: skip
+    parser.add_argument(
+        "--agents-per-process", type=int, default=250,
+        help="simulated agents to a process: one event loop pushes ~250 agents' rounds on time",
     )  # fmt: skip
     parser.add_argument("--drain", type=float, default=2.0, help="seconds to wait for stragglers")
     parser.add_argument(
@@ -605,24 +786,12 @@ def main() -> int:
     args = parser.parse_args()
 
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
-    runs = []
-    for name in names:
-        if name == "custom":
-            runs.append(
-                (
-                    name,
-                    {
-                        "agents": args.agents,
-                        "gpus": args.gpus,
-                        "viewers": args.viewers,
-                        "watch": args.watch,
-                    },
-                )
-            )
-        elif name in RUNS:
-            runs.append((name, RUNS[name]))
-        else:
-            parser.error(f"unknown run {name!r}")
+    if args.agents_per_process < 1:
+        parser.error("--agents-per-process: at least 1")
+    try:
+        runs = planned_runs(names, args)
+    except ValueError as error:
+        parser.error(str(error))
     agents = max(r["agents"] for _, r in runs)
     gpus = max(r["gpus"] for _, r in runs)
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
@@ -638,11 +807,17 @@ def main() -> int:
         for name, spec in runs:
             print(f"run {name}: {spec} …", flush=True)
             result = run(name, world, work, redis_proc, args, spec["agents"], spec["gpus"],
-                         spec["viewers"], spec["watch"])  # fmt: skip
+                         spec["viewers"], spec["watch"], spec["push"])  # fmt: skip
             results.append(result)
             print(json.dumps(result), flush=True)
         print()
         print(table(results, redis_kind))
+        print()
+        print("Per web core, and against the bare Redis publish → websocket path of one fleet:")
+        print()
+        print(scaling_table(results))
+        print()
+        print(scaling_verdict(results))
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=2))
     finally:

@@ -81,7 +81,7 @@ def count(authorization: str, bodies: list[bytes]) -> tuple[float, float]:
     import redis
     from django.db import connection
 
-    from console.metrics.asgi import _authenticated_body
+    from console.metrics.asgi import authenticated_body
 
     commands = 0
     execute = redis.client.Pipeline.execute
@@ -95,7 +95,7 @@ def count(authorization: str, bodies: list[bytes]) -> tuple[float, float]:
     connection.force_debug_cursor = True
     try:
         for body in bodies:
-            _authenticated_body(authorization, body)
+            authenticated_body(authorization, body)
         queries = len(connection.queries)
     finally:
         connection.force_debug_cursor = False
@@ -115,7 +115,7 @@ def main() -> int:
     from django.core.management import call_command
 
     from console.metrics import live
-    from console.metrics.asgi import _authenticated_body
+    from console.metrics.asgi import authenticated_body
 
     call_command("migrate", verbosity=0)
     live.store().clear()
@@ -124,10 +124,10 @@ def main() -> int:
     start = time.time() - args.pushes * 0.01 - 5
     bodies = [push(host.pk, gpus, start + n * 0.01) for n in range(args.pushes + 50)]
     for body in bodies[:50]:  # warm up: attribution cache, connections
-        assert _authenticated_body(authorization, body)[0] == 202
+        assert authenticated_body(authorization, body)[0] == 202
     cpu, wall = time.process_time(), time.perf_counter()
     for body in bodies[50:]:
-        status, answer = _authenticated_body(authorization, body)
+        status, answer = authenticated_body(authorization, body)
         assert status == 202 and answer["ignored"] == 0, answer
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     queries, commands = count(authorization, [push(host.pk, gpus, time.time()) for _ in range(20)])

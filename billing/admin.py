@@ -8,7 +8,7 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from django.urls import path
 from django.utils.html import format_html
 
-from billing import invoices, services
+from billing import exports, services
 from billing.models import BudgetAlert, CreditGrant, Invoice, InvoiceLine, UsageSegment
 from billing.money import format_money
 from billing.usage import parse_month
@@ -85,7 +85,7 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_changelist_instance(self, request):
         changelist = super().get_changelist_instance(request)
-        changelist.result_list = invoices.with_so_far(changelist.result_list)
+        changelist.result_list = exports.with_so_far(changelist.result_list)
         return changelist
 
     @admin.display(description="total")
@@ -93,10 +93,10 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
         """An issued invoice's total; a draft's month so far (what its tenant sees now)."""
         if not invoice.is_draft:
             return format_money(invoice.total, invoice.currency)
-        figure = getattr(invoice, "so_far", None) or invoices.with_so_far([invoice])[0].so_far
+        figure = getattr(invoice, "so_far", None) or exports.with_so_far([invoice])[0].so_far
         return format_html(
             '{} <span class="help" title="the month so far, as of {} UTC">so far at {}</span>',
-            format_money(invoices.draft_totals(figure).total, invoice.currency),
+            format_money(exports.draft_totals(figure).total, invoice.currency),
             f"{figure.as_of:%Y-%m-%d %H:%M:%S}",
             f"{figure.as_of:%H:%M} UTC",
         )
@@ -113,13 +113,13 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
             month = parse_month(request.GET.get("month", ""))
         except ValueError as error:
             return HttpResponseBadRequest(str(error))
-        chosen = invoices.issued(month)
+        chosen = exports.issued(month)
         if request.GET.get("format") == "zip":
             return _attachment(
-                invoices.pdf_zip(chosen), "application/zip", f"invoices-{month:%Y-%m}.zip"
+                exports.pdf_zip(chosen), "application/zip", f"invoices-{month:%Y-%m}.zip"
             )
         return _attachment(
-            invoices.month_export_csv(chosen), "text/csv; charset=utf-8",
+            exports.month_export_csv(chosen), "text/csv; charset=utf-8",
             f"invoices-{month:%Y-%m}.csv",
         )  # fmt: skip
 
@@ -148,15 +148,15 @@ class InvoiceAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.action(description="Export selected issued invoices as one CSV")
     def export_csv(self, request, queryset):
-        chosen = invoices.issued().filter(pk__in=queryset.values("pk"))
+        chosen = exports.issued().filter(pk__in=queryset.values("pk"))
         return _attachment(
-            invoices.month_export_csv(chosen), "text/csv; charset=utf-8", "invoices.csv"
+            exports.month_export_csv(chosen), "text/csv; charset=utf-8", "invoices.csv"
         )
 
     @admin.action(description="Export selected issued invoices as PDFs (ZIP)")
     def export_pdfs(self, request, queryset):
-        chosen = invoices.issued().filter(pk__in=queryset.values("pk"))
-        return _attachment(invoices.pdf_zip(chosen), "application/zip", "invoices.zip")
+        chosen = exports.issued().filter(pk__in=queryset.values("pk"))
+        return _attachment(exports.pdf_zip(chosen), "application/zip", "invoices.zip")
 
 
 @admin.register(CreditGrant)

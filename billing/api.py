@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from accounts.permissions import request_membership
 from accounts.roles import READ
-from billing import invoices
+from billing import exports
 from billing.models import Invoice
 from billing.serializers import (
     ExportQuerySerializer,
@@ -70,7 +70,7 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
 
     def paginate_queryset(self, queryset):
         page = super().paginate_queryset(queryset)
-        return None if page is None else invoices.with_so_far(page)
+        return None if page is None else exports.with_so_far(page)
 
     def get_serializer_class(self):
         return InvoiceDetailSerializer if self.action == "retrieve" else InvoiceSerializer
@@ -96,10 +96,10 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
         invoice = self.get_object()
         query = ExportQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return download(invoices.export(invoice, query.validated_data["format"]))
+        return download(exports.export(invoice, query.validated_data["format"]))
 
 
-def download(export: invoices.Export) -> HttpResponse:
+def download(export: exports.Export) -> HttpResponse:
     response = HttpResponse(export.content, content_type=export.content_type)
     response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
     response["Cache-Control"] = "private, no-store"

@@ -236,16 +236,16 @@ def enforce(tenant_id: int) -> int:
     why = reasons.budget_stopped(
         format_money(quota.monthly_budget, currency), format_money(spent, currency)
     )
-    stopped = 0
-    for instance in Instance.objects.filter(tenant_id=tenant_id, state__in=STOPPABLE).order_by(
-        "pk"
-    ):
+
+    def stop(instance: Instance) -> bool:
         try:
             instance_services.stop_instance(instance, actor=None, reason=why)
         except DomainError as error:
             log.info("budget stop of instance %s skipped: %s", instance.pk, error)
-            continue
-        stopped += 1
+            return False
+        return True
+
+    stopped = instance_services.stop_all(quota.tenant, STOPPABLE, stop)
     if stopped:
         log.warning("tenant %s is over its budget: %d instance(s) stopping", tenant_id, stopped)
     return stopped

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Tenant
-from billing import invoices, metering
+from billing import corrections, finalize, metering
 from billing.models import Invoice, month_bounds
 from billing.rating import month_start
 from console.catalog.demo import REGION
@@ -90,10 +90,10 @@ def _play(run: Run, tenant: Tenant, actor, now: datetime) -> int:
 def _finalize(tenant: Tenant, month: date, now: datetime) -> Invoice | None:
     """The month's invoice of the tenant, finalized as the month-end job would have (at the
     month's end plus the grace) once that moment has passed."""
-    issue_at = month_bounds(month)[1] + invoices.finalize_grace()
+    issue_at = month_bounds(month)[1] + finalize.finalize_grace()
     mine = Invoice.objects.filter(tenant=tenant, month=month, kind=Invoice.Kind.INVOICE)
     if issue_at <= now and not mine.exclude(status=Invoice.Status.DRAFT).exists():
-        invoices.finalize_month(month, now=issue_at)
+        finalize.finalize_month(month, now=issue_at)
     return mine.first()
 
 
@@ -126,6 +126,6 @@ def load_history(now: datetime | None = None) -> list[Invoice]:
         if invoice is None:
             continue
         if month != months[-1] and invoice.status == Invoice.Status.FINALIZED:
-            invoice = invoices.mark_paid(invoice, now=invoice.issued_at + timedelta(days=10))
+            invoice = corrections.mark_paid(invoice, now=invoice.issued_at + timedelta(days=10))
         issued.append(invoice)
     return issued

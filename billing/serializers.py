@@ -6,7 +6,8 @@ from datetime import datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from billing.invoices import configured_tax_rate, document, with_so_far
+from billing.exports import document, with_so_far
+from billing.issuing import configured_tax_rate
 from billing.models import Invoice
 from billing.usage import MONTH_PATTERN, parse_month
 
@@ -40,7 +41,7 @@ class ExportQuerySerializer(serializers.Serializer):
 
 
 def draft_so_far(invoice):
-    """A draft's month so far (``invoices.with_so_far``), computed once per invoice object
+    """A draft's month so far (``exports.with_so_far``), computed once per invoice object
     unless its list computed it already."""
     if not hasattr(invoice, "so_far"):
         with_so_far([invoice])

@@ -22,14 +22,9 @@ from django.utils import timezone
 from accounts import locks as account_locks
 from accounts.models import Quota, Tenant
 from billing import budgets, metering
-from billing.invoices import (
-    InvalidInvoiceState,
-    finalize_due,
-    finalize_month,
-    grant_credit,
-    mark_paid,
-    void_invoice,
-)
+from billing.corrections import InvalidInvoiceState, mark_paid, void_invoice
+from billing.credits import grant_credit
+from billing.finalize import finalize_due, finalize_month
 from billing.metering import record_transition
 from billing.usage import disk_cost_per_month
 from console.instances.models import Instance

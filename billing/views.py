@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
 from accounts.roles import BILLING, READ
-from billing import budgets, invoices, services
+from billing import budgets, credits, exports, services
 from billing.api import download
 from billing.forms import BudgetForm
 from billing.models import Invoice
@@ -83,7 +83,7 @@ def usage(request):
             "daily": [
                 {"date": day.date.isoformat(), "amount": f"{day.amount:f}"} for day in report.daily
             ],
-            "available_credit": invoices.available_credit(tenant),
+            "available_credit": credits.available_credit(tenant),
         },
     )
 
@@ -107,7 +107,7 @@ def dismiss_budget_notice(request):
 @tenant_view(READ)
 def invoice_list(request):
     tenant = request.membership.tenant
-    rows = invoices.with_so_far(
+    rows = exports.with_so_far(
         Invoice.objects.filter(tenant=tenant)
         .select_related("tenant", "credit_note")
         .order_by("-month", "-pk")
@@ -117,7 +117,7 @@ def invoice_list(request):
         "billing/invoices.html",
         {
             "invoices": rows,
-            "available_credit": invoices.available_credit(tenant),
+            "available_credit": credits.available_credit(tenant),
         },
     )
 
@@ -134,7 +134,7 @@ def _tenant_invoice(request, pk: int) -> Invoice:
 def invoice_detail(request, pk: int):
     invoice = _tenant_invoice(request, pk)
     now = timezone.now()
-    doc = invoices.document(invoice, now=now)
+    doc = exports.document(invoice, now=now)
     credit_note = Invoice.objects.filter(corrects=invoice).first()
     return render(
         request,
@@ -152,4 +152,4 @@ def invoice_detail(request, pk: int):
 
 @tenant_view(READ)
 def invoice_download(request, pk: int, fmt: str):
-    return download(invoices.export(_tenant_invoice(request, pk), fmt))
+    return download(exports.export(_tenant_invoice(request, pk), fmt))

@@ -1,5 +1,6 @@
 """`gpucloud launch --wait`: follow a new instance until it runs or fails, printing each state
-it passes through (on stderr, so that stdout stays the table or JSON)."""
+it passes through and each new reason within it, an image pull's progress included (on stderr,
+so that stdout stays the table or JSON)."""
 
 import sys
 import time
@@ -23,17 +24,17 @@ def wait_until_running(client, instance: dict, timeout: float) -> dict:
     label = instance.get("name") or str(instance["id"])
     shown = None
     while True:
-        if instance["state"] != shown:
-            shown = instance["state"]
-            why = reason(instance)
-            print(f"{label}: {shown}{f' ({why})' if why else ''}", file=sys.stderr, flush=True)
-        if shown == "running":
+        state, why = instance["state"], reason(instance)
+        if (state, why) != shown:
+            shown = state, why
+            print(f"{label}: {state}{f' ({why})' if why else ''}", file=sys.stderr, flush=True)
+        if state == "running":
             return instance
-        if shown in GAVE_UP:
-            raise CliError(f"{label} is {shown}: {reason(instance) or 'no reason given'}")
+        if state in GAVE_UP:
+            raise CliError(f"{label} is {state}: {why or 'no reason given'}")
         if time.monotonic() >= deadline:
             raise CliError(
-                f"{label} is still {shown} after {timeout:g} s: follow it with "
+                f"{label} is still {state} after {timeout:g} s: follow it with "
                 f"`gpucloud show {instance['id']}`"
             )
         time.sleep(POLL_SECONDS)

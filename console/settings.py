@@ -472,6 +472,10 @@ BILLING_CURRENCY = env_str("BILLING_CURRENCY", "USD")
 BILLING_TAX_RATE = env_decimal("BILLING_TAX_RATE", "0")
 BILLING_ISSUER_NAME = env_str("BILLING_ISSUER_NAME", "gpucloud operator")
 BILLING_ISSUER_ADDRESS = env_list("BILLING_ISSUER_ADDRESS", "1 Datacenter Way,Springfield")
+BILLING_ISSUER_TAX_ID = env_str("BILLING_ISSUER_TAX_ID")  # on issued invoices when set
+# How long after a month ends its invoices wait, so late news (a host that went silent just
+# before midnight is noticed a little after) still reaches the month.
+BILLING_FINALIZE_GRACE_SECONDS = env_int("BILLING_FINALIZE_GRACE_SECONDS", 900)
 
 # Metrics
 METRICS_LIVE_WINDOW_SECONDS = env_int("METRICS_LIVE_WINDOW_SECONDS", 600)

@@ -152,6 +152,9 @@ def test_seed_demo_is_refused_with_debug_off_unless_asked(settings):
 def command_line(monkeypatch, capsys):
     """Runs `manage.py ARGS` as a shell would: the exit status and what went to stderr."""
     monkeypatch.setattr("django.core.management.base.connections.close_all", lambda: None)
+    # Django is set up already: setting it up again would configure logging anew, with handlers
+    # on this test's captured stderr that later tests would write to once it is closed
+    monkeypatch.setattr("django.setup", lambda set_prefix=True: None)
 
     def run_argv(*args: str) -> tuple[int, str]:
         try:

@@ -158,7 +158,7 @@ class HeartbeatSerializer(serializers.Serializer):
     allocations = serializers.ListField(child=serializers.DictField(), required=False, default=list)
 
 
-def _valid(serializer_class, request) -> dict:
+def validated(serializer_class, request) -> dict:
     if not isinstance(request.data, dict):
         raise exceptions.ParseError("The body must be a JSON object.")
     serializer = serializer_class(data=request.data)
@@ -215,7 +215,7 @@ class RegisterView(APIView):
     permission_classes: list = []
 
     def post(self, request):
-        data = _valid(RegisterSerializer, request)
+        data = validated(RegisterSerializer, request)
         try:
             host, secret = services.register_host(
                 join_token=data["join_token"],
@@ -240,7 +240,7 @@ class RegisterView(APIView):
 
 class HeartbeatView(AgentView):
     def post(self, request):
-        data = _valid(HeartbeatSerializer, request)
+        data = validated(HeartbeatSerializer, request)
         host = self.speaking_host(request, data["host_id"])
         try:
             host = services.record_heartbeat(

@@ -9,7 +9,7 @@ happened, however late and in whatever order they arrive."""
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from console.fleet.agent_api import AgentView, _valid
+from console.fleet.agent_api import AgentView, validated
 from console.instances import access, outcomes
 
 
@@ -67,7 +67,7 @@ def apply(host, event: dict) -> bool:
 
 class EventsView(AgentView):
     def post(self, request):
-        data = _valid(EventsSerializer, request)
+        data = validated(EventsSerializer, request)
         host = self.speaking_host(request, data["host_id"])
         events = sorted(data["events"], key=lambda event: event["at"])
         applied = sum(apply(host, event) for event in events)

@@ -182,13 +182,19 @@ def announce_note(
 ) -> InstanceEvent:
     """A note (see `note`) that the tenant's browsers also see live, once it is committed."""
     event = note(instance, message, actor=actor, at=at)
-    payload = state_payload(instance, instance.state, event.at)
+    announce_unchanged(instance, event.at)
+    return event
+
+
+def announce_unchanged(instance: Instance, at: datetime) -> None:
+    """Once committed, tell the tenant's browsers of the instance as it is (its state did not
+    change; its reason or events did)."""
+    payload = state_payload(instance, instance.state, at)
     group = events_group(instance.tenant_id)
     transaction.on_commit(
         lambda: broadcast.group_send(group, {"type": "instance.state", "payload": payload}),
         robust=True,
     )
-    return event
 
 
 def record_live_change(instance: Instance, message: str, actor=None) -> InstanceEvent:

@@ -16,7 +16,7 @@ from accounts.models import Tenant
 from console.catalog.models import Spec
 from console.fleet.models import Host
 from console.instances import lifecycle, locks, placement, queue, reasons, restarts
-from console.instances.models import Allocation, Instance, State
+from console.instances.models import Allocation, Instance, InstanceEvent, State
 
 log = logging.getLogger(__name__)
 
@@ -343,8 +343,22 @@ def record_progress(host: Host, instance_pk: int, allocation_id: str, message: s
             return False
         instance.state_reason = message[:200]
         Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
-        lifecycle.announce_note(instance, message)  # "pulling …: 1.2 GB of 3.4 GB"
+        last = instance.events.last()
+        if last is not None and last.kind == "note" and _same_pull(last.message, message):
+            # one event per pull, saying how far it got: a long pull reports every second
+            InstanceEvent.objects.filter(pk=last.pk).update(message=message[:300])
+            lifecycle.announce_unchanged(instance, timezone.now())
+        else:
+            lifecycle.announce_note(instance, message)
     return True
+
+
+def _same_pull(earlier: str, message: str) -> bool:
+    """Whether both are reports of the same image's pull (`pulling <reference>: 2 of 5 layers
+    · 1.2 GB of 3.4 GB`, as the agent words them)."""
+    return message.startswith("pulling ") and (
+        earlier.partition(": ")[0] == message.partition(": ")[0]
+    )
 
 
 def note_retry(instance_pk: int, detail: str) -> None:

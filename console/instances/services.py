@@ -10,6 +10,7 @@ what to do, call the agent, and record the outcome through outcomes.py."""
 
 import logging
 import re
+from collections.abc import Callable, Iterable
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -297,6 +298,14 @@ def stop_instance(instance: Instance, *, actor=None, reason: str | None = None) 
             )
             queue.enqueue("stop", instance.pk)
     return instance
+
+
+def stop_all(tenant: Tenant, states: Iterable[str], stop: Callable[[Instance], bool]) -> int:
+    """Stop every instance of ``tenant`` in ``states``, in pk order (the lock order), with
+    ``stop`` (one transaction each), which answers whether it changed anything: the tenant's
+    suspension and billing's budget stop. Answers how many changed."""
+    instances = Instance.objects.filter(tenant=tenant, state__in=states).order_by("pk")
+    return sum(stop(instance) for instance in instances)
 
 
 def start_instance(instance: Instance, *, actor=None, message: str = "Start requested") -> Instance:

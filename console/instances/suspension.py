@@ -11,24 +11,21 @@ from django.dispatch import receiver
 
 from accounts.models import Tenant
 from accounts.signals import tenant_suspended
-from console.instances import lifecycle, locks, queue
+from console.instances import lifecycle, locks, queue, services
 from console.instances.models import Instance, State
 
 log = logging.getLogger(__name__)
 
 S = State
 MESSAGE = "Stopped: its tenant is suspended"
+# What a suspension stops: all but what is stopped, failed or on its way out.
+STOPPABLE = frozenset(State.values) - {S.STOPPED, S.FAILED, S.TERMINATING, S.TERMINATED}
 
 
 def stop_suspended_tenant(tenant: Tenant) -> int:
     """Stop every instance of a suspended tenant that runs, is on its way to run or waits in
     the queue; answers how many."""
-    instances = Instance.objects.filter(tenant=tenant).exclude(
-        state__in=(S.STOPPED, S.FAILED, S.TERMINATING, S.TERMINATED)
-    )
-    return sum(
-        stop_for_suspension(pk) for pk in instances.order_by("pk").values_list("pk", flat=True)
-    )
+    return services.stop_all(tenant, STOPPABLE, lambda instance: stop_for_suspension(instance.pk))
 
 
 def stop_for_suspension(instance_pk: int) -> bool:

@@ -36,7 +36,7 @@ def _in_thread(function):
     return sync_to_async(run, thread_sensitive=False, executor=_thread)
 
 
-def _authenticated_body(authorization: str, body: bytes) -> tuple[int, dict]:
+def authenticated_body(authorization: str, body: bytes) -> tuple[int, dict]:
     try:
         host = authenticate(authorization)
     except Refused as refused:
@@ -46,7 +46,7 @@ def _authenticated_body(authorization: str, body: bytes) -> tuple[int, dict]:
 
 _authenticate = _in_thread(authenticate)
 _accept_body = _in_thread(accept_body)
-_accept_request = _in_thread(_authenticated_body)
+_accept_request = _in_thread(authenticated_body)
 
 
 async def _read_body(receive, limit: int) -> bytes | None:

@@ -195,7 +195,7 @@ def _readings(sample: dict) -> dict:
     return {name: sample.get(name) for name in live.FIELDS}
 
 
-def _frame(instance_id: int, sample: dict) -> str:
+def sample_frame(instance_id: int, sample: dict) -> str:
     return live.compact_json(
         {
             "type": "sample",
@@ -329,7 +329,7 @@ def ingest_samples(
                 **_readings(sample),
                 **_labels(host, sample, "allocation", owner, gpu, mig),
             }
-            frame = [ts, _frame(owner.instance_id, sample)]
+            frame = [ts, sample_frame(owner.instance_id, sample)]
             instance_frames[owner.instance_id].append(frame)
             tenant_frames[owner.tenant_id].append(frame)
 

@@ -53,7 +53,7 @@ def release(placement: Placement, cluster: Cluster | Iterable[Node]) -> None:
     (cluster if isinstance(cluster, Cluster) else Cluster(cluster)).release(placement)
 
 
-def _fits(request: Request, group: GroupKey, state: State) -> bool:
+def fits(request: Request, group: GroupKey, state: State) -> bool:
     """Whether a GPU of `group` in `state` (or a set of them) can take `request`."""
     region, mode, model = group
     if mode != request.mode or not request.accepts(model, region):
@@ -68,7 +68,7 @@ def _fits(request: Request, group: GroupKey, state: State) -> bool:
     return state[0] >= request.gpu_count
 
 
-def _left(request: Request, group: GroupKey | None, state: State | None) -> int:
+def milli_left(request: Request, group: GroupKey | None, state: State | None) -> int:
     """Free milli-GPU left on the chosen GPU: none for whole GPUs and vCPU-only requests."""
     if group is None or request.gpu_count > 1 or group[1] not in (SHARED, MIG):
         return 0
@@ -85,7 +85,7 @@ def _candidates(
         (group, state, bucket)
         for group, states in cluster.groups.items()
         for state, bucket in states.items()
-        if _fits(request, group, state)
+        if fits(request, group, state)
     ]
 
 
@@ -121,7 +121,7 @@ def first_fit(request: Request, cluster: Cluster) -> Placement | None:
         fitting = [
             (indexes[: request.gpu_count], state)
             for (group, state), indexes in states.items()
-            if _fits(request, group, state)
+            if fits(request, group, state)
         ]
         if fitting:
             indexes, state = min(fitting)
@@ -133,7 +133,7 @@ def best_fit(request: Request, cluster: Cluster) -> Placement | None:
     units, cpu, ram = request.gpu_units, request.cpu_milli, request.ram_mib
     best = None
     for group, state, bucket in _candidates(request, cluster):
-        left = _left(request, group, state)
+        left = milli_left(request, group, state)
         slack = next((e for e in bucket.slack if e[1] >= cpu and e[2] >= ram), None)
         fed_ = itertools.takewhile(lambda e: e[1] >= cpu, bucket.starved)  # most vCPU first
         starved = min((e for e in fed_ if e[2] >= ram), default=None)
@@ -238,9 +238,11 @@ def _ranked(shape: Request, cluster: Cluster, dist: Distribution) -> list[Option
     for group, state in new:
         if (group, state) not in ranking.keys:
             ranking.keys.add((group, state))
-            if _fits(shape, group, state):
-                rise, start = _gpu_rise(shape, group, state, dist)
-                insort(ranking.options, (rise, _left(shape, group, state), start, group, state))
+            if fits(shape, group, state):
+                rise, start = gpu_rise(shape, group, state, dist)
+                insort(
+                    ranking.options, (rise, milli_left(shape, group, state), start, group, state)
+                )
     return ranking.options
 
 
@@ -251,7 +253,7 @@ def _tie(option: tuple, best: tuple, cluster: Cluster) -> bool:
     return (option[5], states[option[2], option[3]]) < (best[5], states[best[2], best[3]])
 
 
-def _gpu_rise(
+def gpu_rise(
     request: Request, group: GroupKey, state: State, dist: Distribution
 ) -> tuple[float, int | None]:
     """How much the per-GPU and per-host-set parts rise when `request` takes a GPU (or a

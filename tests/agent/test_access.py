@@ -17,7 +17,7 @@ import websockets
 
 from agent import grants
 from tests.agent.agents import SECRET, free_port, wait_for
-from tests.agent.test_oci_runtime import _body
+from tests.agent.test_oci_runtime import launch_body
 
 pytestmark = pytest.mark.containers
 QUERY, ANSWER = "\x1b[6n", "\x1b[1;1R"  # busybox's shell asks where the cursor is
@@ -59,7 +59,7 @@ def gateway(start_agent, container_engine, keys):
         json={"keys": [{"name": "laptop", "public_key": laptop}]},
     )
     assert allowed.status_code == 200, allowed.text
-    body = _body(instance, None)  # the image's own command: the demo web server on 8888
+    body = launch_body(instance, None)  # the image's own command: the demo web server on 8888
     assert agent.client.put(f"/v1/allocations/{instance}-a", json=body).json()["state"] == "running"
     return agent, port, instance
 

@@ -9,7 +9,7 @@ import docker
 import pytest
 
 from agent.engine import DEMO_IMAGE
-from tests.agent.test_oci_runtime import _body, _logs
+from tests.agent.test_oci_runtime import instance_logs, launch_body
 from tests.conftest import BOTH_ENGINES
 
 pytestmark = pytest.mark.containers
@@ -40,14 +40,14 @@ def test_a_container_left_by_an_earlier_allocation_is_replaced_its_output_kept(a
     left.wait(timeout=30)
 
     answer = agent.client.put(
-        f"/v1/allocations/{instance}-b", json=_body(instance, ["sleep", "60"])
+        f"/v1/allocations/{instance}-b", json=launch_body(instance, ["sleep", "60"])
     )
 
     assert answer.status_code == 201 and answer.json()["state"] == "running"
     container = engine.containers.get(f"gpucloud-{instance}")
     assert container.id != left.id
     assert container.labels["gpucloud.allocation"] == f"{instance}-b"
-    assert "the earlier run" in _logs(agent, instance)
+    assert "the earlier run" in instance_logs(agent, instance)
     agent.client.delete(f"/v1/allocations/{instance}-b")
 
 
@@ -58,12 +58,12 @@ def test_an_image_removed_since_the_last_launch_is_pulled_again(agent, oci_engin
     pushed = oci_engine.cli("push", reference)
     assert pushed.returncode == 0, pushed.stderr
     first, second = f"t{secrets.token_hex(4)}", f"t{secrets.token_hex(4)}"
-    body = _body(first, ["sleep", "60"]) | {"image": reference}
+    body = launch_body(first, ["sleep", "60"]) | {"image": reference}
     assert agent.client.put(f"/v1/allocations/{first}-a", json=body).json()["state"] == "running"
     agent.client.delete(f"/v1/allocations/{first}-a")
     assert oci_engine.cli("rmi", "--force", reference).returncode == 0  # behind its back
 
-    body = _body(second, ["sleep", "60"]) | {"image": reference}
+    body = launch_body(second, ["sleep", "60"]) | {"image": reference}
     answer = agent.client.put(f"/v1/allocations/{second}-a", json=body)
 
     assert answer.json()["state"] == "running", answer.json()

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.containers
 oci_agent, run_in, _body, _instance = (
     runtime.oci_agent,
     runtime.run_in,
-    runtime._body,
-    runtime._instance,
+    runtime.launch_body,
+    runtime.new_instance_id,
 )
 
 LIMITS = (

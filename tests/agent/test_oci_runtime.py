@@ -33,11 +33,13 @@ IN_CGROUP = (
 MEMORY_HOG = "x=$(dd if=/dev/zero bs=1M count=256 | tr '\\0' a); echo survived"
 
 
-def _instance() -> str:
+def new_instance_id() -> str:
     return f"t{secrets.token_hex(4)}"
 
 
-def _body(instance: str, command=None, *, gpu: int = 0, tenant: str = "1", **resources) -> dict:
+def launch_body(
+    instance: str, command=None, *, gpu: int = 0, tenant: str = "1", **resources
+) -> dict:
     return {
         "mode": "whole",
         "gpus": [gpu],
@@ -66,7 +68,7 @@ def engine(oci_engine):
     client.close()
 
 
-def _logs(agent, instance: str) -> list[str]:
+def instance_logs(agent, instance: str) -> list[str]:
     return agent.client.get(f"/v1/instances/{instance}/logs", params={"tail": 50}).json()["lines"]
 
 
@@ -83,14 +85,14 @@ def run_in(oci_engine):
 @BOTH_ENGINES
 def test_container_is_named_labelled_and_limited_by_the_kernel(oci_agent, engine):
     agent = oci_agent()
-    instance = _instance()
+    instance = new_instance_id()
     created = agent.client.put(
-        f"/v1/allocations/{instance}-a", json=_body(instance, ["sh", "-c", IN_CGROUP])
+        f"/v1/allocations/{instance}-a", json=launch_body(instance, ["sh", "-c", IN_CGROUP])
     ).json()
     assert created["state"] == "running", created
     assert created["container"] == f"gpucloud-{instance}"
-    assert wait_for(lambda: "ready" in _logs(agent, instance))
-    assert _logs(agent, instance)[:2] == [str(128 * 1024 * 1024), "64"]
+    assert wait_for(lambda: "ready" in instance_logs(agent, instance))
+    assert instance_logs(agent, instance)[:2] == [str(128 * 1024 * 1024), "64"]
 
     container = engine.containers.get(f"gpucloud-{instance}")
     assert container.labels["gpucloud.instance"] == instance
@@ -107,13 +109,13 @@ def test_container_is_named_labelled_and_limited_by_the_kernel(oci_agent, engine
 
     assert agent.client.delete(f"/v1/allocations/{instance}-a").status_code == 204
     assert not engine.containers.list(all=True, filters={"name": f"gpucloud-{instance}"})
-    assert "ready" in _logs(agent, instance)  # kept after the container went
+    assert "ready" in instance_logs(agent, instance)  # kept after the container went
 
 
 def test_nothing_of_the_agent_is_visible_inside(oci_agent, run_in):
     agent = oci_agent()
-    instance = _instance()
-    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    instance = new_instance_id()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=launch_body(instance, ["sleep", "1000"]))
     seen = run_in(instance, f"env; ls {agent.state_dir} 2>&1; cat {agent.state_dir}/* 2>&1")
     assert "GPUCLOUD_TEST_AGENT_ONLY" not in seen.stdout
     assert "agent-test-secret" not in seen.stdout
@@ -124,15 +126,15 @@ def test_nothing_of_the_agent_is_visible_inside(oci_agent, run_in):
 @BOTH_ENGINES
 def test_exit_codes_become_states_with_reasons_and_logs(oci_agent):
     agent = oci_agent()
-    failing, done = _instance(), _instance()
+    failing, done = new_instance_id(), new_instance_id()
     agent.client.put(
-        f"/v1/allocations/{failing}-a", json=_body(failing, ["sh", "-c", "echo hi; exit 3"])
+        f"/v1/allocations/{failing}-a", json=launch_body(failing, ["sh", "-c", "echo hi; exit 3"])
     )
-    agent.client.put(f"/v1/allocations/{done}-a", json=_body(done, ["true"], gpu=1))
+    agent.client.put(f"/v1/allocations/{done}-a", json=launch_body(done, ["true"], gpu=1))
     failed = agent.wait_state(f"{failing}-a", "failed")
     assert failed["reason"] == "exit code 3" and failed["exit_code"] == 3
     assert failed["finished_at"]
-    assert _logs(agent, failing) == ["hi"]
+    assert instance_logs(agent, failing) == ["hi"]
     exited = agent.wait_state(f"{done}-a", "exited")
     assert exited["reason"] == "exited" and exited["exit_code"] == 0
 
@@ -140,24 +142,25 @@ def test_exit_codes_become_states_with_reasons_and_logs(oci_agent):
 @BOTH_ENGINES
 def test_a_memory_hog_is_oom_killed(oci_agent):
     agent = oci_agent()
-    instance = _instance()
-    body = _body(instance, ["sh", "-c", MEMORY_HOG], memory_mib=32)
+    instance = new_instance_id()
+    body = launch_body(instance, ["sh", "-c", MEMORY_HOG], memory_mib=32)
     agent.client.put(f"/v1/allocations/{instance}-a", json=body)
     failed = agent.wait_state(f"{instance}-a", "failed")
     assert failed["reason"] == "oom_killed", failed
-    assert "survived" not in _logs(agent, instance)
+    assert "survived" not in instance_logs(agent, instance)
 
 
 @BOTH_ENGINES
 def test_what_cannot_run_fails_with_a_reason_a_person_understands(oci_agent):
     agent = oci_agent()
-    missing_command, missing_image = _instance(), _instance()
+    missing_command, missing_image = new_instance_id(), new_instance_id()
     agent.client.put(
-        f"/v1/allocations/{missing_command}-a", json=_body(missing_command, ["no-such-program"])
+        f"/v1/allocations/{missing_command}-a",
+        json=launch_body(missing_command, ["no-such-program"]),
     )
     failed = agent.wait_state(f"{missing_command}-a", "failed")
     assert failed["reason"] == "command_not_found: no-such-program: not in the image"
-    body = {**_body(missing_image, None, gpu=1), "image": "localhost/gpucloud/no-such:1"}
+    body = {**launch_body(missing_image, None, gpu=1), "image": "localhost/gpucloud/no-such:1"}
     answer = agent.client.put(f"/v1/allocations/{missing_image}-a", json=body).json()
     assert answer["state"] == "failed"
     assert answer["reason"].startswith(("image_not_found", "image_pull_failed")), answer
@@ -166,13 +169,13 @@ def test_what_cannot_run_fails_with_a_reason_a_person_understands(oci_agent):
 @BOTH_ENGINES
 def test_workspace_survives_stop_and_start_until_the_instance_is_deleted(oci_agent, engine, run_in):
     agent = oci_agent()
-    instance = _instance()
+    instance = new_instance_id()
     write = ["sh", "-c", "echo kept > /workspace/f; echo scratch > /tmp/g; sleep 1000"]
-    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, write))
+    agent.client.put(f"/v1/allocations/{instance}-a", json=launch_body(instance, write))
     wait_for(lambda: run_in(instance, "cat /workspace/f").stdout == "kept\n")
     assert agent.client.delete(f"/v1/allocations/{instance}-a").status_code == 204
 
-    agent.client.put(f"/v1/allocations/{instance}-b", json=_body(instance, ["sleep", "1000"]))
+    agent.client.put(f"/v1/allocations/{instance}-b", json=launch_body(instance, ["sleep", "1000"]))
     assert run_in(instance, "cat /workspace/f").stdout == "kept\n"
     assert run_in(instance, "cat /tmp/g").returncode != 0  # the rest of the container is new
 
@@ -181,15 +184,15 @@ def test_workspace_survives_stop_and_start_until_the_instance_is_deleted(oci_age
     agent.client.delete(f"/v1/allocations/{instance}-b")
     assert agent.client.delete(f"/v1/instances/{instance}").status_code == 204
     assert not (agent.state_dir / "disks" / f"gpucloud-{instance}").exists()
-    assert _logs(agent, instance) == []
+    assert instance_logs(agent, instance) == []
 
 
 def test_two_tenants_see_neither_processes_nor_files_of_the_other(oci_agent, run_in):
     agent = oci_agent()
-    mine, theirs = _instance(), _instance()
+    mine, theirs = new_instance_id(), new_instance_id()
     secret = ["sh", "-c", "echo private > /workspace/secret; sleep 1000"]
-    agent.client.put(f"/v1/allocations/{theirs}-a", json=_body(theirs, secret, tenant="2"))
-    agent.client.put(f"/v1/allocations/{mine}-a", json=_body(mine, ["sleep", "999"], gpu=1))
+    agent.client.put(f"/v1/allocations/{theirs}-a", json=launch_body(theirs, secret, tenant="2"))
+    agent.client.put(f"/v1/allocations/{mine}-a", json=launch_body(mine, ["sleep", "999"], gpu=1))
     wait_for(lambda: run_in(theirs, "cat /workspace/secret").stdout == "private\n")
     processes = run_in(mine, "ps -o args").stdout
     assert "sleep 999" in processes and "sleep 1000" not in processes
@@ -200,8 +203,8 @@ def test_two_tenants_see_neither_processes_nor_files_of_the_other(oci_agent, run
 @BOTH_ENGINES
 def test_a_container_removed_behind_the_agents_back_is_lost(oci_agent, engine):
     agent = oci_agent()
-    instance = _instance()
-    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    instance = new_instance_id()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=launch_body(instance, ["sleep", "1000"]))
     # Podman may answer "…/shm: device or resource busy" for a container in a user namespace
     # of its own, and remove it all the same
     with contextlib.suppress(docker.errors.APIError):
@@ -212,8 +215,8 @@ def test_a_container_removed_behind_the_agents_back_is_lost(oci_agent, engine):
 
 def test_a_restarted_agent_readopts_its_containers(oci_agent, engine):
     agent = oci_agent()
-    instance = _instance()
-    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    instance = new_instance_id()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=launch_body(instance, ["sleep", "1000"]))
     started = engine.containers.get(f"gpucloud-{instance}").attrs["State"]["StartedAt"]
     agent.kill()
     again = oci_agent(state_dir=agent.state_dir)
@@ -230,8 +233,8 @@ def test_an_exec_runs_in_the_container_and_its_host_pid_is_known(
 ):
     """What a session's clean-up needs (agent/shell.py): the exec's process on the host."""
     agent = oci_agent()
-    instance = _instance()
-    agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["sleep", "1000"]))
+    instance = new_instance_id()
+    agent.client.put(f"/v1/allocations/{instance}-a", json=launch_body(instance, ["sleep", "1000"]))
     container = engine.containers.get(f"gpucloud-{instance}")
     runtime = OciRuntime(oci_engine.url, tmp_path / "logs", 1, install="exec")
     exec_id, stream = runtime.exec_open(container, ["sleep", "77"], False, {})
@@ -253,8 +256,8 @@ def test_a_launch_sent_again_makes_no_second_container(oci_agent, engine):
     """The console re-sends a launch (a redelivered task, reconcile re-driving it, two at
     once): the agent answers the same allocation, one container, started once."""
     agent = oci_agent()
-    instance = _instance()
-    body = _body(instance, ["sleep", "1000"])
+    instance = new_instance_id()
+    body = launch_body(instance, ["sleep", "1000"])
     url = f"{agent.client.base_url}/v1/allocations/{instance}-a"
     headers = dict(agent.client.headers)
     with ThreadPoolExecutor(3) as pool:
@@ -272,12 +275,13 @@ def test_a_launch_sent_again_makes_no_second_container(oci_agent, engine):
 
 
 def test_an_exit_reaches_the_console_at_once(oci_agent):
-    instance = _instance()
+    instance = new_instance_id()
     with FakeControlPlane() as server:
         agent = oci_agent("--server", server.url, "--join-token", "join-oci", secret=None)
         client = agent.client_with(HOST_SECRET)
         client.put(
-            f"/v1/allocations/{instance}-a", json=_body(instance, ["sh", "-c", "sleep 1; exit 7"])
+            f"/v1/allocations/{instance}-a",
+            json=launch_body(instance, ["sh", "-c", "sleep 1; exit 7"]),
         )
         sent = wait_for(lambda: [b for _, b in server.received("events") if b["events"]])
     body = sent[0]
@@ -299,8 +303,8 @@ def test_an_engine_that_went_away_fails_the_launch_and_keeps_nothing(
     )  # fmt: skip
     own.terminate()
     own.wait(10)
-    instance = _instance()
-    answer = agent.client.put(f"/v1/allocations/{instance}-a", json=_body(instance, ["true"]))
+    instance = new_instance_id()
+    answer = agent.client.put(f"/v1/allocations/{instance}-a", json=launch_body(instance, ["true"]))
     failed = answer.json()
     assert failed["state"] == "failed", failed
     assert failed["reason"].startswith("engine_unavailable"), failed["reason"]

@@ -10,7 +10,7 @@ import pytest
 import websockets
 
 from tests.agent.test_access import grant
-from tests.agent.test_oci_runtime import _body
+from tests.agent.test_oci_runtime import launch_body
 
 pytestmark = pytest.mark.containers
 # A shell that prints without pause: the agent is sending when the client goes.
@@ -22,7 +22,7 @@ def running(start_agent, container_engine):
     """An agent with the oci runtime and one running instance; (agent, instance)."""
     agent = start_agent("--gpus", "1", "--runtime", "oci", "--engine-url", container_engine.url)
     instance = f"t{secrets.token_hex(4)}"
-    body = _body(instance, None)
+    body = launch_body(instance, None)
     assert agent.client.put(f"/v1/allocations/{instance}-a", json=body).json()["state"] == "running"
     return agent, instance
 

@@ -9,7 +9,7 @@ import pytest
 
 from billing import budgets, services
 from billing.documents import parse_invoice_csv
-from billing.invoices import export, with_so_far
+from billing.exports import export, with_so_far
 from billing.metering import end_at_last_heartbeat
 from billing.models import Invoice, UsageCorrection
 from billing.usage import usage_report

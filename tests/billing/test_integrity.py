@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from billing import documents, services
-from billing.invoices import document, grant_credit, void_invoice
+from billing.corrections import void_invoice
+from billing.credits import grant_credit
+from billing.exports import document
 from billing.models import Invoice, InvoiceLine, UsageKind, UsagePiece, UsageSegment
 from billing.rating import invoice_totals, reversed_totals
 from console.fleet.models import Host

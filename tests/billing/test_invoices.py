@@ -15,8 +15,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from pypdf import PdfReader
 
-from billing import documents, invoices, services
-from billing.models import CreditApplication, Invoice, InvoiceSequence
+from billing import documents, exports, services
+from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceSequence
 from billing.money import format_money
 from billing.usage import usage_report
 from console.instances.models import State
@@ -55,7 +55,7 @@ def finalized(tenant, month=MARCH) -> Invoice:
 def test_draft_while_the_month_runs(march):
     draft = finalized(march)
     assert (draft.status, draft.number) == ("draft", None)
-    doc = invoices.document(draft, now=at(2026, 3, 31))
+    doc = exports.document(draft, now=at(2026, 3, 31))
     assert doc.number == "DRAFT" and doc.status is documents.InvoiceStatus.DRAFT
     assert doc.subtotal == Decimal("17.00")  # 10 h × 0.90 + 2.5 h × 3.20
 
@@ -121,7 +121,7 @@ def test_finalize_locks_and_rolls_back_numbers_on_failure(march, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(invoices.InvoiceLine.objects, "bulk_create", fail)
+    monkeypatch.setattr(InvoiceLine.objects, "bulk_create", fail)
     with pytest.raises(RuntimeError):
         services.finalize_month(MARCH, now=APRIL_1)
     assert finalized(march).status == "draft"
@@ -215,7 +215,7 @@ def test_void_issues_a_credit_note_and_returns_credits(march):
     assert services.void_invoice(invoice).pk == note.pk  # again: the same credit note
     with pytest.raises(services.InvalidInvoiceState):
         services.void_invoice(note)
-    pdf = invoices.export(note, "pdf").content
+    pdf = exports.export(note, "pdf").content
     assert "CREDIT NOTE" in PdfReader(io.BytesIO(pdf)).pages[0].extract_text()
     assert not CreditApplication.objects.filter(invoice=note).exists()
 
@@ -226,17 +226,17 @@ def test_exports_parse_back_to_the_same_totals(march, settings, tax):
     services.grant_credit(march, "1.23", now=at(2026, 3, 2))
     services.finalize_month(MARCH, now=APRIL_1)
     invoice = finalized(march)
-    as_csv = invoices.export(invoice, "csv")
+    as_csv = exports.export(invoice, "csv")
     assert as_csv.content_type == "text/csv; charset=utf-8"
     assert as_csv.filename == "invoice-GC-2026-000001.csv"
     summary = documents.parse_invoice_csv(as_csv.content.decode())
     assert (summary.subtotal, summary.credits_applied, summary.tax_amount, summary.total) == (
         invoice.subtotal, invoice.credits_applied, invoice.tax_amount, invoice.total,
     )  # fmt: skip
-    as_json = documents.parse_invoice_json(invoices.export(invoice, "json").content.decode())
-    assert as_json == invoices.document(invoice)
-    assert json.loads(invoices.export(invoice, "json").content)["total"] == f"{invoice.total}"
-    pdf = PdfReader(io.BytesIO(invoices.export(invoice, "pdf").content))
+    as_json = documents.parse_invoice_json(exports.export(invoice, "json").content.decode())
+    assert as_json == exports.document(invoice)
+    assert json.loads(exports.export(invoice, "json").content)["total"] == f"{invoice.total}"
+    pdf = PdfReader(io.BytesIO(exports.export(invoice, "pdf").content))
     text = pdf.pages[0].extract_text()
     expected = ["INVOICE", "GC-2026-000001", "Acme AI", "gpucloud operator", "1 Datacenter Way"]
     expected += [format_money(invoice.total, "USD"), "1 Mar 2026 - 31 Mar 2026"]
@@ -246,7 +246,7 @@ def test_exports_parse_back_to_the_same_totals(march, settings, tax):
 
 def test_draft_exports_render(march):
     draft = finalized(march)
-    export = invoices.export(draft, "pdf", now=at(2026, 3, 31))
+    export = exports.export(draft, "pdf", now=at(2026, 3, 31))
     assert export.filename == "invoice-draft-acme-2026-03.pdf"
     assert "DRAFT" in PdfReader(io.BytesIO(export.content)).pages[0].extract_text()
 
@@ -255,8 +255,8 @@ def test_month_export_csv_and_zip(march, world, other_tenant):
     use(world, other_tenant, at(2026, 3, 5), 1)
     services.finalize_month(MARCH, now=APRIL_1)
     services.void_invoice(finalized(other_tenant))
-    issued = invoices.issued(MARCH)
-    rows = list(csv.DictReader(io.StringIO(invoices.month_export_csv(issued))))
+    issued = exports.issued(MARCH)
+    rows = list(csv.DictReader(io.StringIO(exports.month_export_csv(issued))))
     lines: dict[str, Decimal] = {}
     for row in rows:
         if row["row_type"] == "line":
@@ -273,7 +273,7 @@ def test_month_export_csv_and_zip(march, world, other_tenant):
     # the net: what the tenants owe for March, the void invoice cancelled by its note
     net = sum(Decimal(row["amount"]) for row in rows if row["row_type"] == "total")
     assert net == finalized(march).total
-    archive = zipfile.ZipFile(io.BytesIO(invoices.pdf_zip(issued)))
+    archive = zipfile.ZipFile(io.BytesIO(exports.pdf_zip(issued)))
     assert sorted(archive.namelist()) == sorted(
         [
             "invoice-GC-2026-000001.pdf",
@@ -325,7 +325,7 @@ def test_pdf_renders_to_an_image(march, settings, tmp_path):
     services.grant_credit(march, "5.00", now=at(2026, 3, 2))
     services.finalize_month(MARCH, now=APRIL_1)
     pdf = tmp_path / "invoice.pdf"
-    pdf.write_bytes(invoices.export(finalized(march), "pdf").content)
+    pdf.write_bytes(exports.export(finalized(march), "pdf").content)
     subprocess.run(["pdftoppm", "-png", "-r", "60", "-singlefile", pdf, tmp_path / "invoice"],
                    check=True, timeout=60)  # fmt: skip
     png = (tmp_path / "invoice.png").read_bytes()

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from accounts.roles import Role
 from billing import budgets, services
 from billing.documents import parse_invoice_csv
-from billing.invoices import export, finalize_grace, with_so_far
+from billing.exports import export, with_so_far
+from billing.finalize import finalize_grace
 from billing.metering import end_at_last_heartbeat
 from billing.models import Invoice, UsageCorrection, UsageKind, UsagePiece
 from billing.rating import month_start, next_month_start, round_to_cents

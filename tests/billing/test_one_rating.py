@@ -14,7 +14,7 @@ from django.utils.html import escape
 from accounts.roles import Role
 from billing import budgets, services
 from billing.documents import parse_invoice_csv
-from billing.invoices import export
+from billing.exports import export
 from billing.metering import end_at_last_heartbeat
 from billing.models import Invoice
 from billing.usage import so_far, usage_report

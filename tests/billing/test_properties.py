@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from billing import services
-from billing.invoices import finalize_grace
+from billing.finalize import finalize_grace
 from billing.models import Invoice, UsageKind, UsagePiece
 from billing.rating import month_start, next_month_start, round_to_cents
 from billing.usage import usage_report

@@ -9,7 +9,7 @@ from console.scheduler.cluster import Cluster
 from console.scheduler.fragmentation import stranded
 from console.scheduler.mig import STANDARD_PROFILES
 from console.scheduler.model import MIG, MILLI, SHARED, WHOLE, Gpu, Node, Placement, Request
-from console.scheduler.policies import _fits, _gpu_rise, _left
+from console.scheduler.policies import fits, gpu_rise, milli_left
 
 MODELS = {"a100": 40960, "h100": 81920}  # model code -> GPU memory MiB
 REGIONS = ("eu", "us")
@@ -165,13 +165,13 @@ def fgd_everywhere(request: Request, cluster: Cluster) -> Placement | None:
         if request.gpu_count:
             options = [
                 (
-                    _gpu_rise(request, group, state, dist),
-                    _left(request, group, state),
+                    gpu_rise(request, group, state, dist),
+                    milli_left(request, group, state),
                     indexes,
                     state,
                 )
                 for (group, state), indexes in states.items()
-                if _fits(request, group, state)
+                if fits(request, group, state)
             ]
         for (rise, start), left, indexes, _ in options:
             key = (round(rise + change, 6), left, *after, order, rise)

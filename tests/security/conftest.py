@@ -8,7 +8,7 @@ import pytest
 
 from tests.agent.agents import free_port
 from tests.agent.conftest import start_agent  # noqa: F401 - a fixture of these tests
-from tests.agent.test_oci_runtime import _body
+from tests.agent.test_oci_runtime import launch_body
 from tests.security.gateway import Gateway
 
 
@@ -30,6 +30,6 @@ def gateway(start_agent, container_engine, tmp_path):  # noqa: F811
     instance = f"t{secrets.token_hex(4)}"
     made = Gateway(agent, port, instance, keys, container_engine)
     made.set_keys("laptop", "desktop")
-    body = _body(instance, None)
+    body = launch_body(instance, None)
     assert agent.client.put(f"/v1/allocations/{instance}-a", json=body).json()["state"] == "running"
     return made

@@ -12,7 +12,7 @@ import pytest
 
 from tests.agent.agents import SECRET, Agent
 from tests.agent.test_access import grant
-from tests.agent.test_oci_runtime import _body
+from tests.agent.test_oci_runtime import launch_body
 from tests.conftest import BOTH_ENGINES
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
@@ -48,7 +48,7 @@ def launch(agent):
 
     def start(tenant: str) -> str:
         instance = f"t{secrets.token_hex(4)}"
-        body = _body(instance, None, gpu=next(gpus), tenant=tenant, pids=512)
+        body = launch_body(instance, None, gpu=next(gpus), tenant=tenant, pids=512)
         answer = agent.client.put(f"/v1/allocations/{instance}-a", json=body).json()
         assert answer["state"] == "running", answer["reason"]
         return instance

@@ -17,7 +17,7 @@ from agent import oci
 from agent.oci import OciRuntime, pids_ceiling
 from agent.runtime import KEPT_LOG_BYTES
 from tests.agent.agents import SECRET, Agent, wait_for
-from tests.agent.test_oci_runtime import _body, _instance, _logs
+from tests.agent.test_oci_runtime import instance_logs, launch_body, new_instance_id
 from tests.conftest import BOTH_ENGINES
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
@@ -63,7 +63,7 @@ def engine(oci_engine):
 
 
 def _run(agent, instance: str, command: str, **resources) -> dict:
-    body = _body(instance, ["sh", "-c", command], **resources)
+    body = launch_body(instance, ["sh", "-c", command], **resources)
     answer = agent.client.put(f"/v1/allocations/{instance}-a", json=body).json()
     assert answer["state"] == "running", answer
     return answer
@@ -99,7 +99,7 @@ def _engine_pid(container_engine) -> int:
 
 @BOTH_ENGINES
 def test_each_container_has_a_user_namespace_of_its_own(agent, engine, oci_engine):
-    first, second = _instance(), _instance()
+    first, second = new_instance_id(), new_instance_id()
     _run(agent, first, "sleep 1000")
     _run(agent, second, "sleep 1000", gpu=1)
 
@@ -122,7 +122,7 @@ def test_each_container_has_a_user_namespace_of_its_own(agent, engine, oci_engin
 def test_a_write_past_the_disk_size_fails_inside_and_changes_nothing_outside(
     agent, container_engine
 ):
-    instance = _instance()
+    instance = new_instance_id()
     _run(agent, instance, "sleep 1000")  # a 1 GiB disk
     filled = _in(container_engine, instance, "dd if=/dev/zero of=/workspace/big bs=1M count=1100")
     assert filled.returncode != 0
@@ -143,7 +143,7 @@ def _used(folder: Path) -> int:
 def test_a_write_past_the_layer_size_fails_inside_and_changes_nothing_outside(
     agent, engine, oci_engine
 ):
-    instance = _instance()
+    instance = new_instance_id()
     before = _used(oci_engine.storage)
     _run(agent, instance, "sleep 1000", layer_gib=1)
     filled = _in(
@@ -178,11 +178,11 @@ def test_the_agent_refuses_an_engine_without_layer_bounds(container_engine, tmp_
 
 @BOTH_ENGINES
 def test_a_flood_of_output_leaves_a_capped_log_read_from_its_end(agent, engine, oci_engine):
-    instance = _instance()
+    instance = new_instance_id()
     _run(agent, instance, FLOOD)
     container = engine.containers.get(f"gpucloud-{instance}")
     log_file = Path(container.attrs["LogPath"])
-    wait_for(lambda: _logs(agent, instance)[-1:] == ["done"], timeout=60)
+    wait_for(lambda: instance_logs(agent, instance)[-1:] == ["done"], timeout=60)
     assert log_file.stat().st_size <= LOG_CAP + 64 * 1024
 
     service = _engine_pid(oci_engine)
@@ -197,7 +197,7 @@ def test_a_flood_of_output_leaves_a_capped_log_read_from_its_end(agent, engine, 
     assert agent.client.delete(f"/v1/allocations/{instance}-a").status_code == 204
     kept = agent.state_dir / "logs" / f"instance-{instance}.log"
     assert 0 < kept.stat().st_size <= KEPT_LOG_BYTES
-    assert _logs(agent, instance)[-1] == "done"
+    assert instance_logs(agent, instance)[-1] == "done"
 
 
 @BOTH_ENGINES
@@ -205,7 +205,7 @@ def test_the_pids_limit_is_the_request_up_to_the_hosts_share(agent, engine):
     host = min(int(Path(f"/proc/sys/kernel/{n}").read_text()) for n in ("pid_max", "threads-max"))
     ceiling = pids_ceiling(oci.CONTAINERS_PER_GPU * 4)  # the agent's 4 GPUs' containers
     assert ceiling == max(oci.PIDS_FLOOR, host // 2 // (oci.CONTAINERS_PER_GPU * 4))
-    modest, greedy = _instance(), _instance()
+    modest, greedy = new_instance_id(), new_instance_id()
     _run(agent, modest, "sleep 1000", pids=64)
     _run(agent, greedy, "sleep 1000", gpu=1, pids=10 * ceiling)
     limits = [

@@ -10,7 +10,7 @@ import pytest
 
 from agent.engine import DEMO_IMAGE
 from tests.agent.agents import wait_for
-from tests.agent.test_oci_runtime import _body, _instance
+from tests.agent.test_oci_runtime import launch_body, new_instance_id
 from tests.conftest import BOTH_ENGINES
 from tests.security.test_containers_confined import agent as confined_agent  # noqa: F401
 from tests.security.test_containers_confined import running_agent
@@ -34,7 +34,7 @@ def engine(oci_engine):
 
 
 def _put(agent, instance: str, command: str, disk: str, gpu: int = 0, tenant: str = "1") -> dict:
-    body = _body(instance, ["sh", "-c", command], gpu=gpu, tenant=tenant)
+    body = launch_body(instance, ["sh", "-c", command], gpu=gpu, tenant=tenant)
     body["volume"]["name"] = disk
     return agent.client.put(f"/v1/allocations/{instance}-{gpu}", json=body).json()
 
@@ -55,7 +55,7 @@ def _lines(agent, instance: str) -> list[str]:
 
 
 def test_an_allocation_naming_another_instances_disk_is_refused(agent):
-    owner, rogue = _instance(), _instance()
+    owner, rogue = new_instance_id(), new_instance_id()
     disk = f"gpucloud-{secrets.token_hex(16)}"
     assert _put(agent, owner, WRITE_SECRET, disk)["state"] == "running"
 
@@ -68,7 +68,7 @@ def test_an_allocation_naming_another_instances_disk_is_refused(agent):
 
 @BOTH_ENGINES
 def test_an_earlier_installs_volume_of_the_same_name_is_never_attached(agent, engine):
-    instance = _instance()
+    instance = new_instance_id()
     for gpu, labels in enumerate(
         (
             {"gpucloud.instance": "7", "gpucloud.tenant": "1"},  # another instance's
@@ -85,7 +85,7 @@ def test_an_earlier_installs_volume_of_the_same_name_is_never_attached(agent, en
 
 
 def test_a_new_install_names_its_disk_anew_and_sees_nothing_of_the_old_one(agent, engine):
-    instance = _instance()
+    instance = new_instance_id()
     _left_by_an_earlier_install(
         engine, f"gpucloud-{instance}", {"gpucloud.instance": instance, "gpucloud.tenant": "1"}
     )
@@ -100,7 +100,7 @@ def test_a_new_install_names_its_disk_anew_and_sees_nothing_of_the_old_one(agent
 def test_a_volume_an_earlier_agent_made_for_the_instance_is_still_its_own(agent, engine):
     """An instance from before the names (gpucloud-<id>) keeps its data, and terminate takes
     it away with the instance's disks, and nothing of another instance."""
-    instance, other = _instance(), _instance()
+    instance, other = new_instance_id(), new_instance_id()
     legacy = f"gpucloud-{instance}"
     _left_by_an_earlier_install(engine, legacy, {"gpucloud.instance": instance})
     assert _put(agent, instance, SHOW_WORKSPACE, legacy)["state"] == "running"

@@ -51,11 +51,11 @@ class Command(BaseCommand):
                 tenant.save(update_fields=["name"])
             services.update_quota(tenant.quota, **quota_options)
         except ValidationError as error:
-            raise CommandError(_describe(error)) from None
+            raise CommandError(describe_error(error)) from None
         self.stdout.write(f"Tenant {tenant.slug} exists; settings applied.")
 
 
-def _describe(error: ValidationError) -> str:
+def describe_error(error: ValidationError) -> str:
     if hasattr(error, "error_dict"):
         return "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in error.message_dict.items())
     return " ".join(error.messages)

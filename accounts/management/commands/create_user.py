@@ -3,7 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from accounts import services
-from accounts.management.commands.create_tenant import _describe
+from accounts.management.commands.create_tenant import describe_error
 from accounts.models import Membership, Tenant
 from accounts.roles import Role
 
@@ -33,5 +33,5 @@ class Command(BaseCommand):
             elif membership.role != role:
                 services.change_role(membership, role)
         except ValidationError as error:
-            raise CommandError(_describe(error)) from None
+            raise CommandError(describe_error(error)) from None
         self.stdout.write(f"{username} is {role} of {tenant_obj.slug}.")

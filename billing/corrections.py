@@ -1,0 +1,139 @@
+"""What happens to an issued invoice: it is paid, or voided. A void invoice is never edited;
+a credit note (its own number, in the ``CN`` series) reverses it exactly."""
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from billing import locks
+from billing.issuing import CREDIT_NOTE_SERIES, format_number
+from billing.models import CreditGrant, Invoice, InvoiceLine
+from billing.rating import ZERO, InvoiceTotals, reversed_totals
+from console.errors import DomainError
+
+log = logging.getLogger(__name__)
+
+
+class InvalidInvoiceState(DomainError):
+    """The invoice is not in a state that allows this (answered as 409 invalid_state)."""
+
+    code = "invalid_state"
+
+
+def mark_paid(invoice: Invoice, *, actor=None, now: datetime | None = None) -> Invoice:
+    """finalized → paid. Marking a paid invoice paid again changes nothing."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        changed = Invoice.objects.filter(
+            pk=invoice.pk, kind=Invoice.Kind.INVOICE, status=Invoice.Status.FINALIZED
+        ).update(status=Invoice.Status.PAID, paid_at=now)
+        current = Invoice.objects.get(pk=invoice.pk)
+    if not changed and current.status != Invoice.Status.PAID:
+        raise InvalidInvoiceState(
+            f"A {current.status} {current.get_kind_display().lower()} cannot be marked paid."
+        )
+    if changed:
+        log.info(
+            "invoice %s marked paid by %s", current.number, getattr(actor, "username", "system")
+        )
+    return current
+
+
+def void_invoice(
+    invoice: Invoice, *, actor=None, reason: str = "", now: datetime | None = None
+) -> Invoice:
+    """Void an issued invoice: it is never edited; a credit note (its own number) reverses
+    it exactly (its lines and every total negated; the credits it used come back as
+    negative credits and go back to their grants). Answers the credit note; voiding a void
+    invoice answers the same one."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        sequence = locks.invoice_sequence(CREDIT_NOTE_SERIES, now.year)
+        original = locks.invoice(invoice.pk)
+        if original.kind != Invoice.Kind.INVOICE:
+            raise InvalidInvoiceState("A credit note cannot be voided.")
+        if original.status == Invoice.Status.VOID:
+            return Invoice.objects.get(corrects=original)
+        if original.status == Invoice.Status.DRAFT:
+            raise InvalidInvoiceState("A draft is not issued yet, so it cannot be voided.")
+        _return_credits(original)
+        sequence.last_number += 1
+        sequence.save(update_fields=["last_number"])
+        number = format_number(CREDIT_NOTE_SERIES, now.year, sequence.last_number)
+        note = _issue_credit_note(original, number, now)
+        Invoice.objects.filter(pk=original.pk).update(
+            status=Invoice.Status.VOID, voided_at=now, void_reason=reason[:200]
+        )
+    log.warning(
+        "invoice %s voided by %s (%s); credit note %s",
+        original.number,
+        getattr(actor, "username", "system"),
+        reason,
+        note.number,
+    )
+    return note
+
+
+def _return_credits(original: Invoice) -> None:
+    """The credits ``original`` used go back to their grants (locked in pk order)."""
+    applications = list(original.credit_applications.order_by("grant_id"))
+    grants = {
+        grant.pk: grant
+        for grant in locks.credit_grants(
+            CreditGrant.objects.filter(pk__in=[a.grant_id for a in applications])
+        )
+    }
+    for application in applications:
+        grant = grants[application.grant_id]
+        grant.remaining += application.amount
+        grant.save(update_fields=["remaining"])
+
+
+def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice:
+    """The credit note ``number`` that reverses ``original``: its lines and totals negated,
+    its issuer, tenant and tax rate as they were on ``original``."""
+    totals = reversed_totals(
+        InvoiceTotals(
+            subtotal=original.subtotal,
+            credits_applied=original.credits_applied,
+            credit_remaining=ZERO,
+            tax=original.tax_amount,
+            total=original.total,
+        )
+    )
+    note = Invoice.objects.create(
+        tenant_id=original.tenant_id,
+        kind=Invoice.Kind.CREDIT_NOTE,
+        month=original.month,
+        status=Invoice.Status.FINALIZED,
+        number=number,
+        issued_at=now,
+        currency=original.currency,
+        issuer_name=original.issuer_name,
+        issuer_address=original.issuer_address,
+        issuer_tax_id=original.issuer_tax_id,
+        tenant_name=original.tenant_name,
+        tenant_slug=original.tenant_slug,
+        subtotal=totals.subtotal,
+        credits_applied=totals.credits_applied,
+        tax_rate=original.tax_rate,
+        tax_amount=totals.tax,
+        total=totals.total,
+        corrects=original,
+    )
+    InvoiceLine.objects.bulk_create(
+        InvoiceLine(
+            invoice=note,
+            position=position,
+            description=f"Reversal of {original.number}: {line.description}"[:300],
+            instance_name=line.instance_name,
+            spec_code=line.spec_code,
+            seconds=line.seconds,
+            unit_price_per_hour=line.unit_price_per_hour,
+            amount=-line.amount,
+        )
+        for position, line in enumerate(original.lines.order_by("position"), start=1)
+    )
+    return note

@@ -1,0 +1,63 @@
+"""A pull's progress reports, as the console records them: each one the instance's reason and
+a live update to its tenant's browsers, all of one pull in one event that says how far it got."""
+
+import pytest
+
+from console import broadcast
+from console.instances.models import State
+from tests.instances.fakes import FakeAgents
+from tests.instances.test_agent_events import event, fresh, push, started
+
+REF = "registry.example/team/pytorch:2.4"
+
+
+@pytest.fixture
+def agents(monkeypatch):
+    return FakeAgents().install(monkeypatch)
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    messages = []
+    monkeypatch.setattr(broadcast, "group_send", lambda group, message: messages.append(message))
+    return messages
+
+
+def test_a_pulls_reports_update_one_event_and_reach_the_browsers_each_time(
+    catalog, tenant, agents, sent, django_capture_on_commit_callbacks
+):
+    host, instance = started(catalog, tenant, agents, start_state="starting")
+    reports = [
+        f"pulling {REF}",
+        f"pulling {REF}: 1 of 3 layers · 1.2 GB of 3.4 GB",
+        f"pulling {REF}: 2 of 3 layers · 3.0 GB of 3.4 GB",
+        f"pulled {REF} in 43 s: 3 of 3 layers · 3.4 GB of 3.4 GB",
+    ]
+    seen = []
+    for report in reports:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert push(host, event(instance, kind="progress", message=report)).status_code == 202
+        seen.append(sent[-1]["payload"]["instance"]["reason_text"])
+    assert seen == reports  # each report reached the browsers as the instance's reason
+    assert fresh(instance).state_reason == reports[-1]
+    notes = [e.message for e in instance.events.all() if e.message.startswith("pull")]
+    assert notes == reports[2:]  # the pull's last report, then its end
+
+
+def test_another_images_pull_and_other_notes_keep_their_own_events(catalog, tenant, agents):
+    host, instance = started(catalog, tenant, agents, start_state="starting")
+    for report in [
+        f"pulling {REF}: 1 of 3 layers",
+        "the container's writable layer is unbounded (--unbounded-layers)",
+        f"pulling {REF}: 2 of 3 layers",
+        f"pulling {REF}-cuda: 1 of 9 layers",
+    ]:
+        push(host, event(instance, kind="progress", message=report))
+    notes = [e.message for e in instance.events.all() if e.kind == "note"][1:]  # after "Starting…"
+    assert notes == [
+        f"pulling {REF}: 1 of 3 layers",
+        "the container's writable layer is unbounded (--unbounded-layers)",
+        f"pulling {REF}: 2 of 3 layers",
+        f"pulling {REF}-cuda: 1 of 9 layers",
+    ]
+    assert fresh(instance).state == State.PROVISIONING
