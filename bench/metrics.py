@@ -680,6 +680,12 @@ def table(results: list[dict], redis: str) -> str:
     return "\n".join(lines)
 
 
+def _ratio(value: float, base: float) -> str:
+    """value ÷ base as "2.3×"; "–" where the base measured nothing (a run too short for the
+    servers' CPU clock to move)."""
+    return f"{value / base:.1f}×" if base else "–"
+
+
 def scaling_table(results: list[dict]) -> str:
     """Each websocket run of the agents beside the bare run of the same fleet, if any: the
     servers' samples per second per core, the p99, and both as ratios to the bare path's."""
@@ -697,8 +703,8 @@ def scaling_table(results: list[dict]) -> str:
         if base:
             against = (
                 f"{base['samples_per_s']:.0f}, {base['server_cpu']:.2f}, {base['p99_ms']:.1f} "
-                f"| {r['server_cpu'] / base['server_cpu']:.1f}× "
-                f"| {r['p99_ms'] / base['p99_ms']:.1f}×"
+                f"| {_ratio(r['server_cpu'], base['server_cpu'])} "
+                f"| {_ratio(r['p99_ms'], base['p99_ms'])}"
             )
         else:
             against = "not run | – | –"
