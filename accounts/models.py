@@ -45,6 +45,11 @@ class Quota(models.Model):
         validators=[MinValueValidator(Decimal("0"))],
     )
     max_instances = models.PositiveIntegerField(default=4)
+    storage_quota_gib = models.PositiveIntegerField(
+        "storage quota (GiB)",
+        default=500,
+        help_text="the most GiB of volumes the tenant may hold at once",
+    )
     monthly_budget = models.DecimalField(
         max_digits=12,
         decimal_places=2,
