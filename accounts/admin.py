@@ -51,7 +51,14 @@ class TenantAdmin(admin.ModelAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(admin.ModelAdmin):
-    list_display = ["tenant", "gpu_quota", "max_instances", "monthly_budget", "budget_action"]
+    list_display = [
+        "tenant",
+        "gpu_quota",
+        "max_instances",
+        "storage_quota_gib",
+        "monthly_budget",
+        "budget_action",
+    ]
     list_filter = ["budget_action"]
     search_fields = ["tenant__name", "tenant__slug"]
 
@@ -78,7 +85,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
     ]
     list_filter = ["tenant"]
     search_fields = ["name", "prefix", "user__username", "tenant__slug"]
-    readonly_fields = ["prefix", "token_hash", "last_used_at", "created_at"]
+    readonly_fields = [
+        "prefix",
+        "token_hash",
+        "last_used_at",
+        "created_at",
+        "scopes",
+        "instance_prefix",
+        "issued_by",
+    ]
     actions = ["revoke"]
 
     def has_add_permission(self, request):

@@ -38,6 +38,12 @@ class SshKeyViewSet(
     lookup_value_regex = "[^/]+"
     read_role = READ
     write_role = OPERATE
+    api_scopes = {
+        "list": "keys:read",
+        "retrieve": "keys:read",
+        "create": "keys:write",
+        "destroy": "keys:write",
+    }
 
     def get_queryset(self):
         return SshKey.objects.filter(membership=request_membership(self.request)).order_by("name")

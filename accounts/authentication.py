@@ -65,6 +65,7 @@ class BearerTokenAuthentication(BaseAuthentication):
                 throttle.allow_request(request, None)  # counts one more guess
             raise exceptions.AuthenticationFailed(rejected.detail, code=rejected.code) from None
         request._request.membership = membership
+        request._request.api_token = token  # the audit log's actor (console.audit.context)
         return token.user, token
 
     def authenticate_header(self, request):

@@ -1,5 +1,6 @@
 from django import forms
 
+from accounts import scopes as scope_rules
 from accounts.roles import Role
 
 
@@ -42,3 +43,24 @@ class TokenForm(forms.Form):
     read_only = forms.BooleanField(
         required=False, label="Read only", help_text="It can list and read, never change."
     )
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope.name, scope.label) for scope in scope_rules.SCOPES],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Tick none for a token that may do whatever your role allows.",
+    )
+    instance_prefix = forms.CharField(
+        max_length=scope_rules.MAX_PREFIX,
+        required=False,
+        label="Only instances named",
+        help_text="e.g. ci-: it sees, acts on and launches only instances whose name starts "
+        "with this.",
+    )
+
+    def scope_groups(self) -> list[tuple[str, list]]:
+        """The scopes' checkboxes, by group (instances, metrics, billing …)."""
+        boxes = {box.data["value"]: box for box in self["scopes"]}
+        return [
+            (group, [boxes[scope.name] for scope in scope_rules.SCOPES if scope.group == group])
+            for group in scope_rules.GROUPS
+        ]

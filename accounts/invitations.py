@@ -204,6 +204,7 @@ def sign_up(invitation: Invitation, username: str, password: str) -> Membership:
     return accept(locked, user)
 
 
+@transaction.atomic
 def revoke(invitation: Invitation) -> Invitation:
     if invitation.state == "pending":
         invitation.revoked_at = timezone.now()

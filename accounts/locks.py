@@ -3,11 +3,15 @@ them in one order, each kind in primary-key order:
 
     accounts (a tenant's Quota, its owners' memberships, an invitation)
     → instances (Instance rows: console/instances/locks.py)
+    → an instance's idle watch (console/idle/locks.py)
+    → volumes (console/volumes/locks.py)
+    → snapshots' shelves, then snapshots, schedules, restores (console/snapshots/locks.py)
     → fleet (a Host, then its Gpu rows: console/fleet/locks.py)
     → billing (budget alerts, invoice sequences, invoices, credit grants, usage segments:
       billing/locks.py)
 
-Nothing else calls select_for_update (tests/test_locks.py checks)."""
+Notification endpoints (console/notifications/locks.py) are locked alone. Nothing else calls
+select_for_update (tests/test_locks.py checks)."""
 
 from accounts.models import Invitation, Membership, Quota, Tenant
 from accounts.roles import Role

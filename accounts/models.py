@@ -94,7 +94,8 @@ def hash_token(raw: str) -> str:
 class ApiToken(models.Model):
     """A bearer token acting as its user inside one tenant. Only a hash is stored. A
     read-only token acts with the viewer role whatever its user's role (a viewer's tokens
-    are always read-only)."""
+    are always read-only). A scoped token may do only what its scopes name, and one with an
+    instance prefix sees only the instances whose name starts with it (accounts.scopes)."""
 
     PREFIX = "gpc"
 
@@ -112,12 +113,36 @@ class ApiToken(models.Model):
     read_only = models.BooleanField(
         default=False, help_text="Reads only: acts with the viewer role, every write is a 403."
     )
+    scopes = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="The scopes it holds (accounts.scopes); empty: whatever its user's role allows.",
+    )
+    instance_prefix = models.CharField(
+        max_length=40,
+        blank=True,
+        default="",
+        help_text="Sees and acts on only the instances whose name starts with this.",
+    )
+    issued_by = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The token that created it through the API (it never exceeds that one).",
+    )
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_scoped(self) -> bool:
+        return self.scopes is not None
 
     @property
     def is_revoked(self) -> bool:

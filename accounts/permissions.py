@@ -1,7 +1,22 @@
 from rest_framework import exceptions
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
+from accounts import scopes
 from accounts.roles import OPERATE, READ
+
+
+class ScopeMissing(exceptions.PermissionDenied):
+    """A scoped API token asked for what its scopes do not hold: 403, naming the scope."""
+
+    default_code = "scope_missing"
+
+    def __init__(self, needed: str | None):
+        if needed is None:
+            detail = "This endpoint names no scope: only an unscoped API token can use it."
+        else:
+            detail = scopes.missing_detail(needed)
+        super().__init__(detail)
+        self.extra = {"required_scope": needed}
 
 
 def request_membership(request):
@@ -9,11 +24,26 @@ def request_membership(request):
     return getattr(request._request, "membership", None) or None
 
 
+class PrefixConfined(exceptions.PermissionDenied):
+    default_code = "prefix_confined"
+
+
+def _check_token(token, needed: str | None) -> None:
+    """A scoped token holds the scope `needed`; a prefix-confined one never gets what shows
+    every instance of the tenant (nor an endpoint that names no scope)."""
+    if token.is_scoped and (needed is None or not scopes.grants(token.scopes, needed)):
+        raise ScopeMissing(needed)
+    scope = scopes.BY_NAME.get(needed)
+    if token.instance_prefix and (scope is None or scope.whole_tenant):
+        raise PrefixConfined(scopes.confined_detail(token.instance_prefix))
+
+
 class TenantRole(BasePermission):
     """Signed in, a member of the tenant, and at least the role the view asks for.
 
     Views name their needs with `read_role` (safe methods) and `write_role` (the rest);
-    the defaults let viewers read and members change things."""
+    the defaults let viewers read and members change things. A scoped API token must also
+    hold the scope the view names for the action (`api_scopes`, accounts.scopes)."""
 
     def has_permission(self, request, view):
         if not request.user or not request.user.is_authenticated:
@@ -23,6 +53,9 @@ class TenantRole(BasePermission):
             raise exceptions.PermissionDenied(
                 "You are not a member of any tenant.", code="no_tenant"
             )
+        token = scopes.token_of(membership)
+        if token is not None and request.method != "OPTIONS":
+            _check_token(token, scopes.required(view, request.method))
         if request.method in SAFE_METHODS:
             needed = getattr(view, "read_role", READ)
         else:

@@ -13,9 +13,11 @@ from django.db.models import F, FilteredRelation, Q
 from django.utils import timezone
 
 from accounts import locks
+from accounts import scopes as scope_rules
 from accounts.models import ApiToken, Invitation, Membership, Quota, Tenant, hash_token
 from accounts.roles import OPERATE, Role, may_invite
 from accounts.signals import tenant_suspended
+from console.audit import recorder as audit
 from console.errors import DomainError
 from console.prepared import Prepared, columns, instances
 
@@ -44,6 +46,7 @@ def create_tenant(
     return tenant
 
 
+@transaction.atomic
 def update_quota(quota: Quota, **fields) -> Quota:
     for name, value in fields.items():
         setattr(quota, name, value)
@@ -145,15 +148,38 @@ class IssuedToken:
     raw: str  # shown to the user once, never stored
 
 
+@transaction.atomic
 def issue_token(
-    user, tenant: Tenant, name: str, expires_at: datetime | None = None, *, read_only=False
+    user,
+    tenant: Tenant,
+    name: str,
+    expires_at: datetime | None = None,
+    *,
+    read_only=False,
+    scopes: list[str] | None = None,
+    instance_prefix: str = "",
+    issuer: ApiToken | None = None,
 ) -> IssuedToken:
-    """A token for ``user`` in ``tenant``; a viewer's is read-only whatever was asked."""
+    """A token for ``user`` in ``tenant``; a viewer's is read-only whatever was asked.
+    ``scopes`` (None: unscoped) limit it to those actions, ``instance_prefix`` to the
+    instances whose name starts with it (accounts.scopes). A token issued by another token
+    (``issuer``, through the API) never exceeds it: read-only if it is, no scope it lacks, a
+    prefix inside its prefix, an expiry no later than its own."""
     membership = Membership.objects.filter(user=user, tenant=tenant).first()
     if membership is None:
         raise ValidationError(f"{user.username} is not a member of {tenant}.")
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
+    read_only = read_only or not membership.can(OPERATE) or bool(issuer and issuer.read_only)
+    instance_prefix = scope_rules.clean_prefix(instance_prefix)
+    if scopes is not None:
+        role = Role.VIEWER if read_only else membership.role
+        scopes = scope_rules.clean_scopes(
+            scopes, role, read_only=read_only, instance_prefix=instance_prefix
+        )
+    if issuer is not None:
+        expires_at = _within_issuer(issuer, scopes, instance_prefix, expires_at)
+        scopes = scopes if scopes is not None else issuer.scopes
     prefix = secrets.token_hex(4)
     raw = f"{ApiToken.PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     token = ApiToken(
@@ -163,17 +189,60 @@ def issue_token(
         prefix=prefix,
         token_hash=hash_token(raw),
         expires_at=expires_at,
-        read_only=read_only or not membership.can(OPERATE),
+        read_only=read_only,
+        scopes=scopes,
+        instance_prefix=instance_prefix,
+        issued_by=issuer,
     )
     token.full_clean()
     token.save()
     return IssuedToken(token=token, raw=raw)
 
 
+def _within_issuer(
+    issuer: ApiToken, scopes: list[str] | None, instance_prefix: str, expires_at
+) -> datetime | None:
+    """The expiry of a token that ``issuer`` creates (no later than its own); ValidationError
+    where it would exceed the issuer."""
+    beyond = [
+        name
+        for name in scopes or []
+        if not all(
+            scope_rules.grants(issuer.scopes, scope.name) for scope in scope_rules.covered(name)
+        )
+    ]
+    if beyond:
+        raise ValidationError(
+            {"scopes": f"This token cannot grant what it lacks: {', '.join(beyond)}."}
+        )
+    if not instance_prefix.startswith(issuer.instance_prefix):
+        raise ValidationError(
+            {
+                "instance_prefix": "This token is confined to instances named "
+                f"{issuer.instance_prefix}…: the new one must be too."
+            }
+        )
+    if issuer.expires_at is not None:
+        if expires_at is not None and expires_at > issuer.expires_at:
+            raise ValidationError(
+                {"expires_at": "The expiry cannot be later than this token's own."}
+            )
+        expires_at = expires_at or issuer.expires_at
+    return expires_at
+
+
+@transaction.atomic
 def revoke_token(token: ApiToken) -> ApiToken:
-    if token.revoked_at is None:
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
+    """Revokes the token and, with it, every token it issued (and theirs): what a token
+    created cannot outlive it."""
+    now = timezone.now()
+    pks = [token.pk]
+    while pks:
+        ApiToken.objects.filter(pk__in=pks, revoked_at__isnull=True).update(revoked_at=now)
+        pks = list(ApiToken.objects.filter(issued_by__in=pks).values_list("pk", flat=True))
+    token.refresh_from_db(fields=["revoked_at"])
+    if token.revoked_at == now:  # revoked by this call: its issued tokens went with it
+        audit.record("apitoken.revoke", token, after={"revoked_at": now})
     return token
 
 
@@ -227,6 +296,7 @@ def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     if token.read_only:  # the request acts with the token's role: every check sees a viewer
         membership.role = Role.VIEWER
+    membership.api_token = token  # its scopes and prefix limit what the request may do
     return token, membership
 
 

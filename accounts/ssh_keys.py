@@ -90,6 +90,7 @@ def add_ssh_key(membership: Membership, name: str, public_key: str) -> SshKey:
         raise ValidationError({"name": f"You already have a key named {name}."}) from None
 
 
+@transaction.atomic
 def delete_ssh_key(key: SshKey) -> None:
     """The key opens no instance any more (the instances app pushes the new key sets to the
     hosts when this commits)."""

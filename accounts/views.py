@@ -193,6 +193,8 @@ def tokens(request):
                 form.cleaned_data["name"],
                 expires_at,
                 read_only=form.cleaned_data["read_only"],
+                scopes=form.cleaned_data["scopes"] or None,
+                instance_prefix=form.cleaned_data["instance_prefix"],
             )
         except ValidationError as error:
             messages.error(request, _error_text(error))

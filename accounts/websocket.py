@@ -9,6 +9,7 @@ from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.security.websocket import AllowedHostsOriginValidator
 
+from accounts import scopes
 from accounts.models import Membership
 from accounts.roles import READ
 from accounts.services import TokenRejected, access_stands, authenticate_token, operator_stands
@@ -78,11 +79,21 @@ def TenantAuthMiddleware(inner):  # noqa: N802 - reads like the middleware class
     return _OriginUnlessBearer(AuthMiddlewareStack(_BearerOrSession(inner)))
 
 
-def reading_member(scope) -> Membership | None:
-    """The socket's membership when it may read its tenant's things (an active tenant)."""
+def reading_member(scope, needs: str | None = None, *, whole_tenant=True) -> Membership | None:
+    """The socket's membership when it may read its tenant's things (an active tenant) and
+    its API token, if any, holds the scope `needs` (a scoped token gets nothing that names
+    none) and, for a stream of every instance of the tenant (`whole_tenant`), is confined to
+    no name prefix. A socket about one instance passes whole_tenant=False and checks that
+    instance against scopes.covers_instance."""
     membership = scope.get("membership")
     if membership is None or not membership.can(READ) or not membership.tenant.is_active:
         return None
+    token = scopes.token_of(membership)
+    if token is not None:
+        if token.is_scoped and (needs is None or not scopes.grants(token.scopes, needs)):
+            return None
+        if whole_tenant and token.instance_prefix:
+            return None
     return membership
 
 
@@ -118,6 +129,15 @@ class StandingAccess(_Standing):
 
 def is_operator(user) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+
+
+def operator_socket(scope) -> bool:
+    """Whether the socket is an operator's: a scoped or prefix-confined API token opens no
+    operator's stream, whoever its user is."""
+    token = scopes.token_of(scope.get("membership"))
+    if token is not None and (token.is_scoped or token.instance_prefix):
+        return False
+    return is_operator(scope.get("user"))
 
 
 class StandingOperator(_Standing):

@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         runtime = SimRuntime()
     if args.backend == "sim":
+        if args.runtime != "sim":
+            backend.follow_cpu(runtime.cpu_seconds)
         cpus, memory = sim_capacity(args.gpus)
         args.cpus, args.memory_mib = args.cpus or cpus, args.memory_mib or memory
     host = LocalHost(args.hostname, backend, runtime, store, args.cpus, args.memory_mib)

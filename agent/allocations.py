@@ -23,9 +23,18 @@ FIELDS = frozenset(
         "image",
         "resources",
         "volume",
+        "volumes",
     }
 )
 VOLUME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+MAX_VOLUMES = 16
+# Where a tenant's volume may be mounted: an absolute, normalised path of plain names, not the
+# instance's own disk nor a place the container's system lives (nor under them).
+MOUNT_PATH_PATTERN = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}){1,8}")
+RESERVED_MOUNTS = (
+    "/workspace", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+    "/libx32", "/usr", "/boot", "/run", "/var", "/tmp",  # noqa: S108 (a path in the container)
+)  # fmt: skip
 # The environment the agent sets itself or the GPU stack reads (the NVIDIA container toolkit's
 # and driver's, CUDA's MPS and device choice): a workload's env may not name it.
 RESERVED_ENV = re.compile(r"^(NVIDIA_|CUDA_MPS_|GPUCLOUD_|CUDA_VISIBLE_DEVICES$)")
@@ -170,6 +179,45 @@ def _volume(value) -> dict | None:
     return obj
 
 
+def mount_path_error(path) -> str | None:
+    """Why `path` may not be a volume's mount path (None: it may)."""
+    if not isinstance(path, str) or not MOUNT_PATH_PATTERN.fullmatch(path):
+        return "must be an absolute path of plain names (letters, digits, _ . -), like /data"
+    if any(part in (".", "..") for part in path.split("/")):
+        return "must not name . or .."
+    for reserved in RESERVED_MOUNTS:
+        if path == reserved or path.startswith(f"{reserved}/"):
+            return f"must not be {reserved} or under it"
+    return None
+
+
+def _volumes(value) -> list[dict]:
+    """A tenant's volumes besides the instance's own disk: each a disk made for `owner`."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_VOLUMES:
+        raise invalid(f"volumes must be a list of at most {MAX_VOLUMES} objects")
+    volumes = []
+    for entry in value:
+        obj = _object(entry, "volumes[]", {"name", "owner", "size_gib", "mount_path"},
+                      ("name", "owner", "size_gib", "mount_path"))  # fmt: skip
+        if not isinstance(obj["name"], str) or not VOLUME_PATTERN.fullmatch(obj["name"]):
+            raise invalid(f"volumes[].name must match {VOLUME_PATTERN.pattern}")
+        if not isinstance(obj["owner"], str) or not ID_PATTERN.fullmatch(obj["owner"]):
+            raise invalid("volumes[].owner must match [A-Za-z0-9_-]{1,64}")
+        _int_field(obj, "size_gib", "volumes[]", 1)
+        error = mount_path_error(obj["mount_path"])
+        if error:
+            raise invalid(f"volumes[].mount_path {error}: {obj['mount_path']!r}")
+        volumes.append(obj)
+    paths = sorted(v["mount_path"] for v in volumes)
+    if any(b == a or b.startswith(f"{a}/") for a, b in zip(paths, paths[1:], strict=False)):
+        raise invalid("volumes[].mount_path: two volumes share a path (or one is inside another)")
+    if len({v["name"] for v in volumes}) != len(volumes):
+        raise invalid("volumes[].name: a volume is listed twice")
+    return volumes
+
+
 def _sim(value) -> dict | None:
     if value is None:
         return None
@@ -208,6 +256,7 @@ def parse_spec(body, gpus: list[dict]) -> dict:
         "image": _image(body.get("image")),
         "resources": _resources(body.get("resources")),
         "volume": _volume(body.get("volume")),
+        "volumes": _volumes(body.get("volumes")),
     }
 
 

@@ -1,6 +1,7 @@
-"""The agent's HTTP API: inventory, allocations, instances' logs and volumes, GPU modes and
-(sim backend) fault injection, and the data plane a tenant's requests pass through: the
-instances' web ports and terminals.
+"""The agent's HTTP API: inventory, allocations, instances' logs and volumes, tenants'
+volumes (kept, deleted), volumes' snapshot jobs (agent/snapshots.py), GPU modes and (sim
+backend) fault injection, and the data plane a tenant's requests pass through: the instances'
+web ports and terminals.
 
 Two planes, two credentials, checked on the route a request matched:
 - control routes take only `Authorization: Bearer <host secret>`;
@@ -27,6 +28,7 @@ from agent.errors import ApiError, invalid
 from agent.host import LocalHost
 from agent.ports import PortProxy
 from agent.shell import Shell, until_either_ends
+from agent.snapshots import SnapshotJobs
 from agent.ssh import parse_keys
 from agent.terminals import SESSION_KEY, Terminals
 
@@ -149,6 +151,16 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         await host.delete_instance(request.path_params["instance"])
         return Response(status_code=204)
 
+    async def adopt_volume(request: Request) -> Response:
+        await host.adopt_volume(request.path_params["name"], await _json_body(request))
+        return Response(status_code=204)
+
+    async def delete_volume(request: Request) -> Response:
+        query = request.query_params
+        name = request.path_params["name"]
+        await host.delete_volume(name, query.get("owner", ""), query.get("tenant", ""))
+        return Response(status_code=204)
+
     async def put_ssh_keys(request: Request) -> JSONResponse:
         instance = request.path_params["instance"]
         keys = parse_keys(await _json_body(request))
@@ -175,6 +187,18 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         host.poll()
         return JSONResponse(host.backend.gpus()[index])
 
+    snapshot_jobs = SnapshotJobs(
+        getattr(host.runtime, "disks", None), host.store.root / "restic-cache"
+    )
+
+    async def put_snapshot_job(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        created, job = snapshot_jobs.start(request.path_params["job"], body)
+        return JSONResponse(job.view(), status_code=202 if created else 200)
+
+    async def snapshot_job(request: Request) -> JSONResponse:
+        return JSONResponse(snapshot_jobs.get(request.path_params["job"]).view())
+
     proxy = PortProxy(host)
     planes = Planes(secret)
     control = planes.control
@@ -192,6 +216,10 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         Route("/v1/instances/{instance}", control(delete_instance), methods=["DELETE"]),
         Route("/v1/instances/{instance}/ssh-keys", control(put_ssh_keys), methods=["PUT"]),
         Route("/v1/gpus/{index:int}/mode", control(set_mode), methods=["PUT"]),
+        Route("/v1/volumes/{name}/owner", control(adopt_volume), methods=["PUT"]),
+        Route("/v1/volumes/{name}", control(delete_volume), methods=["DELETE"]),
+        Route("/v1/snapshot-jobs/{job}", control(put_snapshot_job), methods=["PUT"]),
+        Route("/v1/snapshot-jobs/{job}", control(snapshot_job), methods=["GET"]),
         WebSocketRoute(
             "/v1/instances/{instance}/terminal", planes.granted("terminal", terminal(host))
         ),

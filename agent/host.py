@@ -9,8 +9,10 @@ import os
 
 from agent import AGENT_VERSION
 from agent.allocations import (
+    ID_PATTERN,
     LIMITS,
     MODES,
+    VOLUME_PATTERN,
     Allocation,
     check_id,
     cuda_env,
@@ -23,6 +25,7 @@ from agent.fit import check_placement
 from agent.gpu_models import mig_profiles
 from agent.runtime import Exit, LaunchError, claim_output
 from agent.state import StateStore
+from agent.volumes import DiskError
 
 log = logging.getLogger(__name__)
 
@@ -185,15 +188,20 @@ class LocalHost:
         for listener in self.key_listeners:
             listener(instance, keys)
 
-    def session_event(self, instance: str, message: str) -> None:
-        """An SSH session began or ended: an event for the console."""
+    def session_event(self, instance: str, message: str, activity: str = "") -> None:
+        """An SSH session began or ended: an event for the console. `activity` says which for
+        the console's idle watch: "ssh.opened", "ssh.ended" (or nothing)."""
         for alloc in self.allocations.values():
             if alloc.instance == instance:
-                self._emit(alloc, "session", message)
+                self._emit(alloc, "session", message, activity)
                 return
 
-    def _emit(self, alloc: Allocation, kind: str = "state", message: str = "") -> None:
+    def _emit(
+        self, alloc: Allocation, kind: str = "state", message: str = "", activity: str = ""
+    ) -> None:
         event = {"allocation": alloc.id, "instance": alloc.instance, "kind": kind}
+        if activity:
+            event["activity"] = activity
         if kind == "state":
             event.update(
                 state=alloc.state,
@@ -395,6 +403,44 @@ class LocalHost:
             self.store.save_ssh_keys(self.ssh_keys)
         log.info("instance %s: volume, logs and SSH keys deleted", instance)
 
+    async def adopt_volume(self, name: str, body) -> None:
+        """An instance's disk kept at its terminate becomes a volume's: body `{"instance",
+        "owner", "tenant"}` (the instance it was made for, the volume it is now)."""
+        args = _volume_args(name, body, ("instance", "owner", "tenant"))
+        disks = getattr(self.runtime, "disks", None)
+        if disks is None:
+            return
+        try:
+            await asyncio.to_thread(
+                disks.adopt, name, args["instance"], args["owner"], args["tenant"]
+            )
+        except LaunchError as exc:
+            raise conflict("volume_foreign", str(exc)) from exc
+        except DiskError as exc:
+            raise ApiError(404, "not_found", str(exc)) from exc
+
+    async def delete_volume(self, name: str, owner: str, tenant: str) -> None:
+        """Remove a volume's disk: refused (409 volume_busy) while an allocation here mounts it,
+        or (409 volume_foreign) when the disk is not that volume's."""
+        _volume_args(name, {"owner": owner, "tenant": tenant}, ("owner", "tenant"))
+        held = [
+            a.id
+            for a in self.allocations.values()
+            if any(v["name"] == name for v in a.spec.get("volumes") or [])
+        ]
+        if held:
+            raise conflict("volume_busy", f"volume {name} is mounted by {', '.join(held)}")
+        disks = getattr(self.runtime, "disks", None)
+        if disks is None:
+            return
+        try:
+            await asyncio.to_thread(disks.delete_owned, name, owner, tenant)
+        except LaunchError as exc:
+            raise conflict("volume_foreign", str(exc)) from exc
+        except DiskError as exc:
+            raise ApiError(500, "disk_failed", str(exc)) from exc
+        log.info("volume %s of %s deleted", name, owner)
+
     def set_mode(self, index: int, mode: str) -> dict:
         """Repartition a GPU that holds no allocation; answer its inventory entry."""
         gpus = self.backend.gpus()
@@ -476,3 +522,14 @@ class LocalHost:
             self._save()
             for alloc in changed:
                 self._emit(alloc)
+
+
+def _volume_args(name: str, body, fields: tuple[str, ...]) -> dict:
+    if not VOLUME_PATTERN.fullmatch(name):
+        raise invalid(f"a volume's name must match {VOLUME_PATTERN.pattern}, not {name!r}")
+    if not isinstance(body, dict) or set(body) != set(fields):
+        raise invalid(f"the body must be an object of exactly {', '.join(fields)}")
+    for field in fields:
+        if not isinstance(body[field], str) or not ID_PATTERN.fullmatch(body[field]):
+            raise invalid(f"{field} must match [A-Za-z0-9_-]{{1,64}}, not {body[field]!r}")
+    return body

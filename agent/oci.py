@@ -39,6 +39,7 @@ from docker.models.containers import _create_container_args
 from docker.types import DeviceRequest, LogConfig
 
 from agent.allocations import Allocation
+from agent.cpu import cgroup_seconds
 from agent.errors import ApiError
 from agent.mps import CLIENT_PIPE, MpsDaemons
 from agent.networks import TenantNetworks
@@ -499,6 +500,11 @@ class OciRuntime:
         # Podman's U: the workspace is chowned to the container's root (its namespace's)
         mode = "rw,U" if self.engine == "podman" else "rw"
         volumes = {workspace: {"bind": WORKSPACE, "mode": mode}, **gpu.pop("volumes_extra", {})}
+        for volume in spec.get("volumes") or []:
+            volumes[self._volume(volume, labels.get("tenant", ""))] = {
+                "bind": volume["mount_path"],
+                "mode": mode,
+            }
         options: dict = {
             "name": container_name(alloc),
             "command": command,
@@ -597,9 +603,23 @@ class OciRuntime:
             mount = self.disks.ensure(name, alloc.instance, tenant, volume.get("size_gib"))
         except DiskError as exc:
             raise LaunchError(f"disk_failed: {exc}") from exc
+        self._give_to_root(mount)
+        return str(mount)
+
+    def _volume(self, volume: dict, tenant: str) -> str:
+        """The mount point of a tenant's volume (its disk made now on its first attach).
+        LaunchError `volume_foreign` when that disk was made for another owner."""
+        try:
+            mount = self.disks.ensure(volume["name"], volume["owner"], tenant, volume["size_gib"])
+        except DiskError as exc:
+            raise LaunchError(f"disk_failed: {exc}") from exc
+        self._give_to_root(mount)
+        return str(mount)
+
+    def _give_to_root(self, mount: Path) -> None:
+        """Docker has no `U` bind option: the disk's root is given to the remapped root."""
         if self.remapped_root and mount.stat().st_uid != self.remapped_root[0]:
             os.chown(mount, *self.remapped_root)
-        return str(mount)
 
     def _remove(self, container) -> None:
         """Remove the container. Podman may answer a container in a user namespace of its own
@@ -699,6 +719,10 @@ class OciRuntime:
                 time.sleep(1)
 
         threading.Thread(target=follow, name="engine-events", daemon=True).start()
+
+    def cpu_seconds(self, alloc: Allocation) -> float | None:
+        """The CPU its container's cgroup used (what its shells ran too), while it runs."""
+        return cgroup_seconds(alloc.pid) if alloc.pid else None
 
     def exit_status(self, alloc: Allocation) -> Exit | None:
         """How the workload ended, or None while it runs (as last refreshed)."""

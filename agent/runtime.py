@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from agent.allocations import Allocation
+from agent.cpu import process_seconds
 
 DEFAULT_COMMAND = ["sleep", "infinity"]
 # what a process workload inherits of the agent's environment: nothing but where programs are
@@ -174,6 +175,10 @@ class SimRuntime:
     def exit_status(self, alloc: Allocation) -> Exit | None:
         return None
 
+    def cpu_seconds(self, alloc: Allocation) -> float | None:
+        """No process: no CPU to read (the sim backend picks a load instead)."""
+        return None
+
     async def stop(self, alloc: Allocation) -> int | None:
         return None
 
@@ -230,6 +235,10 @@ class ProcessRuntime:
 
     def _alive(self, alloc: Allocation) -> bool:
         return self._own_stat(alloc) is not None
+
+    def cpu_seconds(self, alloc: Allocation) -> float | None:
+        """The CPU its process (and the children it waited for) used, while it runs."""
+        return process_seconds(alloc.pid) if self._alive(alloc) else None
 
     def adopt(self, alloc: Allocation) -> bool:
         """Whether a workload of a previous run still runs, still leading its own session."""

@@ -247,8 +247,10 @@ class Gateway:
                 refusal = getattr(exc, "detail", None) or str(exc)
             else:
                 description = self._describe(chan, "sftp")
-                self.host.session_event(instance, description)
-                ended = functools.partial(self.host.session_event, instance, f"{description} ended")
+                self.host.session_event(instance, description, "ssh.opened")
+                ended = functools.partial(
+                    self.host.session_event, instance, f"{description} ended", "ssh.ended"
+                )
                 return ContainerSFTP(chan, root, ended)
         chan.write_stderr(f"gpucloud: {refusal}\r\n".encode())
         chan.exit(1)
@@ -287,13 +289,14 @@ class Gateway:
             process.exit(1)
             return
         description = self._describe(process, "ssh")
-        self.host.session_event(instance, description)
+        self.host.session_event(instance, description, "ssh.opened")
         status = None
         try:
             status = await self._relay(process, shell)
         finally:
             shell.close()
-            self.host.session_event(instance, f"{description} ended (exit status {status})")
+            ended = f"{description} ended (exit status {status})"
+            self.host.session_event(instance, ended, "ssh.ended")
         process.exit(status if status is not None else 255)
 
     async def _relay(self, process, shell: Shell) -> int | None:

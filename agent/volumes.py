@@ -2,12 +2,15 @@
 agent's state directory, mounted by loop and bound at /workspace, so a write past its size
 fails with ENOSPC inside the container and nothing outside it grows beyond the image.
 
-A disk is `<root>/<name>/` with `disk.json` (who it was made for: instance, tenant, size),
+A disk is `<root>/<name>/` with `disk.json` (who it was made for: its owner, an instance or
+a tenant's volume `volume-<id>`, under the key `instance`; its tenant; its size),
 `disk.img` and the mount point `mnt/`. The record is written before the image, so whatever
 lies under a name was made by this agent for the instance it names; a launch that names a
 disk made for another instance (or another tenant) is refused. A disk stays mounted from its
 first launch until the instance is deleted (or the host restarts: the next launch mounts it
-again); a bigger size asked for grows it in place.
+again); a bigger size asked for grows it in place. A volume's disk is mounted into each
+container of the instances it is attached to, one at a time, and outlives them: it goes when the
+volume is deleted. An instance's disk kept at its terminate becomes a volume's (`adopt`).
 """
 
 import json
@@ -118,6 +121,30 @@ class Disks:
             for entry in self.root.iterdir()
             if (self.record(entry.name) or {}).get("instance") == instance
         )
+
+    def adopt(self, name: str, instance: str, owner: str, tenant: str) -> None:
+        """The disk made for `instance` is `owner`'s from now on (the instance's delete leaves
+        it). Done already: nothing. LaunchError `volume_foreign` when it is someone else's;
+        DiskError when there is no such disk."""
+        with self._lock:
+            record = self.record(name)
+            if record is None:
+                raise DiskError(f"no disk {name} on this host")
+            if (record["instance"], record["tenant"]) == (owner, tenant):
+                return
+            if (record["instance"], record["tenant"]) != (instance, tenant):
+                raise LaunchError(f"volume_foreign: {name} was not made for instance {instance}")
+            self._write(self.root / name, {**record, "instance": owner})
+
+    def delete_owned(self, name: str, owner: str, tenant: str) -> None:
+        """Delete the disk if it is `owner`'s (gone already: nothing). LaunchError
+        `volume_foreign` when it is someone else's."""
+        record = self.record(name)
+        if record is None:
+            return
+        if (record["instance"], record["tenant"]) != (owner, tenant):
+            raise LaunchError(f"volume_foreign: {name} is not {owner}'s")
+        self.delete(name)
 
     def delete(self, name: str) -> None:
         """Unmount the disk and remove it, image and record."""

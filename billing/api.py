@@ -33,6 +33,7 @@ class UsageView(APIView):
     amount), per instance, per spec, per day, what accrues now and the month-end forecast."""
 
     read_role = READ
+    api_scopes = "billing:read"
 
     @extend_schema(parameters=[MONTH_PARAM], responses=UsageReportSerializer)
     def get(self, request):
@@ -56,6 +57,7 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
     """The tenant's invoices and credit notes, newest first; drafts show the month so far."""
 
     read_role = READ
+    api_scopes = "billing:read"
     queryset = Invoice.objects.none()  # typed path parameters in the schema
 
     def get_queryset(self):

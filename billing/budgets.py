@@ -34,6 +34,7 @@ from console.celery import enqueue_on_commit
 from console.errors import DomainError
 from console.instances import reasons
 from console.instances.models import Instance, State
+from console.notices import notice as notices
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,9 @@ def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
         to_send = sorted({alert.pk for alert in highest.values()} | set(lost))
         for alert_pk in to_send:
             enqueue_on_commit("billing.tasks.send_budget_alert", alert_pk)
+        for alert in highest.values():
+            threshold = threshold_notice(alert)
+            transaction.on_commit(lambda n=threshold: notices.send(sender=__name__, **n))
         running = sorted(
             set(
                 Instance.objects.filter(tenant_id__in=to_enforce, state__in=STOPPABLE)
@@ -174,6 +178,26 @@ def recipients(tenant_id: int) -> list[str]:
             .values_list("user__email", flat=True)
         )
     )
+
+
+def threshold_notice(alert: BudgetAlert) -> dict:
+    """The `budget.threshold` notice's arguments (console.notices)."""
+    currency = settings.BILLING_CURRENCY
+    spent, budget = format_money(alert.spent, currency), format_money(alert.budget, currency)
+    return {
+        "tenant": alert.tenant_id,
+        "kind": "budget.threshold",
+        "subject": None,
+        "text": f"Spending in {alert.month:%B %Y} reached {alert.threshold}% of the monthly "
+        f"budget: {spent} of {budget}.",
+        "data": {
+            "threshold": alert.threshold,
+            "month": alert.month.isoformat(),
+            "spent": str(alert.spent),
+            "budget": str(alert.budget),
+            "currency": currency,
+        },
+    }
 
 
 def alert_message(alert: BudgetAlert, tenant: Tenant, action: str) -> tuple[str, str]:
@@ -243,6 +267,14 @@ def enforce(tenant_id: int) -> int:
         except DomainError as error:
             log.info("budget stop of instance %s skipped: %s", instance.pk, error)
             return False
+        stopped_notice = {
+            "tenant": tenant_id,
+            "kind": "instance.budget_stopped",
+            "subject": instance,
+            "text": f"{instance.name}: {reasons.explain(why)}",
+            "data": {"instance_id": instance.pk, "instance_name": instance.name, "reason": why},
+        }
+        transaction.on_commit(lambda: notices.send(sender=__name__, **stopped_notice))
         return True
 
     stopped = instance_services.stop_all(quota.tenant, STOPPABLE, stop)

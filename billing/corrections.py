@@ -11,6 +11,7 @@ from billing import locks
 from billing.issuing import CREDIT_NOTE_SERIES, format_number
 from billing.models import CreditGrant, Invoice, InvoiceLine
 from billing.rating import ZERO, InvoiceTotals, reversed_totals
+from console.audit import recorder as audit
 from console.errors import DomainError
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,10 @@ class InvalidInvoiceState(DomainError):
     code = "invalid_state"
 
 
+PAID_BEFORE = {"status": Invoice.Status.FINALIZED}
+PAID_AFTER = {"status": Invoice.Status.PAID}
+
+
 def mark_paid(invoice: Invoice, *, actor=None, now: datetime | None = None) -> Invoice:
     """finalized → paid. Marking a paid invoice paid again changes nothing."""
     now = now or timezone.now()
@@ -30,6 +35,8 @@ def mark_paid(invoice: Invoice, *, actor=None, now: datetime | None = None) -> I
             pk=invoice.pk, kind=Invoice.Kind.INVOICE, status=Invoice.Status.FINALIZED
         ).update(status=Invoice.Status.PAID, paid_at=now)
         current = Invoice.objects.get(pk=invoice.pk)
+        if changed:
+            audit.record("invoice.mark_paid", current, before=PAID_BEFORE, after=PAID_AFTER)
     if not changed and current.status != Invoice.Status.PAID:
         raise InvalidInvoiceState(
             f"A {current.status} {current.get_kind_display().lower()} cannot be marked paid."
@@ -65,6 +72,12 @@ def void_invoice(
         note = _issue_credit_note(original, number, now)
         Invoice.objects.filter(pk=original.pk).update(
             status=Invoice.Status.VOID, voided_at=now, void_reason=reason[:200]
+        )
+        audit.record(
+            "invoice.void",
+            original,
+            before={"status": original.status},
+            after={"status": Invoice.Status.VOID, "reason": reason, "credit_note": number},
         )
     log.warning(
         "invoice %s voided by %s (%s); credit note %s",

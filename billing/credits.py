@@ -4,12 +4,17 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounts.models import Tenant
 from billing.models import CreditGrant
 from billing.rating import ZERO, round_to_cents
+from console.audit import recorder as audit
+
+# what the audit log keeps of a grant
+GRANT_FIELDS = ["kind", "amount", "description", "expires_at"]
 
 
 def grant_credit(
@@ -45,7 +50,9 @@ def grant_credit(
         expires_at=expires_at,
     )
     grant.full_clean()
-    grant.save()
+    with transaction.atomic():
+        grant.save()
+        audit.record("creditgrant.grant", grant, after=audit.snapshot(grant, GRANT_FIELDS))
     return grant
 
 

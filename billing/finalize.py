@@ -19,9 +19,15 @@ from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from accounts.models import Tenant
-from billing import documents, locks
+from billing import documents, locks, storage
 from billing.bulk import insert_rows, update_rows
-from billing.issuing import INVOICE_SERIES, configured_tax_rate, current_issuer, format_number
+from billing.issuing import (
+    INVOICE_SERIES,
+    announce_issued,
+    configured_tax_rate,
+    current_issuer,
+    format_number,
+)
 from billing.metering import locked_segments, price_history, rate_pending, store_pieces, unrated
 from billing.models import (
     CreditApplication,
@@ -39,7 +45,9 @@ from billing.usage import (
     correction_key,
     make_line,
     month_corrections,
+    stored_lines,
 )
+from console.audit import recorder as audit
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +192,7 @@ def finalize_month(month: date, *, now: datetime | None = None) -> FinalizeResul
         if not locked:
             return nothing
         _rate_late_closes(month, drafts, now)
-        lines = _month_lines(month, drafts)
+        lines = _month_lines(month, drafts, now)
         grants = _applicable_grants(drafts.values("tenant_id"), period_start, now)
         batch = _Batch(now=now, number=sequence.last_number)
         empty: list[int] = []
@@ -206,6 +214,23 @@ def finalize_month(month: date, *, now: datetime | None = None) -> FinalizeResul
         last = batch.invoice_updates[-1][2]
         sequence.last_number = batch.number
         sequence.save(update_fields=["last_number"])
+        issued_ids = [row[0] for row in batch.invoice_updates]
+        audit.record_all(
+            [
+                audit.entry(
+                    "invoice.issue",
+                    invoice,
+                    before={"status": Invoice.Status.DRAFT},
+                    after={
+                        "status": invoice.status,
+                        "number": invoice.number,
+                        "total": invoice.total,
+                    },
+                )
+                for invoice in Invoice.objects.filter(pk__in=issued_ids).order_by("pk")
+            ]
+        )
+        transaction.on_commit(lambda: announce_issued(issued_ids))
     issued = len(batch.invoice_updates)
     log.info("finalized %d invoice(s) of %s: %s … %s", issued, month, first, last)
     return FinalizeResult(month, issued, len(batch.line_rows), batch.credits_total, first, last)
@@ -216,7 +241,9 @@ def _create_missing_drafts(month: date) -> None:
     billed = UsagePiece.objects.filter(month=month).values("tenant_id")
     invoiced = Invoice.objects.filter(kind=Invoice.Kind.INVOICE, month=month).values("tenant_id")
     missing = (
-        Tenant.objects.filter(pk__in=billed).exclude(pk__in=invoiced).values_list("pk", flat=True)
+        Tenant.objects.filter(Q(pk__in=billed) | Q(pk__in=storage.tenants_billed(month)))
+        .exclude(pk__in=invoiced)
+        .values_list("pk", flat=True)
     )
     Invoice.objects.bulk_create(
         [
@@ -238,9 +265,10 @@ def _rate_late_closes(month: date, drafts: QuerySet, now: datetime) -> None:
         store_pieces(segments, price_history({s.spec_id for s in segments}), now)
 
 
-def _month_lines(month: date, drafts: QuerySet) -> dict[int, list[UsageLine]]:
+def _month_lines(month: date, drafts: QuerySet, now: datetime) -> dict[int, list[UsageLine]]:
     """The lines of every draft's tenant in ``month``, summed from the stored pieces and the
-    corrections billed in the month, one grouped query each."""
+    corrections billed in the month, one grouped query each, and its volumes' and snapshots'
+    lines (storage.py)."""
     rows = (
         UsagePiece.objects.filter(month=month, tenant_id__in=drafts.values("tenant_id"))
         .values(*LINE_GROUP)
@@ -268,6 +296,8 @@ def _month_lines(month: date, drafts: QuerySet) -> dict[int, list[UsageLine]]:
                 amount_micros=int(row["micros"]),
             )
         )
+    for tenant_id, tenant_lines in stored_lines(drafts.values("tenant_id"), month, now).items():
+        lines[tenant_id].extend(tenant_lines)
     for tenant_lines in lines.values():
         tenant_lines.sort(key=lambda line: line.sort_key)
     return lines
@@ -302,7 +332,7 @@ def _line_row(invoice_id: int, position: int, line: UsageLine) -> InvoiceLine:
         invoice_id=invoice_id,
         position=position,
         kind=line.kind,
-        instance_id=line.instance_id,
+        instance_id=line.instance_id or None,  # a volume's or a snapshot's line names none
         instance_name=line.instance_name,
         spec_code=line.spec_code,
         description=line.description,

@@ -11,6 +11,9 @@ from decimal import Decimal
 from django.conf import settings
 
 from billing import documents
+from billing.models import Invoice
+from billing.money import format_money
+from console.notices import notice
 
 INVOICE_SERIES = "GC"
 CREDIT_NOTE_SERIES = "CN"
@@ -23,6 +26,26 @@ def format_number(series: str, year: int, number: int) -> str:
 def configured_tax_rate() -> Decimal | None:
     rate = Decimal(settings.BILLING_TAX_RATE or 0)
     return rate if rate > 0 else None
+
+
+def announce_issued(invoice_ids: list[int]) -> None:
+    """After the commit that issued them: an `invoice.issued` notice per invoice."""
+    for invoice in Invoice.objects.filter(pk__in=invoice_ids).order_by("pk"):
+        total = format_money(invoice.total, invoice.currency)
+        notice.send(
+            sender=__name__,
+            tenant=invoice.tenant_id,
+            kind="invoice.issued",
+            subject=invoice,
+            text=f"Invoice {invoice.number} for {invoice.month:%B %Y} was issued: {total}.",
+            data={
+                "invoice_id": invoice.pk,
+                "number": invoice.number,
+                "month": invoice.month.isoformat(),
+                "total": str(invoice.total),
+                "currency": invoice.currency,
+            },
+        )
 
 
 def current_issuer() -> documents.Issuer:

@@ -45,6 +45,8 @@ def month_bounds(month: date) -> tuple[datetime, datetime]:
 class UsageKind(models.TextChoices):
     GPU = "gpu", "GPU time"
     DISK = "disk", "Disk while not running"
+    VOLUME = "volume", "Volume"  # a tenant's volume, from creation to deletion (storage.py)
+    SNAPSHOT = "snapshot", "Snapshot storage"  # a snapshot's stored data, while kept (storage.py)
 
 
 class UsageSegment(models.Model):

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from accounts import locks as account_locks
 from accounts.models import Quota, Tenant
-from billing import budgets, metering
+from billing import budgets, metering, storage
 from billing.corrections import InvalidInvoiceState, mark_paid, void_invoice
 from billing.credits import grant_credit
 from billing.finalize import finalize_due, finalize_month
@@ -64,6 +64,7 @@ def run_meter(now: datetime | None = None) -> MeterResult:
     now = now or timezone.now()
     repaired = metering.reconcile(now)
     written = metering.rate_pending(now)
+    storage.ensure_current_drafts(now)
     alerts = budgets.check_budgets(now)
     return MeterResult(repaired, written, len(alerts))
 

@@ -3,7 +3,9 @@ API (lines, per instance, per spec, per day, current rate, forecast). Read only.
 
 Lines group usage by (kind, instance, spec, unit price, disk size), both here (rated live
 from the segments) and in finalization (summed from the stored pieces), through the same
-``make_line``, so a month's report and its invoice show the same lines.
+``make_line``, so a month's report and its invoice show the same lines. Volumes and snapshots
+have a line each (kinds ``volume`` and ``snapshot``), rated from their rows in both
+(storage.py).
 
 A month whose invoice is issued is history: its report is the invoice's stored lines, and
 its days spread the stored pieces that invoice was made from, never a live rating (a
@@ -21,6 +23,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounts.models import Tenant
+from billing import storage
 from billing.metering import price_history, rate, unit_price
 from billing.models import (
     Invoice,
@@ -45,6 +48,7 @@ from console.catalog.models import Spec
 from console.instances.models import Instance
 
 _SECONDS_PER_HOUR = Decimal(3600)
+STORED = (UsageKind.VOLUME, UsageKind.SNAPSHOT)  # lines rated from their rows (storage.py)
 
 
 @dataclass(frozen=True, order=True)
@@ -53,8 +57,10 @@ class LineKey:
     instance_id: int
     spec_id: int
     unit_price: Decimal
-    disk_gib: int
+    disk_gib: int | Decimal  # a snapshot's line: the GiB it stores
     corrects: str = ""  # a correction's line: the number of the issued invoice it corrects
+    volume_id: int = 0  # a volume's line: the volume
+    snapshot_id: int = 0  # a snapshot's line: the snapshot (its GiB stored in disk_gib)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class UsageLine:
     unit_price_per_hour: Decimal
     disk_gib: int
     amount: Decimal
+    volume_id: int = 0  # a volume's line (kind volume): the volume, named in instance_name
+    snapshot_id: int = 0  # a snapshot's line: the snapshot, its source named in instance_name
 
     @property
     def sort_key(self) -> tuple:
@@ -84,7 +92,7 @@ class UsageLine:
         )
 
 
-def disk_hourly(gib: int, price_per_gib_month: Decimal, month: date) -> Decimal:
+def disk_hourly(gib: int | Decimal, price_per_gib_month: Decimal, month: date) -> Decimal:
     """A disk's cost per hour in a month (its length varies), to 6 places."""
     start = datetime(month.year, month.month, 1, tzinfo=UTC)
     return quantize_amount(
@@ -95,6 +103,15 @@ def disk_hourly(gib: int, price_per_gib_month: Decimal, month: date) -> Decimal:
 def describe(key: LineKey, spec_name: str, instance_name: str) -> str:
     if key.kind == UsageKind.GPU:
         what = f"GPU time: {spec_name}"
+    elif key.kind == UsageKind.VOLUME:
+        price = f"{key.unit_price.normalize():f}"
+        return f"Volume {instance_name}: {key.disk_gib} GiB at {price} per GiB-month"
+    elif key.kind == UsageKind.SNAPSHOT:
+        price = f"{key.unit_price.normalize():f}"
+        return (
+            f"Snapshot {key.snapshot_id} of {instance_name}: {key.disk_gib:.3f} GiB stored at "
+            f"{price} per GiB-month"
+        )
     else:
         price = f"{key.unit_price.normalize():f}"
         what = f"Disk while not running: {key.disk_gib} GiB at {price} per GiB-month"
@@ -129,6 +146,8 @@ def make_line(
         unit_price_per_hour=hourly,
         disk_gib=key.disk_gib,
         amount=micros_to_decimal(amount_micros),
+        volume_id=key.volume_id,
+        snapshot_id=key.snapshot_id,
     )
 
 
@@ -196,11 +215,30 @@ class UsageReport:
 
     @property
     def by_instance(self) -> list[Breakdown]:
-        return _breakdown(self.lines, lambda line: (str(line.instance_id), line.instance_name))
+        return _breakdown(
+            self._of_instances, lambda line: (str(line.instance_id), line.instance_name)
+        )
 
     @property
     def by_spec(self) -> list[Breakdown]:
-        return _breakdown(self.lines, lambda line: (line.spec_code, line.spec_name))
+        return _breakdown(self._of_instances, lambda line: (line.spec_code, line.spec_name))
+
+    @property
+    def by_volume(self) -> list[Breakdown]:
+        volumes = [line for line in self.lines if line.kind == UsageKind.VOLUME]
+        return _breakdown(volumes, lambda line: (str(line.volume_id), line.instance_name))
+
+    @property
+    def by_snapshot(self) -> list[Breakdown]:
+        snapshots = [line for line in self.lines if line.kind == UsageKind.SNAPSHOT]
+        return _breakdown(
+            snapshots,
+            lambda line: (str(line.snapshot_id), f"{line.snapshot_id} of {line.instance_name}"),
+        )
+
+    @property
+    def _of_instances(self) -> list[UsageLine]:
+        return [line for line in self.lines if line.kind not in STORED]
 
 
 def _breakdown(lines: Iterable[UsageLine], key) -> list[Breakdown]:
@@ -259,6 +297,8 @@ class _Rated:
     seconds: dict[LineKey, int] = field(default_factory=lambda: defaultdict(int))
     micros: dict[LineKey, int] = field(default_factory=lambda: defaultdict(int))
     accruing: list[tuple[UsageSegment, Decimal]] = field(default_factory=list)
+    stored: dict[LineKey, storage.StoredPiece] = field(default_factory=dict)
+    accruing_stored: list[tuple[storage.StoredPiece, Decimal]] = field(default_factory=list)
 
     @property
     def total_micros(self) -> int:
@@ -294,12 +334,47 @@ def _rate_month(tenant_ids, month: date, now: datetime, on_segment=None) -> dict
             on_segment(segment, prices)
         if segment.ended_at is None and start <= now < end:
             tenant.accruing.append((segment, _per_hour(segment, prices, now)))
+    for item in storage.month_pieces(tenant_ids, month, now):
+        piece = item.piece
+        tenant = rated[item.tenant_id]
+        key = stored_key(item)
+        tenant.seconds[key] += piece.seconds
+        tenant.micros[key] += decimal_to_micros(piece.amount)
+        tenant.stored[key] = item
+        if not piece.is_final and start <= now < end:
+            per_hour = disk_hourly(item.gib, item.price_per_gib_month, month)
+            tenant.accruing_stored.append((item, per_hour))
     for row in month_corrections(tenant_ids, month, now):
         tenant = rated[row["tenant_id"]]
         key = correction_key(row)
         tenant.seconds[key] += row["total_seconds"]
         tenant.micros[key] += row["micros"]
     return rated
+
+
+def stored_key(item: storage.StoredPiece) -> LineKey:
+    """A volume's line (its size in GiB) or a snapshot's (the GiB it stores)."""
+    if item.kind == UsageKind.VOLUME:
+        return LineKey(item.kind, 0, 0, item.price_per_gib_month, int(item.gib), volume_id=item.pk)
+    return LineKey(item.kind, 0, 0, item.price_per_gib_month, item.gib, snapshot_id=item.pk)
+
+
+def stored_lines(tenant_ids, month: date, now: datetime) -> dict[int, list[UsageLine]]:
+    """Each tenant's volume and snapshot lines of ``month`` as of ``now`` (finalization's,
+    after it)."""
+    lines: dict[int, list[UsageLine]] = defaultdict(list)
+    for item in storage.month_pieces(tenant_ids, month, now):
+        line = make_line(
+            stored_key(item),
+            month=month,
+            instance_name=item.name,
+            spec_code="",
+            spec_name="",
+            seconds=item.piece.seconds,
+            amount_micros=decimal_to_micros(item.piece.amount),
+        )
+        lines[item.tenant_id].append(line)
+    return lines
 
 
 # What makes one line of a month's usage: pieces and corrections are grouped by it
@@ -394,6 +469,12 @@ def usage_report(tenant: Tenant, month: date, now: datetime | None = None) -> Us
     ).get(tenant.pk, _Rated())
     for day, amount in correction_days(tenant.pk, month, now):
         daily[day] += micros_to_decimal(amount)
+    stored_days: dict[date, int] = defaultdict(int)
+    for item in storage.month_pieces([tenant.pk], month, now):
+        piece = item.piece
+        _spread(stored_days, piece.start, piece.end, decimal_to_micros(piece.amount))
+    for day, amount in stored_days.items():
+        daily[day] += micros_to_decimal(amount)
     seconds, micros, accruing = rated.seconds, rated.micros, rated.accruing
     instance_ids = {key.instance_id for key in seconds} | {s.instance_id for s, _ in accruing}
     names = dict(Instance.objects.filter(pk__in=instance_ids).values_list("pk", "name"))
@@ -414,6 +495,20 @@ def usage_report(tenant: Tenant, month: date, now: datetime | None = None) -> Us
             amount_micros=micros[key],
         )
         for key in seconds
+        if key.kind not in STORED
+    ]
+    lines += [
+        make_line(
+            key,
+            month=month,
+            instance_name=rated.stored[key].name,
+            spec_code="",
+            spec_name="",
+            seconds=seconds[key],
+            amount_micros=micros[key],
+        )
+        for key in seconds
+        if key.kind in STORED
     ]
     lines.sort(key=lambda line: line.sort_key)
     days = []
@@ -437,6 +532,17 @@ def usage_report(tenant: Tenant, month: date, now: datetime | None = None) -> Us
                 per_hour=per_hour,
             )
             for segment, per_hour in accruing
+        ]
+        + [
+            Accruing(
+                kind=item.kind,
+                instance_id=0,
+                instance_name=item.name,
+                spec_code="",
+                since=item.since,
+                per_hour=per_hour,
+            )
+            for item, per_hour in rated.accruing_stored
         ],
     )
 
@@ -470,6 +576,9 @@ def issued_report(invoice: Invoice, now: datetime) -> UsageReport:
     daily: dict[date, int] = defaultdict(int)
     for piece_start, piece_end, micros in pieces.values_list("start", "end", "amount_micros"):
         _spread(daily, piece_start, piece_end, micros)
+    for item in storage.month_pieces([invoice.tenant_id], invoice.month, invoice.issued_at or now):
+        piece = item.piece
+        _spread(daily, piece.start, piece.end, decimal_to_micros(piece.amount))
     for day, micros in correction_days(invoice.tenant_id, invoice.month, now):
         daily[day] += micros
     days = []

@@ -2,6 +2,7 @@
 
 
 class CliError(Exception):
-    def __init__(self, message: str, fields: dict | None = None):
+    def __init__(self, message: str, fields: dict | None = None, code: str | None = None):
         super().__init__(message)
         self.fields = fields or {}
+        self.code = code  # the API's error code, when the API refused

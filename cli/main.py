@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from cli import confirm
+from cli import confirm, snapshots, tokens, volumes
 from cli.errors import CliError
 from cli.ssh import exec_ssh, pin_host_key, ssh_argv
 from cli.wait import wait_until_running
@@ -63,7 +63,11 @@ class Client:
             fields = "".join(
                 f"\n  {field}: {' '.join(map(str, msgs))}" for field, msgs in errors.items()
             )
-            raise CliError(f"{body.get('detail', 'error')} ({body.get('code')}){fields}", errors)
+            raise CliError(
+                f"{body.get('detail', 'error')} ({body.get('code')}){fields}",
+                errors,
+                code=body.get("code"),
+            )
         return response.json() if response.content else None
 
     def all(self, path: str, **params) -> list[dict]:
@@ -111,7 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument(
         "name", nargs="?", help="default: a generated one, such as a100-quarter-brave-otter"
     )
-    launch.add_argument("--spec", required=True, help="a spec's code (see `gpucloud specs`)")
+    launch.add_argument(
+        "--template", metavar="NAME|ID",
+        help="launch a template (see `gpucloud templates list`); the other options override it",
+    )  # fmt: skip
+    launch.add_argument(
+        "--spec", help="a spec's code (see `gpucloud specs`); required without --template"
+    )
     launch.add_argument("--image", help="an image's name (default: the first, as in the console)")
     launch.add_argument(
         "--disk-gib", type=int, help="its disk at /workspace (default and smallest: the spec's)"
@@ -126,12 +136,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="an environment variable (repeat for more)",
     )  # fmt: skip
     launch.add_argument(
+        "--secret", action="append", default=[], dest="secrets", metavar="NAME[=VALUE]",
+        help="a secret environment variable, stored encrypted and never shown again; without "
+        "=VALUE, the value of NAME in this environment (kept out of your shell history)",
+    )  # fmt: skip
+    launch.add_argument(
         "--ssh-key", action="append", dest="ssh_keys", metavar="NAME",
         help="an SSH key that opens its shells (repeat for more; default: all of yours)",
     )  # fmt: skip
     launch.add_argument(
         "--port", action="append", default=[], dest="ports", metavar="PORT:NAME",
         help="a web port to open through the console, e.g. 8080:app (repeat for more)",
+    )  # fmt: skip
+    launch.add_argument(
+        "--volume", action="append", default=[], dest="volumes", metavar="NAME[:PATH]",
+        help="attach a volume of yours, e.g. data:/data (repeat for more; see `gpucloud volumes`)",
     )  # fmt: skip
     launch.add_argument(
         "--restart", choices=("never", "on-failure", "always"),
@@ -150,6 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=600, metavar="SECONDS",
         help="with --wait: give up waiting (exit 1) after this long (default 600)",
     )  # fmt: skip
+    templates = sub.add_parser("templates", help="saved launches: yours and the published ones")
+    templates_sub = templates.add_subparsers(dest="templates_command", required=True)
+    templates_sub.add_parser("list", help="list the templates you can launch")
+    save = templates_sub.add_parser("save", help="save what an instance was launched with")
+    save.add_argument("id", metavar="ID|NAME", help="the instance")
+    save.add_argument("name", help="the template's name")
+    templates_sub.add_parser("delete", help="delete one of your templates").add_argument(
+        "template", metavar="NAME|ID"
+    )
     keys = sub.add_parser("ssh-keys", help="your SSH keys in this tenant")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     keys_sub.add_parser("list", help="list your keys")
@@ -179,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
         acting.add_argument("id", metavar="ID|NAME")
         if action in confirm.QUESTIONS:
             acting.add_argument("-y", "--yes", action="store_true", help=yes_help)
+        if action == "terminate":
+            acting.add_argument(
+                "--keep-disk", action="store_true", help="keep its disk as a volume of yours"
+            )
     resize = sub.add_parser(
         "resize",
         help="move an instance to another spec (live when only vCPUs and RAM change; asks "
@@ -193,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     usage = sub.add_parser("usage", help="usage and cost of a month")
     usage.add_argument("--month", help="YYYY-MM (default: this month)")
     sub.add_parser("invoices", help="your invoices")
+    tokens.add_parser(sub)
+    volumes.add_parser(sub)
+    snapshots.add_parser(sub)
     return parser
 
 
@@ -251,7 +286,11 @@ def event_rows(events: list[dict]) -> list[dict]:
 def run(args, config: dict) -> tuple[object, str]:
     """Do the command; return what to print as JSON and as text."""
     if args.command == "login":
-        Client(args.url, args.token).call("GET", "quota/")
+        try:
+            Client(args.url, args.token).call("GET", "quota/")
+        except CliError as error:
+            if error.code != "scope_missing":  # a scoped token is a good one all the same
+                raise
         path = config_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"url": args.url, "token": args.token}))
@@ -284,9 +323,13 @@ def run(args, config: dict) -> tuple[object, str]:
             rows = [row for row in rows if row["state"] != "terminated"]
         return rows, instances_table(rows)
     if args.command == "launch":
-        # what is not given, the API chooses: a generated name, the default image
-        body = {"spec": args.spec}
-        for key, value in (("name", args.name), ("image", args.image), ("disk_gib", args.disk_gib)):
+        # what is not given, the template or the API chooses: a generated name, the default image
+        if args.spec is None and args.template is None:
+            raise CliError("give --spec, or --template")
+        body = {}
+        given = (("template", args.template), ("spec", args.spec), ("name", args.name),
+                 ("image", args.image), ("disk_gib", args.disk_gib))  # fmt: skip
+        for key, value in given:
             if value is not None:
                 body[key] = value
         if args.region:
@@ -298,10 +341,14 @@ def run(args, config: dict) -> tuple[object, str]:
                 raise CliError(f"cannot split --command: {error}") from None
         if args.env:
             body["env"] = dict(parse_env(item) for item in args.env)
+        if args.secrets:
+            body["secret_env"] = dict(parse_secret(item) for item in args.secrets)
         if args.ssh_keys:
             body["ssh_keys"] = args.ssh_keys
         if args.ports:
             body["ports"] = [parse_port(item) for item in args.ports]
+        if args.volumes:
+            body["volumes"] = [volumes.parse_mount(item) for item in args.volumes]
         if args.restart:
             body["restart_policy"] = args.restart
         if args.on_host_loss:
@@ -312,6 +359,8 @@ def run(args, config: dict) -> tuple[object, str]:
         return instance, instances_table([instance])
     if args.command == "ssh-keys":
         return ssh_keys(client, args)
+    if args.command == "templates":
+        return templates(client, args)
     if args.command == "ssh":
         instance = client.call("GET", f"instances/{instance_id(client, args.id)}/")
         target = instance.get("ssh")
@@ -342,7 +391,8 @@ def run(args, config: dict) -> tuple[object, str]:
         if args.command in confirm.QUESTIONS:
             name = client.call("GET", f"instances/{pk}/")["name"]  # one that exists, by name
             confirm.confirm(confirm.QUESTIONS[args.command].format(ref=name), args.yes)
-        instance = client.call("POST", f"instances/{pk}/{args.command}/")
+        body = {"keep_disk": True} if getattr(args, "keep_disk", False) else None
+        instance = client.call("POST", f"instances/{pk}/{args.command}/", json=body)
         return instance, instances_table([instance])
     if args.command == "resize":
         body = {"spec": args.spec}
@@ -368,6 +418,12 @@ def run(args, config: dict) -> tuple[object, str]:
             f"{text}\n\ntotal {money(usage['total'], currency)} · now "
             f"{money(usage['rate_per_hour'], currency, 6)}/h · month-end forecast {forecast}"
         )
+    if args.command == "tokens":
+        return tokens.run(client, args, table)
+    if args.command == "volumes":
+        return volumes.run(client, args, table, instance_id)
+    if args.command in ("snapshots", "shelve"):
+        return snapshots.run(client, args, table, instance_id)
     if args.command == "invoices":
         rows = client.all("invoices/")
         shown = [{**row, "total": money(row["total"], row["currency"])} for row in rows]
@@ -391,6 +447,34 @@ def ssh_keys(client: Client, args) -> tuple[object, str]:
         return key, table([key], KEY_COLUMNS)
     client.call("DELETE", f"ssh-keys/{args.name}/")
     return {"deleted": args.name}, f"Deleted {args.name}."
+
+
+TEMPLATE_COLUMNS = ["id", "name", "spec", "image", "public", "description"]
+
+
+def templates(client: Client, args) -> tuple[object, str]:
+    if args.templates_command == "list":
+        rows = client.all("templates/")
+        return rows, table(rows, TEMPLATE_COLUMNS)
+    if args.templates_command == "save":
+        path = f"instances/{instance_id(client, args.id)}/save-template/"
+        template = client.call("POST", path, json={"name": args.name})
+        return template, table([template], TEMPLATE_COLUMNS)
+    ref = args.template
+    own = [t for t in client.all("templates/") if t["mine"] and ref in (t["name"], str(t["id"]))]
+    if not own:
+        raise CliError(f"no template of yours named {ref!r}: see `gpucloud templates list`")
+    client.call("DELETE", f"templates/{own[0]['id']}/")
+    return {"deleted": own[0]["name"]}, f"Deleted {own[0]['name']}."
+
+
+def parse_secret(item: str) -> tuple[str, str]:
+    """NAME=VALUE, or NAME alone: its value in the CLI's own environment."""
+    if "=" in item:
+        return parse_env(item)
+    if item not in os.environ:
+        raise CliError(f"--secret {item}: write NAME=VALUE, or set {item} in the environment")
+    return item, os.environ[item]
 
 
 def parse_port(item: str) -> dict:

@@ -129,6 +129,11 @@ def serve(port: int, var_dir: Path, children: list) -> int:
             children.append(("redis", redis_proc))
             broker = f"redis-server (started here, at {redis_url}, keeping nothing on disk)"
     env = processes.child_env(REDIS_URL=redis_url, GPUCLOUD_VAR_DIR=str(var_dir))
+    # A demo on one machine: webhooks may go to local receivers (http, loopback), and mail is
+    # written to files in var/mail unless an SMTP server is set (settings.py).
+    env.setdefault("NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES", "true")
+    if not env.get("EMAIL_HOST"):
+        env.setdefault("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
     url = f"http://127.0.0.1:{port}"
 
     manage("migrate", "--noinput", "-v0", env=env)

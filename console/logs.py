@@ -39,6 +39,7 @@ ROUTINE_TASKS = frozenset(
         "console.instances.tasks.reconcile_host",
         "console.metrics.tasks.downsample",
         "billing.tasks.meter",
+        "console.idle.tasks.evaluate",
     }
 )
 

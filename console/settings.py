@@ -43,6 +43,9 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+# Seals tenants' secret env values (console/secret_env.py); empty: a key derived
+# from SECRET_KEY. Either, and SECRET_KEY_FALLBACKS, still open what they sealed.
+SECRET_ENV_KEY = env_str("SECRET_ENV_KEY")
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
@@ -125,8 +128,14 @@ INSTALLED_APPS = [
     "console.catalog",
     "console.fleet",
     "console.instances",
+    "console.launch_templates",
     "console.metrics",
     "console.web",
+    "console.volumes",
+    "console.snapshots",
+    "console.notifications",
+    "console.audit",
+    "console.idle",
     "billing",
 ]
 
@@ -140,6 +149,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "accounts.middleware.CurrentTenantMiddleware",
+    "console.audit.middleware.AuditActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
@@ -308,7 +318,20 @@ CELERY_BEAT_SCHEDULE = {
     },
     "metrics-downsample": {"task": "console.metrics.tasks.downsample", "schedule": 60.0},
     "billing-meter": {"task": "billing.tasks.meter", "schedule": 60.0},
+    # the idle policies' watch (console.idle): warn, then stop what is idle
+    "idle-evaluate": {
+        "task": "console.idle.tasks.evaluate",
+        "schedule": env_float("IDLE_CHECK_SECONDS", 30.0),
+    },
     "billing-finalize": {"task": "billing.tasks.finalize_invoices", "schedule": 3600.0},
+    "snapshots-schedules": {
+        "task": "console.snapshots.tasks.run_schedules",
+        "schedule": env_float("SNAPSHOT_SCHEDULES_SECONDS", 60.0),
+    },
+    "notifications-sweep": {
+        "task": "console.notifications.tasks.sweep",
+        "schedule": env_float("NOTIFICATIONS_SWEEP_SECONDS", 10.0),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -387,10 +410,17 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "ENUM_NAME_OVERRIDES": {"InstanceStateEnum": "console.instances.models.State"},
+    "ENUM_NAME_OVERRIDES": {
+        "InstanceStateEnum": "console.instances.models.State",
+        "KindEnum": "billing.models.Invoice.Kind",
+        "SnapshotStateEnum": "console.snapshots.models.Progress.State",
+        "SnapshotKindEnum": "console.snapshots.models.Snapshot.Kind",
+        "ShelfStateEnum": "console.snapshots.models.Shelf.State",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "console.api.schema.add_error_responses",
+        "console.api.schema.add_token_scopes",
     ],
 }
 
@@ -422,10 +452,39 @@ LOGGING = {
     },
 }
 
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Mail (budget alerts, invitations, notifications): the operator's SMTP server when EMAIL_HOST
+# is set, else printed to the worker's log (console backend); EMAIL_BACKEND chooses another,
+# e.g. django.core.mail.backends.filebased.EmailBackend into EMAIL_FILE_PATH.
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_PORT = env_int("EMAIL_PORT", 587)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", EMAIL_PORT == 587)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", EMAIL_PORT == 465)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "billing@gpucloud.local")
 # How long the link of an invitation to a tenant (accounts.invitations) stays valid.
 INVITATION_VALID_DAYS = env_int("INVITATION_VALID_DAYS", 7)
+
+# Notifications (console.notifications): webhooks and Slack-compatible hooks reach public
+# https:// addresses only; NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES=true lets loopback, private
+# addresses and plain http through (tests, `make run`; never a deployment). A failed delivery
+# is tried again after NOTIFICATIONS_RETRY_SECONDS, doubling up to
+# NOTIFICATIONS_RETRY_MAX_SECONDS, for NOTIFICATIONS_RETRY_HOURS; a rotated webhook secret
+# keeps signing for NOTIFICATIONS_SECRET_GRACE_HOURS.
+NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES = env_bool("NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES", False)
+NOTIFICATIONS_TIMEOUT_SECONDS = env_float("NOTIFICATIONS_TIMEOUT_SECONDS", 10.0)
+NOTIFICATIONS_RETRY_SECONDS = env_float("NOTIFICATIONS_RETRY_SECONDS", 30.0)
+NOTIFICATIONS_RETRY_MAX_SECONDS = env_float("NOTIFICATIONS_RETRY_MAX_SECONDS", 3600.0)
+NOTIFICATIONS_RETRY_HOURS = env_float("NOTIFICATIONS_RETRY_HOURS", 24.0)
+NOTIFICATIONS_SECRET_GRACE_HOURS = env_float("NOTIFICATIONS_SECRET_GRACE_HOURS", 24.0)
 
 # Fleet
 HOST_HEARTBEAT_GRACE_SECONDS = env_float("HOST_HEARTBEAT_GRACE_SECONDS", 15.0)
@@ -464,6 +523,27 @@ LAUNCH_REDRIVE_SECONDS = env_float("LAUNCH_REDRIVE_SECONDS", 10.0)
 INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 4096)
 # GiB a container may write to its own file system (its writable layer; /workspace aside)
 INSTANCE_LAYER_GIB = env_int("INSTANCE_LAYER_GIB", 20)
+
+
+def _snapshot_password() -> str:
+    password = env_str("SNAPSHOT_PASSWORD")
+    if password:
+        return password
+    path = VAR_DIR / "snapshot-password"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+# Snapshots (console/snapshots): the restic repository every host agent writes volumes'
+# snapshots to and restores them from (a local path, sftp:…, s3:…, rest:…; a path must be one
+# every host sees), and its password (generated into var/ when unset: every console machine
+# needs the same one). Sent to the agents with each job, shown to no tenant, never logged.
+SNAPSHOT_REPOSITORY = env_str("SNAPSHOT_REPOSITORY", str(VAR_DIR / "snapshots"))
+SNAPSHOT_PASSWORD = _snapshot_password()
+# How often a running snapshot or restore is polled for its progress (seconds)
+SNAPSHOT_POLL_SECONDS = env_float("SNAPSHOT_POLL_SECONDS", 1.0)
 
 # Billing
 BILLING_MINIMUM_SECONDS = env_int("BILLING_MINIMUM_SECONDS", 60)

@@ -11,7 +11,13 @@ urlpatterns = [
     path("", include("console.metrics.urls")),
     path("fleet/", include("console.fleet.urls")),
     path("instances/", include("console.instances.urls")),
+    path("templates/", include("console.launch_templates.urls")),
+    path("snapshots/", include("console.snapshots.urls")),
+    path("volumes/", include("console.volumes.urls")),
+    path("idle/", include("console.idle.urls")),
     path("billing/", include("billing.urls")),
+    path("notifications/", include("console.notifications.urls")),
+    path("audit/", include("console.audit.urls")),
     path("", include("console.web.urls")),
     path("", include("accounts.urls")),
 ]

@@ -108,3 +108,20 @@ def test_the_metrics_bench_prints_the_scaling_table_from_a_real_run(tmp_path):
         ("bare-16", 16, 16),
     ]
     assert all(r["delivered"] == r["expected"] > 0 and r["lost"] == 0 for r in runs), runs
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="bench/volumes.py mounts volumes: root only")
+def test_the_volumes_bench_prints_snapshot_and_shelve_times_against_tar_zstd():
+    """A small volume through the agent's real snapshot jobs, restic and tar | zstd."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "volumes.py"), "--size-mib", "16"],
+        capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [
+        line for line in done.stdout.splitlines() if line.startswith(("| snapshot", "| restore"))
+    ]
+    assert len(rows) == 2 and all(row.endswith("x |") for row in rows), done.stdout
+    assert "tar -c \\| zstd -1" in done.stdout
+    assert "| shelve (snapshot + remove) | unshelve (restore) |" in done.stdout

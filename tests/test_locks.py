@@ -10,6 +10,10 @@ LOCK_MODULES = {
     "console/instances/locks.py",
     "console/fleet/locks.py",
     "billing/locks.py",
+    "console/volumes/locks.py",
+    "console/snapshots/locks.py",
+    "console/idle/locks.py",
+    "console/notifications/locks.py",
 }
 
 

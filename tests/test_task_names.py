@@ -15,6 +15,10 @@ TASK_MODULES = [
     "console.fleet.tasks",
     "console.metrics.tasks",
     "billing.tasks",
+    "console.notifications.tasks",
+    "console.volumes.tasks",
+    "console.idle.tasks",
+    "console.snapshots.tasks",
 ]
 
 

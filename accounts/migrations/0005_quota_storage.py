@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0004_api_token_read_only'),
+        ("accounts", "0004_api_token_read_only"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='quota',
-            name='storage_quota_gib',
-            field=models.PositiveIntegerField(default=500, help_text='the most GiB of volumes the tenant may hold at once', verbose_name='storage quota (GiB)'),
+            model_name="quota",
+            name="storage_quota_gib",
+            field=models.PositiveIntegerField(
+                default=500,
+                help_text="the most GiB of volumes the tenant may hold at once",
+                verbose_name="storage quota (GiB)",
+            ),
         ),
     ]

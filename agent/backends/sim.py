@@ -1,4 +1,8 @@
-"""Simulated GPUs whose metrics follow the workloads placed on them, with injectable faults."""
+"""Simulated GPUs whose metrics follow the workloads placed on them, with injectable faults.
+
+A workload's utilisation is what its launch's `sim` asks for; else, where the runtime runs a real
+process or container, its CPU use (one busy core: 100 %, so an idle demo instance reads ~0 %
+and a busy one does not); else a steady load picked from its id."""
 
 import random
 import time
@@ -7,6 +11,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from agent.allocations import Allocation
+from agent.cpu import CpuMeter
 from agent.errors import conflict
 from agent.gpu_models import IDLE_SM_CLOCK_MHZ, IDLE_TEMPERATURE_C, GpuModel
 from agent.mig import MigProfile
@@ -62,6 +67,12 @@ class SimBackend:
             for index, mode in enumerate(modes)
         ]
         self._random = random.Random()  # noqa: S311 - metric noise, not secrets
+        self._cpu: CpuMeter | None = None
+
+    def follow_cpu(self, read) -> None:
+        """Let each workload's utilisation follow its CPU use (`read(alloc)`: its CPU seconds,
+        the runtime's reading): one busy core reads 100 %, an idle container 0 %."""
+        self._cpu = CpuMeter(read)
 
     def gpus(self) -> list[dict]:
         return [self._inventory(gpu) for gpu in self._gpus]
@@ -133,8 +144,11 @@ class SimBackend:
         what its body's `sim` asks for, else a steady load picked from its id."""
         seed = zlib.crc32(alloc.id.encode())
         sim = alloc.spec["sim"] or {}
-        util = sim.get("util", 40 + seed % 50)
         mem = sim.get("mem_mib", self._cap_mib(alloc) * (25 + (seed >> 8) % 50) // 100)
+        used = self._cpu.percent(alloc) if self._cpu and "util" not in sim else None
+        if used is not None:
+            return round(used, 1), mem
+        util = sim.get("util", 40 + seed % 50)
         if util:
             util = min(100.0, max(0.0, util + self._random.uniform(-2.0, 2.0)))
         return round(util, 1), mem
@@ -150,6 +164,8 @@ class SimBackend:
     def sample(self, allocations: list[Allocation]) -> list[dict]:
         running = [a for a in allocations if a.state == "running"]
         loads = {a.id: self._load(a) for a in running}
+        if self._cpu:
+            self._cpu.forget_others(set(loads))
         samples, gpu_samples = [], {}
         for gpu in self._gpus:
             on_gpu = [a for a in running if gpu.index in a.gpus]

@@ -25,6 +25,7 @@ class SpecViewSet(viewsets.ReadOnlyModelViewSet):
     """Active specs (flavors) a tenant can launch."""
 
     serializer_class = SpecSerializer
+    api_scopes = "catalog:read"
     lookup_field = "code"
     lookup_value_regex = "[^/]+"
     queryset = (
@@ -55,6 +56,7 @@ class SpecViewSet(viewsets.ReadOnlyModelViewSet):
 
 class ImageViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = ImageSerializer
+    api_scopes = "catalog:read"
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     queryset = Image.objects.filter(active=True)
@@ -62,5 +64,6 @@ class ImageViewSet(viewsets.ReadOnlyModelViewSet):
 
 class RegionViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = RegionSerializer
+    api_scopes = "catalog:read"
     lookup_field = "code"
     queryset = Region.objects.all()

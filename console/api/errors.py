@@ -1,5 +1,6 @@
-"""One error shape for the whole API: {"code", "detail", "errors"?}. A DomainError is
-answered with its own code and status."""
+"""One error shape for the whole API: {"code", "detail", "errors"?}, with an exception's
+`extra` fields beside them (a scoped token's `required_scope`). A DomainError is answered with
+its own code and status."""
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -43,7 +44,7 @@ def exception_handler(exc, context):
     code = _first_code(exc.detail) or exc.default_code
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         response.status_code = status.HTTP_401_UNAUTHORIZED
-    response.data = {"code": code, "detail": str(exc.detail)}
+    response.data = {"code": code, "detail": str(exc.detail), **getattr(exc, "extra", {})}
     return response
 
 

@@ -10,6 +10,8 @@ from console.instances.quota import usage
 class QuotaView(APIView):
     """The tenant's limits and what its instances use now."""
 
+    api_scopes = "quota:read"
+
     @extend_schema(responses=QuotaSerializer)
     def get(self, request):
         tenant = request_membership(request).tenant

@@ -3,6 +3,8 @@ each in the API's one error shape (console.api.errors), so generated clients kno
 
 from drf_spectacular.plumbing import build_object_type
 
+from accounts import scopes
+
 ERROR = "Error"
 ERROR_SCHEMA = build_object_type(
     properties={
@@ -14,13 +16,18 @@ ERROR_SCHEMA = build_object_type(
             "messages, or for a list or object field the same, keyed by index or name)",
             "additionalProperties": {"oneOf": [{"type": "array", "items": {}}, {"type": "object"}]},
         },
+        "required_scope": {
+            "type": "string",
+            "nullable": True,
+            "description": "only with code scope_missing: the scope the API token lacks",
+        },
     },
     required=["code", "detail"],
 )
 DESCRIPTIONS = {
     "400": "The request is not valid: `errors` names the fields.",
     "401": "No credentials, or a token that is unknown, revoked or expired.",
-    "403": "Signed in, but the role or tenant does not allow it.",
+    "403": "Signed in, but the role, the tenant or the API token's scopes do not allow it.",
     "404": "No such object, or not one of this tenant's.",
     "409": "Not possible in the current state (e.g. quota_exceeded, invalid_state).",
     "415": "The body's Content-Type is not one the operation accepts (send application/json).",
@@ -59,4 +66,21 @@ def add_error_responses(result, generator, request, public):
                         "content": {"application/json": {"schema": reference}},
                     },
                 )
+    return result
+
+
+def add_token_scopes(result, generator, request, public):
+    """drf-spectacular postprocessing hook: each operation names the API token scope it needs
+    (`x-token-scope`, accounts.scopes), also at the end of its description."""
+    for path, _, method, callback in generator.endpoints:
+        view = generator.create_view(callback, method)
+        operation = result["paths"].get(generator.coerce_path(path, method, view), {})
+        operation = operation.get(method.lower())
+        needed = scopes.required(view, method)
+        if operation is None or needed is None:
+            continue
+        operation["x-token-scope"] = needed
+        text = f"API token scope: `{needed}`."
+        description = operation.get("description")
+        operation["description"] = f"{description}\n\n{text}" if description else text
     return result

@@ -40,6 +40,14 @@ def price_in_force(points: list[tuple[datetime, Decimal]], at: datetime | None =
 class Region(models.Model):
     code = models.SlugField(max_length=40, unique=True)
     name = models.CharField(max_length=80)
+    # What storage costs there: volumes per GiB-month of their size, from creation to
+    # deletion; snapshots per GiB-month of the data they store.
+    volume_price_per_gib_month = models.DecimalField(
+        max_digits=12, decimal_places=6, default=Decimal("0.100000")
+    )
+    snapshot_price_per_gib_month = models.DecimalField(
+        max_digits=12, decimal_places=6, default=Decimal("0.050000")
+    )
 
     class Meta:
         ordering = ["code"]

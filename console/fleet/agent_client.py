@@ -19,7 +19,7 @@ import weakref
 from collections.abc import AsyncIterator
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote, unquote_to_bytes, urlencode
 
 import httpx
 from django.conf import settings
@@ -171,6 +171,32 @@ def delete_instance_data(host: Host, instance_pk: int) -> None:
     """Remove the instance's disk (volume) and kept logs from the host. Idempotent; the
     agent refuses (409 instance_busy) while an allocation of the instance is still there."""
     _request(host, "DELETE", f"/v1/instances/{_number(instance_pk)}")
+
+
+def adopt_disk(host: Host, disk: str, instance_pk: int, owner: str, tenant_pk: int) -> None:
+    """The instance's disk `disk` becomes `owner`'s (a volume kept at its terminate): the
+    instance's delete leaves it. Idempotent."""
+    body = {"instance": str(instance_pk), "owner": owner, "tenant": str(tenant_pk)}
+    _request(host, "PUT", f"/v1/volumes/{_allocation(host, disk)}/owner", body)
+
+
+def delete_volume(host: Host, disk: str, owner: str, tenant_pk: int) -> None:
+    """Remove a volume's disk from its host. Idempotent; the agent refuses (409 volume_busy)
+    while an allocation there mounts it."""
+    query = urlencode({"owner": owner, "tenant": str(tenant_pk)})
+    _request(host, "DELETE", f"/v1/volumes/{_allocation(host, disk)}?{query}")
+
+
+def start_snapshot_job(host: Host, job_id: str, body: dict) -> dict:
+    """Start a snapshot job (backup, restore or forget: agent/snapshots.py) under the
+    console's id. Idempotent: the same id and body answer the job as it stands."""
+    return _request(host, "PUT", f"/v1/snapshot-jobs/{_allocation(host, job_id)}", body).json()
+
+
+def snapshot_job(host: Host, job_id: str) -> dict:
+    """A snapshot job's progress (bytes done of total, ETA) and outcome; AgentRejected 404
+    when the agent does not know it (it restarted meanwhile)."""
+    return _request(host, "GET", f"/v1/snapshot-jobs/{_allocation(host, job_id)}").json()
 
 
 def inject_fault(host: Host, gpu_index: int, fault: str) -> None:

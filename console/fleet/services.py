@@ -15,12 +15,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
+from console.audit import recorder as audit
 from console.catalog.models import GpuModel, Mode, Region
 from console.errors import DomainError
 from console.fleet import agent_client, locks
 from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret, open_secret
 from console.fleet.signals import host_back
+from console.notices import notice
 
 log = logging.getLogger(__name__)
 
@@ -547,6 +549,35 @@ def report(host: Host, message: str) -> HostEvent:
     return _event(host, host.status, host.status, message)
 
 
+# what the audit log keeps of an operator's choice for a host
+HOST_STATUS_FIELDS = ["admin_status", "status", "operator_note"]
+
+
+def announce_to_tenants(host: Host, status: str, note: str) -> None:
+    """Once committed, a `host.maintenance` notice to each tenant with instances holding GPUs
+    on `host`, naming them (console.notices)."""
+    claim = Gpu.claims.rel.related_model
+    names: dict[int, list[str]] = {}
+    for tenant_id, name in (
+        claim.objects.filter(gpu__host=host, allocation__released_at__isnull=True)
+        .values_list("allocation__instance__tenant_id", "allocation__instance__name")
+        .order_by("allocation__instance__tenant_id", "allocation__instance__name")
+        .distinct()
+    ):
+        names.setdefault(tenant_id, []).append(name)
+    said = f" ({note})" if note else ""
+    for tenant_id, instances in names.items():
+        told = {
+            "tenant": tenant_id,
+            "kind": "host.maintenance",
+            "subject": host,
+            "text": f"Host {host.name} is going into {status}{said}; your instance(s) on it: "
+            f"{', '.join(instances)}.",
+            "data": {"host": host.name, "status": status, "note": note, "instances": instances},
+        }
+        transaction.on_commit(lambda told=told: notice.send(sender=__name__, **told))
+
+
 def set_host_status(host: Host, status: str, actor=None, message: str = "", note: str = "") -> Host:
     """An operator's choice: active (uncordon), cordoned, draining, maintenance, retired,
     with a `note` for the tenants whose instances are on the host (kept until the next
@@ -592,6 +623,14 @@ def set_host_status(host: Host, status: str, actor=None, message: str = "", note
         if keep_unreachable:
             text += " (takes effect when the host is reachable again)"
         _event(locked, locked.status, new_status, text, actor=actor)
+        if status in Host.ANNOUNCED:
+            announce_to_tenants(locked, status, note)
+        audit.record(
+            "host.set_status",
+            locked,
+            before=audit.snapshot(locked, HOST_STATUS_FIELDS),
+            after={"admin_status": status, "status": new_status, "operator_note": note},
+        )
     host.refresh_from_db()
     return host
 

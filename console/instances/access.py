@@ -16,6 +16,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from accounts import scopes
 from accounts.models import Membership, SshKey
 from accounts.roles import OPERATE, RANK, Role
 from accounts.ssh_keys import grants_shell
@@ -27,6 +28,7 @@ from console.instances import lifecycle, locks
 from console.instances.models import Instance, State
 
 MAX_PORTS = 16
+CONNECT = "instances:connect"  # the scope of terminals and web ports
 SHELL_ROLES = [role for role in Role.values if RANK[Role(role)] >= RANK[Role(OPERATE)]]
 
 
@@ -191,8 +193,14 @@ def record_session(
 
 
 def shell_member(membership: Membership | None) -> bool:
-    """Whether a (socket's or request's) membership may open a shell or a port."""
-    return membership is not None and membership.tenant.is_active and membership.can(OPERATE)
+    """Whether a (socket's or request's) membership may open a shell or a port (its API
+    token, if any, holding instances:connect)."""
+    return (
+        membership is not None
+        and membership.tenant.is_active
+        and membership.can(OPERATE)
+        and scopes.allows(membership, CONNECT)
+    )
 
 
 @receiver(post_delete, sender=SshKey)
@@ -251,7 +259,8 @@ class Target:
 def target(membership: Membership | None, instance_pk: int, port: int | None = None) -> Target:
     """The host that runs the instance, when the membership (role member or above, in the
     instance's active tenant) may open a shell (or the declared web `port`) there; Refused
-    otherwise: 404 to anyone outside the tenant and for undeclared ports, 403 to a viewer,
+    otherwise: 404 to anyone outside the tenant (or outside its API token's name prefix) and
+    for undeclared ports, 403 to a viewer and to a scoped token without instances:connect,
     409 while it is not running."""
     if membership is None or not membership.tenant.is_active:
         raise _not_found()
@@ -261,8 +270,10 @@ def target(membership: Membership | None, instance_pk: int, port: int | None = N
         .exclude(state=State.TERMINATED)
         .first()
     )
-    if instance is None:
+    if instance is None or not scopes.covers_instance(membership, instance.name):
         raise _not_found()
+    if not scopes.allows(membership, CONNECT):
+        raise Refused("scope_missing", scopes.missing_detail(CONNECT), 403, 4403)
     if port is not None and port not in {
         entry["port"] for entry in declared_ports(instance.image.ports, instance.ports)
     }:

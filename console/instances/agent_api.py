@@ -9,6 +9,7 @@ happened, however late and in whatever order they arrive."""
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from console import activity
 from console.fleet.agent_api import AgentView, validated
 from console.instances import access, outcomes
 
@@ -26,6 +27,10 @@ class EventSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
     message = serializers.CharField(
         max_length=1000, required=False, allow_blank=True, allow_null=True, default=""
+    )
+    # A session event's part in the idle watch (console.activity): an ssh session opened or ended.
+    activity = serializers.ChoiceField(
+        choices=["", "ssh.opened", "ssh.ended"], required=False, default=""
     )
 
     def validate(self, attrs):
@@ -47,13 +52,18 @@ def apply(host, event: dict) -> bool:
     if event["kind"] == "progress":
         return outcomes.record_progress(host, event["instance"], event["allocation"], message)
     if event["kind"] == "session":
-        return access.record_session(
+        recorded = access.record_session(
             event["instance"],
             message,
             at=event["at"],
             host=host,
             allocation_id=event["allocation"],
         )
+        if recorded and event["activity"] == "ssh.opened":
+            activity.opened(event["instance"], "ssh")
+        elif recorded and event["activity"] == "ssh.ended":
+            activity.ended(event["instance"], "ssh")
+        return recorded
     outcome = outcomes.Outcome(
         allocation_id=event["allocation"],
         state=event["state"],

@@ -1,22 +1,29 @@
 """REST API of instances: /api/v1/instances/…"""
 
+import functools
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
 
+from accounts import scopes
 from accounts.permissions import request_membership
 from accounts.roles import OPERATE, READ
 from console.instances import access, listing, services
-from console.instances.models import Instance, State
+from console.instances.models import Instance, OnHostLoss, State
 from console.instances.serializers import (
     InstanceEventSerializer,
     InstanceSerializer,
     LaunchSerializer,
     LogsSerializer,
     ResizeSerializer,
+    SaveTemplateSerializer,
+    TerminateSerializer,
 )
+from console.launch_templates import services as template_services
+from console.launch_templates.serializers import TemplateSerializer
 
 
 class HostUnavailable(APIException):
@@ -36,9 +43,25 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     lookup_value_regex = "[0-9]+"
     read_role = READ
     write_role = OPERATE
+    api_scopes = {
+        "list": "instances:read",
+        "retrieve": "instances:read",
+        "events": "instances:read",
+        "logs": "instances:read",
+        "create": "instances:launch",
+        "save_template": "templates:write",
+        "start": "instances:start",
+        "stop": "instances:stop",
+        "reboot": "instances:reboot",
+        "resize": "instances:resize",
+        "terminate": "instances:terminate",
+    }
 
     def get_queryset(self):
-        return Instance.objects.filter(tenant=request_membership(self.request).tenant)
+        membership = request_membership(self.request)
+        instances = Instance.objects.filter(tenant=membership.tenant)
+        prefix = scopes.instance_prefix(membership)
+        return instances.filter(name__startswith=prefix) if prefix else instances
 
     def _list_filters(self) -> dict:
         """The list's filters from the query string: ?state=a,b and ?name=."""
@@ -77,13 +100,20 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         ]
     )
     def list(self, request, *args, **kwargs):
-        tenant = request_membership(request).tenant
-        page = self.paginate_queryset(listing.rows(tenant, **self._list_filters()))
+        membership = request_membership(request)
+        found = listing.rows(
+            membership.tenant,
+            name_prefix=scopes.instance_prefix(membership),
+            **self._list_filters(),
+        )
+        page = self.paginate_queryset(found)
         return self.get_paginated_response(self._represent(page))
 
     def _shown(self, pk) -> dict:
         """One of the tenant's instances as the API shows it; 404 if the tenant has no such."""
-        rows = list(listing.rows(request_membership(self.request).tenant, pk=int(pk)))
+        membership = request_membership(self.request)
+        prefix = scopes.instance_prefix(membership)
+        rows = list(listing.rows(membership.tenant, name_prefix=prefix, pk=int(pk)))
         if not rows:
             raise NotFound()
         return self._represent(rows)[0]
@@ -99,20 +129,24 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         body = LaunchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         membership = request_membership(request)
+        tenant = membership.tenant
+        prefix = scopes.instance_prefix(membership)
+        if not (body.validated_data.get("name") or "").startswith(prefix):
+            raise ValidationError({"name": [scopes.prefix_refusal(prefix)]})
+        given = dict(body.validated_data)
+        template = given.pop("template", None)
+        given["secrets"] = given.pop("secret_env", None)
+        launch = {field: given.pop(field, None) for field in template_services.FIELDS}
+        if template:
+            launch = template_services.launch_fields(
+                template_services.find(tenant, template), launch
+            )
         instance = services.launch_instance(
-            membership.tenant,
-            name=body.validated_data.get("name"),
-            spec=body.validated_data["spec"],
-            image=body.validated_data.get("image"),
-            region=body.validated_data.get("region"),
-            disk_gib=body.validated_data.get("disk_gib"),
-            command=body.validated_data.get("command"),
-            env=body.validated_data.get("env"),
-            ssh_keys=body.validated_data.get("ssh_keys"),
-            ports=body.validated_data.get("ports"),
-            restart_policy=body.validated_data.get("restart_policy"),
-            on_host_loss=body.validated_data["on_host_loss"],
+            tenant,
+            name=given.get("name"),
+            ssh_keys=given.get("ssh_keys"),
             actor=request.user,
+            **{**launch, "on_host_loss": launch["on_host_loss"] or OnHostLoss.KEEP_DISK},
         )
         return self._respond(instance)
 
@@ -120,6 +154,20 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         instance = self.get_object()
         instance = function(instance, *args, actor=self.request.user)
         return self._respond(instance)
+
+    @extend_schema(request=SaveTemplateSerializer, responses={201: TemplateSerializer})
+    @action(detail=True, methods=["post"], url_path="save-template")
+    def save_template(self, request, pk=None):
+        """Save what the instance was launched with (spec, image, region, command, env and
+        secrets, ports, disk, restart policy) as a template of the tenant."""
+        body = SaveTemplateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        instance = self.get_object()
+        template = template_services.save_from_instance(
+            instance, body.validated_data["name"], actor=request.user
+        )
+        shown = TemplateSerializer(template, context={"tenant": instance.tenant})
+        return Response(shown.data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={202: InstanceSerializer})
     @action(detail=True, methods=["post"])
@@ -136,10 +184,13 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def reboot(self, request, pk=None):
         return self._act(services.reboot_instance)
 
-    @extend_schema(request=None, responses={202: InstanceSerializer})
+    @extend_schema(request=TerminateSerializer, responses={202: InstanceSerializer})
     @action(detail=True, methods=["post"])
     def terminate(self, request, pk=None):
-        return self._act(services.terminate_instance)
+        body = TerminateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        keep_disk = body.validated_data["keep_disk"]
+        return self._act(functools.partial(services.terminate_instance, keep_disk=keep_disk))
 
     @extend_schema(request=ResizeSerializer, responses={202: InstanceSerializer})
     @action(detail=True, methods=["post"])

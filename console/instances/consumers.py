@@ -15,7 +15,7 @@ class TenantEventsConsumer(AsyncJsonWebsocketConsumer):
     access: StandingAccess
 
     async def connect(self):
-        membership = reading_member(self.scope)
+        membership = reading_member(self.scope, "instances:read")
         if membership is None:
             await self.close(code=4403)
             return

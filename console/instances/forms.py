@@ -15,6 +15,30 @@ from console.instances import access, availability, placement, resizing, service
 from console.instances.models import OnHostLoss
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea that never renders what was typed in it: a page shown again after an
+    error holds no secret."""
+
+    def format_value(self, value):
+        return None
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """NAME=value lines (blank lines skipped) as a dict; a field error for a line without =."""
+    env = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, equals, value = line.partition("=")
+        if not equals:
+            raise forms.ValidationError(f"Line {number}: write NAME=value.")
+        env[name.strip()] = value
+    problems = env_errors(env)
+    if problems:
+        raise forms.ValidationError(problems)
+    return env
+
+
 class SpecChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, spec):
         return f"{spec.name} — ${spec.current_price().normalize():f}/h"
@@ -69,8 +93,16 @@ class LaunchForm(forms.Form):
     env = forms.CharField(
         required=False,
         label="Environment",
-        help_text="Optional: one NAME=value a line, over the image's defaults.",
+        help_text="Optional: one NAME=value a line, over the image's defaults. A name that says "
+        "it holds a credential (HF_TOKEN, WANDB_API_KEY …) is kept as a secret.",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
+    secret_env = forms.CharField(
+        required=False,
+        label="Secrets",
+        help_text="Optional: one NAME=value a line, given to the container as environment, "
+        "stored encrypted and never shown again (after an error, enter them again).",
+        widget=SecretTextarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off"}),
     )
 
     restart_policy = forms.ChoiceField(
@@ -87,6 +119,14 @@ class LaunchForm(forms.Form):
         label="If its host is lost",
         help_text="A disk stays on its host: wait for the host, or run again elsewhere on a new, "
         "empty disk.",
+    )
+
+    template_name = forms.CharField(
+        max_length=80,
+        required=False,
+        label="Template name",
+        help_text="To save this launch as a template instead of launching it.",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
     )
 
     ssh_keys = forms.ModelMultipleChoiceField(
@@ -160,18 +200,10 @@ class LaunchForm(forms.Form):
         return ports
 
     def clean_env(self) -> dict[str, str]:
-        env = {}
-        for number, line in enumerate(self.cleaned_data["env"].splitlines(), 1):
-            if not line.strip():
-                continue
-            name, equals, value = line.partition("=")
-            if not equals:
-                raise forms.ValidationError(f"Line {number}: write NAME=value.")
-            env[name.strip()] = value
-        problems = env_errors(env)
-        if problems:
-            raise forms.ValidationError(problems)
-        return env
+        return parse_env(self.cleaned_data["env"])
+
+    def clean_secret_env(self) -> dict[str, str]:
+        return parse_env(self.cleaned_data["secret_env"])
 
 
 class ResizeOption:

@@ -22,6 +22,7 @@ from console.errors import DomainError
 from console.instances import reasons
 from console.instances.models import Instance, InstanceEvent, State
 from console.instances.signals import instance_state_changed
+from console.notices import notice
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,26 @@ def transition(
     transaction.on_commit(
         lambda: _announce(instance, from_state, to_state, at, payload), robust=True
     )
+    if to_state == S.FAILED:
+        failed = failure_notice(instance, payload["instance"]["reason_text"])
+        transaction.on_commit(lambda: notice.send(sender=__name__, **failed), robust=True)
     return event
+
+
+def failure_notice(instance: Instance, reason_text: str) -> dict:
+    """The `instance.failed` notice's arguments (console.notices), the reason in words."""
+    return {
+        "tenant": instance.tenant_id,
+        "kind": "instance.failed",
+        "subject": instance,
+        "text": f"{instance.name} failed: {reason_text or 'no reason was given'}",
+        "data": {
+            "instance_id": instance.pk,
+            "instance_name": instance.name,
+            "reason": instance.state_reason,
+            "reason_text": reason_text,
+        },
+    }
 
 
 def record_created(instance: Instance, *, actor=None, message: str = "") -> InstanceEvent:

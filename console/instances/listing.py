@@ -8,8 +8,10 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from console import secret_env
 from console.catalog.models import SpecPrice, gpu_equivalents, price_in_force
 from console.instances import (
     access,
@@ -24,11 +26,11 @@ from console.instances.models import Allocation, Instance, State
 from console.prepared import Prepared, PreparedRows
 
 COLUMNS = (
-    "id", "name", "state", "state_reason", "command", "env", "exit_code", "ports", "disk_gib",
-    "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id", "spec__code",
-    "image__name", "image__reference", "image__ports", "region__code", "disk_host__name",
-    "app_token", "restart_policy", "on_host_loss", "restart_count", "restart_at",
-    "spec__ram_mib", "spec__gpu_memory_mib",
+    "id", "name", "state", "state_reason", "command", "env", "secret_env", "exit_code", "ports",
+    "disk_gib", "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id",
+    "spec__code", "image__name", "image__reference", "image__ports", "region__code",
+    "disk_host__name", "app_token", "restart_policy", "on_host_loss", "restart_count",
+    "restart_at", "spec__ram_mib", "spec__gpu_memory_mib",
 )  # fmt: skip
 SPEC_FIGURES = ("spec__mode", "spec__gpu_count", "spec__mig_profile__size", "spec__milli")
 HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
@@ -54,9 +56,14 @@ _PRICE_POINTS = Prepared(
 )
 
 
-def rows(tenant, **filters) -> PreparedRows:
+def rows(tenant, name_prefix: str = "", **filters) -> PreparedRows | QuerySet:
     """The columns `represent` needs, of the tenant's instances that match `filters` (values
-    as the database holds them: `pk=` an int, `state__in=` a list; still lazy: paginate it)."""
+    as the database holds them: `pk=` an int, `state__in=` a list; still lazy: paginate it).
+    A `name_prefix` (a scoped API token's) keeps those whose name starts with it, through the
+    ORM: a prepared query compares for equality only."""
+    if name_prefix:
+        found = Instance.objects.filter(tenant_id=tenant.pk, name__startswith=name_prefix)
+        return found.filter(**filters).values(*COLUMNS)
     return _ROWS.filter(tenant_id=tenant.pk, **filters)
 
 
@@ -106,6 +113,7 @@ def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
         "image_reference": row["image__reference"],
         "command": row["command"],
         "env": row["env"],
+        "secret_env": secret_env.masked(row["secret_env"]),
         "exit_code": row["exit_code"],
         "restart_policy": row["restart_policy"],
         "on_host_loss": row["on_host_loss"],

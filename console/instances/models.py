@@ -8,6 +8,7 @@ from django.db import models
 from django.utils import timezone
 
 from accounts.models import SshKey, Tenant
+from console import secret_env
 from console.catalog.models import Image, Mode, Region, RestartPolicy, Spec
 from console.fleet.models import Gpu, Host
 
@@ -77,6 +78,9 @@ class Instance(models.Model):
     # environment, laid over the image's default environment.
     command = models.JSONField(null=True, blank=True)
     env = models.JSONField(default=dict, blank=True)
+    # Its secret environment, sealed ({NAME: token}, secret_env.seal): opened only into its
+    # agent's request (placement.agent_body), shown to nobody.
+    secret_env = models.JSONField(default=dict, blank=True)
     # Its disk (named disk_name, gpucloud-<uuid>; gpucloud-<pk> for instances older than the
     # name): sized at launch, on the host of its first placement, where it stays until
     # terminate; start and resize go back to that host.
@@ -121,6 +125,11 @@ class Instance(models.Model):
     @property
     def is_live(self) -> bool:
         return self.state != State.TERMINATED
+
+    @property
+    def masked_secrets(self) -> dict[str, str]:
+        """Its secret variables as anyone is shown them: names, each with the mask."""
+        return secret_env.masked(self.secret_env)
 
     def current_allocation(self) -> "Allocation | None":
         """The allocation that holds the instance's slice now (None while it holds none)."""

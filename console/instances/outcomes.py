@@ -5,7 +5,7 @@ Each checks the instance's state again under its lock, so a late or repeated rep
 nothing."""
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
@@ -35,6 +35,8 @@ class Job:
     allocation_id: str | None
     host: Host | None
     request: dict
+    # the instance's secrets, sealed: placement.agent_body opens them into the request it sends
+    secret_env: dict = field(default_factory=dict, repr=False)
 
 
 def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
@@ -44,7 +46,7 @@ def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
     A plain read, no lock: nothing is written here (on SQLite a transaction would take the
     database's write lock), and whatever the task does next is recorded by a function that
     checks the state again under the lock (mark_running, finish_stop, ...)."""
-    instance = Instance.objects.filter(pk=instance_pk).only("pk", "state").first()
+    instance = Instance.objects.filter(pk=instance_pk).only("pk", "state", "secret_env").first()
     if instance is None or instance.state not in states:
         return None
     allocation = (
@@ -58,6 +60,7 @@ def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
         allocation_id=allocation.pk if allocation else None,
         host=allocation.host if allocation else None,
         request=allocation.request if allocation else {},
+        secret_env=instance.secret_env,
     )
 
 
@@ -106,9 +109,9 @@ def stop_here(instance: Instance, message: str) -> None:
     if instance.resume_after_stop:
         instance.resume_after_stop = False
         Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
-    # A workload that exited by itself, or a budget stop, stays stopped with that reason.
-    kept = instance.exit_code is not None or reasons.code_of(instance.state_reason) == (
-        reasons.BUDGET_STOPPED
+    # A workload that exited by itself, or a budget or idle stop, stays stopped with that reason.
+    kept = instance.exit_code is not None or reasons.code_of(instance.state_reason) in (
+        reasons.KEPT_ON_STOP
     )
     reason = instance.state_reason if kept else None
     lifecycle.transition(instance, S.STOPPED, message=message, reason=reason)
@@ -171,6 +174,12 @@ def disk_to_delete(instance_pk: int) -> Host | None:
     """The host that holds a terminating instance's disk (and kept logs), if it has one."""
     instance = Instance.objects.select_related("disk_host").filter(pk=instance_pk).first()
     return instance.disk_host if instance is not None else None
+
+
+def kept_disk(instance_pk: int):
+    """The volume a terminating instance's disk was kept as (terminate's keep_disk), if any."""
+    instance = Instance.objects.filter(pk=instance_pk).first()
+    return getattr(instance, "kept_disk", None)
 
 
 def allocations_to_tear_down(instance_pk: int) -> list[Allocation]:

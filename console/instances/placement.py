@@ -17,6 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from console import secret_env
 from console.catalog.models import MIG_SLICES, Mode, Spec
 from console.catalog.spec_fit import request_for
 from console.fleet import locks as fleet_locks
@@ -353,6 +354,15 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
         "resources": resources(spec),
         "volume": {"name": instance.disk_name}
         | ({"size_gib": instance.disk_gib} if instance.disk_gib else {}),
+        "volumes": [
+            {
+                "name": volume.disk_name,
+                "owner": volume.owner,
+                "size_gib": volume.size_gib,
+                "mount_path": volume.mount_path,
+            }
+            for volume in instance.volumes.order_by("pk")
+        ],
         "labels": {
             "instance": str(instance.pk),
             "name": instance.name,
@@ -360,6 +370,14 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
             "spec": spec.code,
         },
     }
+
+
+def agent_body(request: dict, sealed: dict) -> dict:
+    """The agent request as sent: the stored one (which holds no secret) with the instance's
+    sealed secrets opened into its environment, over the image's and the plain env's names."""
+    if not sealed:
+        return request
+    return {**request, "env": {**request.get("env", {}), **secret_env.open_all(sealed)}}
 
 
 def allocate(
@@ -421,7 +439,16 @@ def _commit(instance, spec, choice: Choice, replacing) -> Allocation:
     if instance.disk_host_id is None:  # its first placement: the disk is made there
         instance.disk_host_id = choice.host_pk
         Instance.objects.filter(pk=instance.pk).update(disk_host_id=choice.host_pk)
+    instance.volumes.filter(host__isnull=True).update(host_id=choice.host_pk)  # made there too
     return allocation
+
+
+def pinned_host(instance: Instance) -> int | None:
+    """The host an instance must be placed on: the one that holds its disk, else the one that
+    holds the volumes attached to it (None: any host of its region)."""
+    if instance.disk_host_id is not None:
+        return instance.disk_host_id
+    return instance.volumes.filter(host__isnull=False).values_list("host_id", flat=True).first()
 
 
 def _check_still_free(instance, choice: Choice, replacing) -> None:

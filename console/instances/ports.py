@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 from urllib.parse import parse_qs, urlsplit
 
 from asgiref.sync import sync_to_async
@@ -26,6 +27,7 @@ from django.template.loader import render_to_string
 
 from accounts.models import Membership
 from accounts.services import TokenRejected, authenticate_token
+from console import activity
 from console.fleet import agent_client
 from console.instances import access, port_origin
 from console.instances.relay import PortSocketConsumer
@@ -222,6 +224,8 @@ async def proxy(scope, receive, send) -> None:
         target = await _admit(bearer, session and session["m"], pk, port)
     except access.Refused as refused:
         return await _refuse(scope, send, refused.status, refused.code, refused.detail, back)
+    if activity.due(pk, "ports", time.time()):
+        await sync_to_async(activity.used)(pk, "ports")
     headers = [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in scope["headers"]

@@ -56,7 +56,9 @@ def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str
     (a disk does not move between hosts). Answers "placed", "full" (nothing fits now) or
     "busy" (other workers kept taking the slices it chose: the scheduler tries again soon)."""
     try:
-        allocation = placement.allocate(instance, instance.spec, host_pk=instance.disk_host_id)
+        allocation = placement.allocate(
+            instance, instance.spec, host_pk=placement.pinned_host(instance)
+        )
     except placement.Busy as exc:
         log.info("%s", exc)
         kick_scheduler()

@@ -18,6 +18,10 @@ _CODED = re.compile(r"^(?P<code>[a-z]+(?:_[a-z]+)*)(?:: ?(?P<detail>.*))?$", re.
 _EXIT_CODE = re.compile(r"^exit code (?P<detail>-?\d+)$")
 
 BUDGET_STOPPED = "budget_stopped"
+IDLE_STOPPED = "idle_stopped"  # by an idle policy (console.idle)
+RUNTIME_LIMIT = "runtime_limit"  # at an idle policy's maximum runtime
+# Stops whose reason the stopped instance keeps (a tenant's own stop clears it).
+KEPT_ON_STOP = (BUDGET_STOPPED, IDLE_STOPPED, RUNTIME_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,11 @@ REASONS: dict[str, Callable[[Facts], str]] = {
     BUDGET_STOPPED: lambda f: (
         f"stopped: {f.detail or 'its tenant spent its monthly budget'} — an owner can raise the "
         "budget on the Usage page, then start it again"
+    ),
+    # the idle policies (console.idle)
+    IDLE_STOPPED: lambda f: f"stopped by the idle policy{f.said} — start it again when you need it",
+    RUNTIME_LIMIT: lambda f: (
+        f"stopped at the idle policy's maximum runtime{f.said} — start it again when you need it"
     ),
 }
 

@@ -19,6 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from accounts.websocket import RECHECK_SECONDS
+from console import activity
 from console.fleet import agent_client
 from console.instances import access, port_origin
 
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 _target = database_sync_to_async(access.target)
 _shell_stands = database_sync_to_async(access.shell_stands)
 _record_session = database_sync_to_async(access.record_session)
+_opened = database_sync_to_async(activity.opened)
+_ended = database_sync_to_async(activity.ended)
 
 AGENT_UNAVAILABLE = 4502
 MAX_SIZE = 1000  # columns or rows
@@ -186,6 +189,7 @@ class TerminalConsumer(AgentRelay):
         return getattr(self.scope.get("user"), "username", None) or "someone"
 
     async def opened(self):
+        await _opened(self.instance_pk, "terminal")
         resumed = self.agent.response.headers.get("x-terminal") == "resumed"
         what = "taken back" if resumed else "opened"
         await _record_session(
@@ -195,6 +199,7 @@ class TerminalConsumer(AgentRelay):
         )
 
     async def ended(self):
+        await _ended(self.instance_pk, "terminal")
         if self.kept:
             what = f"left: its shell waits {REATTACH_SECONDS} s to be taken back"
         else:
@@ -230,6 +235,12 @@ class PortSocketConsumer(AgentRelay):
             list(self.scope.get("subprotocols") or []),
             self._forwarded(),
         )
+
+    async def opened(self):
+        await _opened(self.instance_pk, "ports")
+
+    async def ended(self):
+        await _ended(self.instance_pk, "ports")
 
     def _forwarded(self) -> list[tuple[str, str]]:
         origin = [

@@ -1,6 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from console import secret_env
 from console.catalog.models import (
     MAX_ARGS,
     MAX_VALUE,
@@ -61,6 +62,12 @@ class InstanceSerializer(serializers.Serializer):
     image_reference = serializers.CharField(read_only=True)
     command = serializers.JSONField(read_only=True, allow_null=True)
     env = serializers.JSONField(read_only=True)
+    secret_env = serializers.DictField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text=f'its secret variables\' names, each with "{secret_env.MASK}": the values are '
+        "never shown",
+    )
     exit_code = serializers.IntegerField(read_only=True, allow_null=True)
     restart_policy = serializers.ChoiceField(choices=RestartPolicy.choices, read_only=True)
     on_host_loss = serializers.ChoiceField(choices=OnHostLoss.choices, read_only=True)
@@ -122,7 +129,31 @@ class SpecField(serializers.SlugRelatedField):
             ) from None
 
 
+class VolumeMountSerializer(serializers.Serializer):
+    volume = serializers.CharField(max_length=63, help_text="One of your volumes: its id or name.")
+    mount_path = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="Where the container sees it (not /workspace, the instance's own disk, nor a "
+        "system path). Default: /mnt/<its name>.",
+    )
+
+
+class TerminateSerializer(serializers.Serializer):
+    keep_disk = serializers.BooleanField(
+        default=False,
+        help_text="Keep its own disk (/workspace) as a volume of yours, billed as one, instead "
+        "of deleting it.",
+    )
+
+
 class LaunchSerializer(serializers.Serializer):
+    template = serializers.CharField(
+        max_length=80,
+        required=False,
+        help_text="A template's id or name (GET /api/v1/templates/): launches what it saved, "
+        "each field given here over its own (env and secret_env by name).",
+    )
     name = serializers.CharField(
         max_length=63,
         required=False,
@@ -131,7 +162,7 @@ class LaunchSerializer(serializers.Serializer):
         help_text="Default: a generated one, its spec's code and two words (\"a100-quarter-"
         'brave-otter").',
     )
-    spec = SpecField()
+    spec = SpecField(required=False, help_text="A spec's code; required without a template.")
     image = serializers.SlugRelatedField(
         slug_field="name",
         queryset=Image.objects.all(),
@@ -161,7 +192,15 @@ class LaunchSerializer(serializers.Serializer):
     env = serializers.DictField(
         child=serializers.CharField(max_length=MAX_VALUE, allow_blank=True, trim_whitespace=False),
         required=False,
-        help_text="Environment variables, laid over the image's defaults.",
+        help_text="Environment variables, laid over the image's defaults. A name that says it "
+        "holds a credential (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD …) is taken as a secret.",
+    )
+    secret_env = serializers.DictField(
+        child=serializers.CharField(max_length=MAX_VALUE, allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text='Secret environment variables ({"HF_TOKEN": "hf_…"}): stored encrypted, '
+        "given to the container, and never shown again (the instance shows each as "
+        f'"{secret_env.MASK}").',
     )
 
     ssh_keys = serializers.ListField(
@@ -186,9 +225,16 @@ class LaunchSerializer(serializers.Serializer):
     )
     on_host_loss = serializers.ChoiceField(
         choices=OnHostLoss.choices,
-        default=OnHostLoss.KEEP_DISK,
-        help_text="When its host is lost: keep_disk, it stays failed until the host (which holds "
-        "its disk) returns; fresh_disk, it runs again on another host with a new, empty disk.",
+        required=False,
+        help_text="When its host is lost: keep_disk (the default), it stays failed until the "
+        "host (which holds its disk) returns; fresh_disk, it runs again on another host with a "
+        "new, empty disk.",
+    )
+    volumes = VolumeMountSerializer(
+        many=True,
+        required=False,
+        help_text='Volumes to attach, e.g. [{"volume": "data", "mount_path": "/data"}]: the '
+        "instance runs on the host they live on.",
     )
 
     def validate_env(self, env):
@@ -196,6 +242,18 @@ class LaunchSerializer(serializers.Serializer):
         if problems:
             raise serializers.ValidationError(problems)
         return env
+
+    def validate_secret_env(self, secrets):
+        return self.validate_env(secrets)
+
+    def validate(self, data):
+        if "spec" not in data and not data.get("template"):
+            raise serializers.ValidationError({"spec": ["Give a spec, or a template."]})
+        return data
+
+
+class SaveTemplateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=80, help_text="the template's name")
 
 
 class LogsSerializer(serializers.Serializer):

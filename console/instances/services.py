@@ -18,6 +18,8 @@ from django.utils import timezone
 
 from accounts import locks as account_locks
 from accounts.models import Quota, Tenant
+from console import secret_env
+from console.audit import recorder as audit
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.errors import DomainError
 from console.fleet import agent_client
@@ -32,6 +34,7 @@ from console.instances import (
     queue,
     reasons,
     resizing,
+    signals,
 )
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Instance, OnHostLoss, State
@@ -143,6 +146,7 @@ def validate_launch(
     command: list[str] | None = None,
     env: dict[str, str] | None = None,
     disk_gib: int | None = None,
+    secrets: dict[str, str] | None = None,
 ) -> None:
     errors = {}
     if disk_gib is not None and not spec.disk_gib <= disk_gib <= MAX_DISK_GIB:
@@ -156,6 +160,8 @@ def validate_launch(
             errors["command"] = problems
     if env is not None and (problems := env_errors(env)):
         errors["env"] = problems
+    if secrets and (problems := env_errors(secrets) or secret_env.errors(secrets, env or {})):
+        errors["secret_env"] = problems
     if not NAME_PATTERN.match(name or ""):
         errors["name"] = NAME_RULE
     elif _name_taken(tenant, name):
@@ -198,15 +204,19 @@ def launch_instance(
     disk_gib: int | None = None,
     command: list[str] | None = None,
     env: dict[str, str] | None = None,
+    secrets: dict[str, str] | None = None,
     ssh_keys: list[str] | None = None,
     ports: list[dict] | None = None,
     restart_policy: str | None = None,
     on_host_loss: str = OnHostLoss.KEEP_DISK,
+    volumes: list[dict] | None = None,
     actor=None,
 ) -> Instance:
     """Accept a launch: within quota, it is placed at once when a slice is free (and goes on
     to provisioning) or waits in `pending` for the scheduler. `command` replaces the image's
-    default command; `env` is laid over the image's default environment. `ssh_keys` names
+    default command; `env` is laid over the image's default environment, and `secrets` (in
+    clear; with the env names that look like credentials, secret_env.split) are sealed and
+    go to the container only (secret_env.py). `ssh_keys` names
     the keys that open its shells (default: all of the launching user's keys in the
     tenant; see access.launch_keys); `ports` adds web ports to the image's. `restart_policy`
     (default: the image's) and `on_host_loss` say what it does when its host is lost
@@ -222,7 +232,8 @@ def launch_instance(
     if image is None:
         raise ValidationError({"image": "The catalog has no image to launch yet."})
     name = name or names.generate(spec.code, lambda candidate: _name_taken(tenant, candidate))
-    validate_launch(tenant, name, spec, image, command, env, disk_gib)
+    env, secrets = secret_env.split(env or {}, secrets or {})
+    validate_launch(tenant, name, spec, image, command, env, disk_gib, secrets)
     if ports and (problems := access.launch_ports_errors(image, ports)):
         raise ValidationError({"ports": problems})
     region = region or default_region(spec)
@@ -250,7 +261,8 @@ def launch_instance(
             image=image,
             region=region,
             command=command or None,
-            env=env or {},
+            env=env,
+            secret_env=secret_env.seal(secrets),
             disk_gib=disk_gib or spec.disk_gib,
             ports=ports or [],
             restart_policy=restart_policy or image.restart_policy,
@@ -261,11 +273,13 @@ def launch_instance(
         )
         instance.ssh_keys.add(*keys)  # a new instance: nothing to replace
         lifecycle.record_created(instance, actor=actor, message=f"Launch of {spec.name}")
+        signals.launching.send(sender=Instance, instance=instance, volumes=volumes or [])
         if (
             queue.place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved")
             != "placed"
         ):
             queue.wait(instance)
+        audit.record("instance.launch", instance, after=_launched(instance))
     return instance
 
 
@@ -282,6 +296,7 @@ def stop_instance(instance: Instance, *, actor=None, reason: str | None = None) 
             Instance.objects.filter(pk=locked.pk).update(restart_at=None)
             note = f"Not restarted: {said}" if said else "Stop requested: not restarted"
             lifecycle.announce_note(locked, note, actor=actor)
+            audit.record("instance.stop", locked, before={"restart": "due"}, after={"restart": ""})
             return locked
         instance = _lock_for(instance, "stop")
         if instance.state == S.PENDING:
@@ -297,6 +312,7 @@ def stop_instance(instance: Instance, *, actor=None, reason: str | None = None) 
                 instance, S.STOPPING, actor=actor, message=said or "Stop requested", reason=reason
             )
             queue.enqueue("stop", instance.pk)
+        audit.record("instance.stop", instance, before=_was(locked), after=_was(instance))
     return instance
 
 
@@ -315,6 +331,7 @@ def start_instance(instance: Instance, *, actor=None, message: str = "Start requ
         quota = _lock_quota(instance.tenant)
         _check_active(instance, "start")
         instance = _lock_for(instance, "start")
+        was = _was(instance)
         _check_quota(quota, instance.spec, exclude_instance_id=instance.pk)
         _check_budget(instance.tenant)
         _forget_exit(instance)
@@ -329,23 +346,50 @@ def start_instance(instance: Instance, *, actor=None, message: str = "Start requ
                 message=f"{message}; waiting for capacity",
                 reason=queue.waiting_reason(instance),
             )
+        audit.record("instance.start", instance, before=was, after=_was(instance))
     return instance
 
 
 def reboot_instance(instance: Instance, *, actor=None) -> Instance:
     with transaction.atomic():
         instance = _lock_for(instance, "reboot")
+        was = _was(instance)
         lifecycle.transition(instance, S.REBOOTING, actor=actor, message="Reboot requested")
         queue.enqueue("reboot", instance.pk)
+        audit.record("instance.reboot", instance, before=was, after=_was(instance))
     return instance
 
 
-def terminate_instance(instance: Instance, *, actor=None) -> Instance:
+def terminate_instance(instance: Instance, *, keep_disk: bool = False, actor=None) -> Instance:
+    """Terminate: its volumes are detached; its own disk is deleted, or with `keep_disk` kept
+    as a volume of the tenant (signals.terminating)."""
     with transaction.atomic():
         instance = _lock_for(instance, "terminate")
+        was = _was(instance)
+        signals.terminating.send(
+            sender=Instance, instance=instance, keep_disk=keep_disk, actor=actor
+        )
         lifecycle.transition(instance, S.TERMINATING, actor=actor, message="Terminate requested")
         queue.enqueue("terminate", instance.pk)
+        audit.record("instance.terminate", instance, before=was, after=_was(instance))
     return instance
+
+
+def _launched(instance: Instance) -> dict:
+    """What the audit log keeps of a launch."""
+    return {
+        "name": instance.name,
+        "spec": instance.spec.code,
+        "image": instance.image.name,
+        "region": instance.region.code,
+        "disk_gib": instance.disk_gib,
+        "state": instance.state,
+    }
+
+
+def _was(instance: Instance) -> dict:
+    """What the audit log keeps of an instance's lifecycle: its state."""
+    return {"state": instance.state}
 
 
 def _forget_exit(instance: Instance) -> None:
@@ -416,6 +460,12 @@ def resize_instance(
         if disk_gib is not None and disk_gib > instance.disk_gib:
             message += f", disk {instance.disk_gib} → {disk_gib} GiB"
             changes["disk_gib"] = disk_gib
+        audit.record(
+            "instance.resize",
+            instance,
+            before={"spec": old.code, "disk_gib": instance.disk_gib},
+            after={"spec": spec.code, "disk_gib": changes.get("disk_gib", instance.disk_gib)},
+        )
         impact = resizing.impacts(instance)(spec, "disk_gib" in changes)
         allowed = {resizing.RESTART: allow_restart, resizing.STOP: allow_stop}
         if not allowed.get(impact, True):

@@ -13,10 +13,26 @@ importing them.
 
 `host_lost(sender=Instance, instance, at)` is sent inside the transaction that fails an
 instance over from a silent host: `at` is the host's last heartbeat, where billing ends its
-GPU usage whatever was asked meanwhile."""
+GPU usage whatever was asked meanwhile.
+
+`provision_held(sender=Instance, instance_pk, host)` is sent by the provision task before it
+calls the instance's host: a receiver that answers True holds the provisioning, and queues
+`console.instances.tasks.provision` again itself once what it waits for is done (snapshots:
+a shelved instance's disk restored on the host it was placed on).
+
+`launching(sender=Instance, instance, volumes)` is sent inside a launch's transaction once the
+instance exists, before it is placed: `volumes` is what the launch asked to attach (volumes:
+attached now, or refused with a ValidationError on `volumes`).
+
+`terminating(sender=Instance, instance, keep_disk, actor)` is sent inside a terminate's
+transaction: its volumes are detached, and with `keep_disk` its own disk becomes a volume
+(refused with a ValidationError on `keep_disk`)."""
 
 from django.dispatch import Signal
 
 instance_state_changed = Signal()
 launch_requested = Signal()
 host_lost = Signal()
+provision_held = Signal()
+launching = Signal()
+terminating = Signal()

@@ -20,7 +20,8 @@ from console.fleet import agent_client
 from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
 from console.fleet.models import Host
 from console.instances import access, lifecycle, outcomes, placement, queue, recovery, restarts
-from console.instances.models import Allocation, State
+from console.instances.models import Allocation, Instance, State
+from console.instances.signals import provision_held
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,8 @@ def _settle(job: outcomes.Job, result: dict, running_message: str) -> bool:
 
 def _put(task: HostTask, job: outcomes.Job) -> dict:
     try:
-        return agent_client.create_allocation(job.host, job.allocation_id, job.request)
+        body = placement.agent_body(job.request, job.secret_env)
+        return agent_client.create_allocation(job.host, job.allocation_id, body)
     except AgentRejected as exc:
         if exc.status == 409:
             raise task.retry_later(exc) from exc
@@ -131,6 +133,9 @@ def provision(self, instance_pk: int) -> None:
     create the allocation there."""
     job = outcomes.job(instance_pk, (S.PROVISIONING, S.STARTING))
     if job is None or job.allocation_id is None:
+        return
+    held = provision_held.send(sender=Instance, instance_pk=instance_pk, host=job.host)
+    if any(answer for _, answer in held):
         return
     agent_client.set_ssh_keys(job.host, instance_pk, access.granted_keys(instance_pk))
     result = _put(self, job)
@@ -206,6 +211,11 @@ def terminate(self, instance_pk: int) -> None:
     if disk_host is not None and disk_host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
         message = f"Terminated; its disk on {disk_host.name} ({disk_host.status}) stays there"
     elif disk_host is not None:
+        kept = outcomes.kept_disk(instance_pk)
+        if kept is not None:  # it is a volume's now: the instance's delete leaves it
+            agent_client.adopt_disk(
+                disk_host, kept.disk_name, instance_pk, kept.owner, kept.tenant_id
+            )
         try:
             agent_client.delete_instance_data(disk_host, instance_pk)
         except AgentRejected as exc:

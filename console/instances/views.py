@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -29,6 +30,7 @@ from console.instances import (
 from console.instances.forms import LaunchForm, ResizeForm, resize_options
 from console.instances.models import Allocation, Instance, State
 from console.instances.quota import usage
+from console.launch_templates import services as template_services
 
 HOURS_PER_MONTH = Decimal(730)
 LIVE_FILTERS = {
@@ -143,23 +145,18 @@ def launch(request):
         initial={"region": Region.objects.first(), "image": services.default_image()},
         membership=request.membership,
     )
-    if request.method == "POST" and form.is_valid():
+    if request.method == "POST" and "save_template" in request.POST and form.is_valid():
+        if _save_as_template(request, form):
+            return redirect("launch_templates:list")
+    elif request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             instance = services.launch_instance(
                 tenant,
                 name=data["name"],
-                spec=data["spec"],
-                image=data["image"],
-                region=data["region"],
-                disk_gib=data["disk_gib"],
-                ports=data["ports"],
-                command=data["command"],
-                env=data["env"],
                 ssh_keys=[key.name for key in data["ssh_keys"]],
-                restart_policy=data["restart_policy"] or None,
-                on_host_loss=data["on_host_loss"],
                 actor=request.user,
+                **_launch_fields(data),
             )
         except ValidationError as error:
             for field, errors in error.message_dict.items():
@@ -167,11 +164,7 @@ def launch(request):
         except DomainError as error:
             form.add_error(None, error.detail)
         else:
-            if instance.state == State.PENDING:
-                messages.info(request, f"{instance.name} is queued: {instance.state_reason}")
-            else:  # its state, live on the page, says how far it got
-                messages.success(request, f"{instance.name} launched: a GPU slice is reserved.")
-            return redirect("instances:detail", pk=instance.pk)
+            return _launched(request, instance)
     regions = list(Region.objects.all())
     specs = list(
         Spec.objects.filter(active=True)
@@ -197,6 +190,92 @@ def launch(request):
             "selected_spec": form["spec"].value(),
         },
     )
+
+
+def _launch_fields(data: dict) -> dict:
+    """The launch form's fields that a template holds too, as launch_instance takes them."""
+    return {
+        "spec": data["spec"],
+        "image": data["image"],
+        "region": data["region"],
+        "disk_gib": data["disk_gib"],
+        "ports": data["ports"],
+        "command": data["command"],
+        "env": data["env"],
+        "secrets": data["secret_env"],
+        "restart_policy": data["restart_policy"] or None,
+        "on_host_loss": data["on_host_loss"],
+    }
+
+
+def _launched(request, instance):
+    if instance.state == State.PENDING:
+        messages.info(request, f"{instance.name} is queued: {instance.state_reason}")
+    else:  # its state, live on the page, says how far it got
+        messages.success(request, f"{instance.name} launched: a GPU slice is reserved.")
+    return redirect("instances:detail", pk=instance.pk)
+
+
+def _save_as_template(request, form) -> bool:
+    """The launch form's "Save as template": the form's launch, not launched, as a template
+    of the tenant named by its template name. Answers whether it was saved."""
+    data = form.cleaned_data
+    if not data["template_name"]:
+        form.add_error("template_name", "Name the template to save.")
+        return False
+    try:
+        template = template_services.create_template(
+            request.membership.tenant,
+            name=data["template_name"],
+            actor=request.user,
+            **_launch_fields(data),
+        )
+    except ValidationError as error:
+        for field, errors in error.message_dict.items():
+            target = "template_name" if field == "name" else field
+            form.add_error(target if target in form.fields else None, errors)
+        return False
+    messages.success(request, f"Template {template.name} saved: launch it from here.")
+    return True
+
+
+@require_POST
+@tenant_view(OPERATE)
+def launch_template(request, template):
+    """Launch from a template in one click (a generated name); its errors go back to the
+    templates page."""
+    try:
+        chosen = template_services.find(request.membership.tenant, template)
+    except ValidationError as error:
+        raise Http404("No such template.") from error
+    try:
+        instance = services.launch_instance(
+            request.membership.tenant,
+            actor=request.user,
+            **template_services.launch_fields(chosen, {}),
+        )
+    except ValidationError as error:
+        messages.error(request, f"{chosen.name} was not launched: {' '.join(error.messages)}")
+    except DomainError as error:
+        messages.error(request, f"{chosen.name} was not launched: {error.detail}")
+    else:
+        return _launched(request, instance)
+    return redirect("launch_templates:list")
+
+
+@require_POST
+@tenant_view(OPERATE)
+def save_template(request, pk):
+    """An instance's "Save as template": what it was launched with, under the name given."""
+    instance = get_object_or_404(_instances(request), pk=pk)
+    name = request.POST.get("name", "").strip()[:80] or instance.name
+    try:
+        template = template_services.save_from_instance(instance, name, actor=request.user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("instances:detail", pk=pk)
+    messages.success(request, f"Template {template.name} saved from {instance.name}.")
+    return redirect("launch_templates:list")
 
 
 def _region_code(value, regions) -> str | None:
@@ -336,9 +415,12 @@ def terminate(request, pk):
     instance = get_object_or_404(_instances(request), pk=pk)
     if request.method == "POST":
         try:
-            services.terminate_instance(instance, actor=request.user)
+            keep_disk = request.POST.get("keep_disk") == "1"
+            services.terminate_instance(instance, keep_disk=keep_disk, actor=request.user)
         except DomainError as error:
             messages.error(request, error.detail)
+        except ValidationError as error:
+            messages.error(request, " ".join(error.messages))
         else:
             messages.success(request, f"{instance.name} is being terminated.")
         return redirect("instances:detail", pk=pk)

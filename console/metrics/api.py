@@ -7,6 +7,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import scopes
 from accounts.permissions import request_membership
 from accounts.roles import READ
 from console.instances.models import Instance
@@ -30,6 +31,7 @@ class InstanceMetricsView(APIView):
     its min and max; `ts` in epoch seconds. Only the instance's tenant sees it."""
 
     read_role = READ
+    api_scopes = "metrics:read"
 
     @extend_schema(
         parameters=[
@@ -39,6 +41,11 @@ class InstanceMetricsView(APIView):
     )
     def get(self, request, pk: int):
         membership = request_membership(request)
-        instance = get_object_or_404(Instance, pk=pk, tenant_id=membership.tenant_id)
+        instance = get_object_or_404(
+            Instance,
+            pk=pk,
+            tenant_id=membership.tenant_id,
+            name__startswith=scopes.instance_prefix(membership),
+        )
         data = history.chart_data(instance_series(instance.pk), chosen_range(request))
         return Response({"instance": instance.pk, **data})

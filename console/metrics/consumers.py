@@ -17,7 +17,8 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from accounts.websocket import StandingAccess, StandingOperator, is_operator, reading_member
+from accounts import scopes
+from accounts.websocket import StandingAccess, StandingOperator, operator_socket, reading_member
 from console.fleet.models import Gpu, Host
 from console.instances.models import Instance
 from console.metrics import live
@@ -51,8 +52,9 @@ def _reader(method):
 
 
 @database_sync_to_async
-def _tenant_instance(instance_id: int, tenant_id: int) -> bool:
-    return Instance.objects.filter(pk=instance_id, tenant_id=tenant_id).exists()
+def _tenant_instance(instance_id: int, tenant_id: int, name_prefix: str) -> bool:
+    found = Instance.objects.filter(pk=instance_id, tenant_id=tenant_id)
+    return found.filter(name__startswith=name_prefix).exists()
 
 
 class _FramesConsumer(AsyncWebsocketConsumer):
@@ -112,11 +114,12 @@ class InstanceMetricsConsumer(_TenantConsumer):
     async def connect(self):
         self.groups_joined = []
         instance_id = int(self.scope["url_route"]["kwargs"]["instance_id"])
-        membership = reading_member(self.scope)
+        membership = reading_member(self.scope, "metrics:read", whole_tenant=False)
         if membership is None:
             await self.close(code=FORBIDDEN)
             return
-        if not await _tenant_instance(instance_id, membership.tenant_id):
+        prefix = scopes.instance_prefix(membership)
+        if not await _tenant_instance(instance_id, membership.tenant_id, prefix):
             await self.close(code=NOT_FOUND)  # another tenant's, or none: the same answer
             return
         self.access = StandingAccess(self.scope)
@@ -145,7 +148,7 @@ class TenantMetricsConsumer(_TenantConsumer):
 
     async def connect(self):
         self.groups_joined = []
-        membership = reading_member(self.scope)
+        membership = reading_member(self.scope, "metrics:read")
         if membership is None:
             await self.close(code=FORBIDDEN)
             return
@@ -215,7 +218,7 @@ class _OperatorConsumer(_FramesConsumer):
         return await self.access.holds()
 
     async def connect_operator(self) -> bool:
-        if not is_operator(self.scope.get("user")):
+        if not operator_socket(self.scope):
             await self.close(code=FORBIDDEN)
             return False
         self.access = StandingOperator(self.scope)

@@ -15,6 +15,7 @@ from websockets.asyncio.server import serve
 from accounts.roles import Role
 from accounts.websocket import TenantAuthMiddleware
 from agent import grants
+from console import activity
 from console.catalog.models import Mode
 from console.instances.models import Allocation, State
 from console.instances.routing import websocket_urlpatterns
@@ -116,6 +117,7 @@ def test_a_member_types_into_the_terminal_and_the_agent_answers(
             await browser.send_input({"type": "websocket.receive", "bytes": b"ls\r"})
             answer = await browser.receive_output(timeout=3)
             assert answer["bytes"] == b"echo:ls\r"
+            assert activity.seen(instance.pk)["terminal"][0] == 1  # the idle watch's signal
             resize = json.dumps({"type": "resize", "cols": 100, "rows": 30})
             await browser.send_input({"type": "websocket.receive", "text": resize})
             assert json.loads((await browser.receive_output(timeout=3))["text"][3:]) == {
@@ -136,6 +138,8 @@ def test_a_member_types_into_the_terminal_and_the_agent_answers(
     messages = list(instance.events.values_list("message", flat=True))
     assert "terminal session opened by mia" in messages
     assert "terminal session of mia ended" in messages
+    open_now, last_used = activity.seen(instance.pk)["terminal"]
+    assert open_now == 0 and last_used is not None
 
 
 @pytest.mark.parametrize(

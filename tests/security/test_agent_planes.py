@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import unicodedata
+from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import quote, unquote
 
@@ -224,6 +225,7 @@ class _StubHost:
 
     backend = SimpleNamespace(name="stub")
     stop = start = reboot = None  # control routes, never called here
+    store = SimpleNamespace(root=Path("/nonexistent"))  # no snapshot job runs here
 
     def __init__(self):
         self.runtime = SimpleNamespace(

@@ -16,8 +16,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--read-only", action="store_true", help="a token that reads only (acts as a viewer)"
         )
+        parser.add_argument(
+            "--scope",
+            action="append",
+            dest="scopes",
+            help="a scope it holds, e.g. instances:read (repeat; default: what the role allows)",
+        )
+        parser.add_argument(
+            "--instance-prefix", default="", help="only instances whose name starts with this"
+        )
 
-    def handle(self, username, tenant, name, read_only, **options):
+    def handle(self, username, tenant, name, read_only, scopes, instance_prefix, **options):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"No user named {username!r}.")
@@ -25,7 +34,14 @@ class Command(BaseCommand):
         if tenant_obj is None:
             raise CommandError(f"No tenant with slug {tenant!r}.")
         try:
-            issued = services.issue_token(user, tenant_obj, name, read_only=read_only)
+            issued = services.issue_token(
+                user,
+                tenant_obj,
+                name,
+                read_only=read_only,
+                scopes=scopes,
+                instance_prefix=instance_prefix,
+            )
         except ValidationError as error:
             raise CommandError(" ".join(error.messages)) from None
         kind = "Read-only token" if issued.token.read_only else "Token"

@@ -1,0 +1,391 @@
+"""Volumes' snapshots in a restic repository: the snapshot store the operator configures on
+the console (any restic repository string: a local path, `sftp:…`, `s3:…`, `rest:…`), whose
+repository and password come with each job and are never written to disk or logged here.
+restic reads what its backend needs beyond them (AWS_ACCESS_KEY_ID, …) from the agent's
+environment.
+
+A job is one restic run in a thread of its own: `backup` reads a disk's mounted file system
+as it is (crash-consistent while its instance runs), `restore` fills a new disk from a
+snapshot, `forget` removes snapshots and prunes the data no other snapshot holds. The console
+puts a job under an id of its own and polls it for its progress (bytes done of total, ETA)
+and outcome. Jobs live in memory: a restarted agent knows none, and the console then fails
+the job it polled.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.allocations import VOLUME_PATTERN, check_id
+from agent.errors import ApiError, conflict, invalid
+
+log = logging.getLogger(__name__)
+
+RESTIC = "/usr/bin/restic"
+SNAPSHOT_ID = "[0-9a-f]{8,64}"
+KINDS = ("backup", "restore", "forget")
+PROGRESS_SECONDS = 1.0
+# restic names every snapshot's host as this, so that any host may restore any snapshot
+SNAPSHOT_HOST = "gpucloud"
+FINISHED_KEPT = 1000
+# restic 0.14 has no --retry-lock: a prune waits this long at most for a backup to end
+LOCKED_ATTEMPTS = 60
+LOCKED_WAIT_SECONDS = 5.0  # finished jobs kept for the console to read their outcome
+
+
+# one `restic init` at a time: two jobs of a new repository would each make one, and damage it
+_INIT_LOCK = threading.Lock()
+
+
+class ResticError(Exception):
+    """restic failed; the message is its last lines of error output."""
+
+
+Progress = Callable[[int, int, float | None], None]  # bytes done, bytes total, seconds left
+
+
+@dataclass(frozen=True)
+class Store:
+    repository: str
+    password: str = field(repr=False)
+
+
+class Restic:
+    """restic on one repository: its password and repository in the child's environment
+    only (never on a command line that `ps` shows)."""
+
+    def __init__(self, store: Store, cache_dir: Path | None = None, binary: str = RESTIC):
+        self.store = store
+        self.cache_dir = cache_dir
+        self.binary = binary
+
+    def _env(self) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "RESTIC_REPOSITORY": self.store.repository,
+            "RESTIC_PASSWORD": self.store.password,
+        }
+        env.pop("RESTIC_PASSWORD_FILE", None)
+        env.pop("RESTIC_PASSWORD_COMMAND", None)
+        if self.cache_dir is not None:
+            env["RESTIC_CACHE_DIR"] = str(self.cache_dir)
+        return env
+
+    def _run(self, *args: str, cwd: Path | None = None) -> str:
+        result = subprocess.run(
+            [self.binary, *args], env=self._env(), cwd=cwd, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise ResticError(_last_lines(result.stderr))
+        return result.stdout
+
+    def ensure_repository(self) -> None:
+        """Create the repository on first use (another host may create it meanwhile)."""
+        with _INIT_LOCK:
+            self._ensure_repository()
+
+    def _ensure_repository(self) -> None:
+        try:
+            self._run("cat", "config")
+        except ResticError:
+            try:
+                self._run("init")
+            except ResticError:
+                self._run("cat", "config")  # made by another meanwhile, or a true failure
+
+    def backup(self, path: Path, tags: list[str], progress: Progress) -> dict:
+        """Snapshot what lies under `path` (at the snapshot's root); answer {"snapshot": full
+        id, "bytes_total": what was read, "bytes_added": new data the store keeps for it}."""
+        self.ensure_repository()
+        command = [self.binary, "backup", ".", "--json", "--host", SNAPSHOT_HOST]
+        for tag in tags:
+            command += ["--tag", tag]
+        summary: dict = {}
+        with subprocess.Popen(
+            command,
+            env=self._env(),
+            cwd=path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as child:
+            errors = _drain(child.stderr)
+            for line in child.stdout:
+                message = _json_line(line)
+                if message.get("message_type") == "status":
+                    total = int(message.get("total_bytes") or 0)
+                    left = message.get("seconds_remaining")
+                    progress(int(message.get("bytes_done") or 0), total, left)
+                elif message.get("message_type") == "summary":
+                    summary = message
+            child.wait()
+            errors.join()
+        if child.returncode not in (0, 3) or not summary.get("snapshot_id"):
+            # 3: some files could not be read (crash-consistent: a file removed meanwhile)
+            said = _last_lines("".join(errors.lines))
+            raise ResticError(said or f"restic backup exited with {child.returncode}")
+        full = json.loads(self._run("snapshots", "--json", summary["snapshot_id"]))
+        total = int(summary.get("total_bytes_processed") or 0)
+        progress(total, total, 0)
+        return {
+            "snapshot": full[0]["id"],
+            "bytes_total": total,
+            "bytes_added": int(summary.get("data_added") or 0),
+        }
+
+    def size(self, snapshot: str) -> int:
+        """The bytes a restore of the snapshot writes."""
+        return int(json.loads(self._run("stats", "--json", snapshot))["total_size"])
+
+    def restore(self, snapshot: str, target: Path, progress: Progress) -> dict:
+        """Write the snapshot's files under `target`; progress is read from what lies there
+        (restic 0.14 reports none while it restores)."""
+        total = self.size(snapshot)
+        started = time.monotonic()
+        with subprocess.Popen(
+            [self.binary, "restore", snapshot, "--target", str(target)],
+            env=self._env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as child:
+            errors = _drain(child.stderr)
+            while child.poll() is None:
+                done = min(tree_bytes(target), total)
+                elapsed = time.monotonic() - started
+                left = (total - done) * elapsed / done if done else None
+                progress(done, total, left)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(PROGRESS_SECONDS)
+            errors.join()
+        if child.returncode != 0:
+            said = _last_lines("".join(errors.lines))
+            raise ResticError(said or f"restic restore exited with {child.returncode}")
+        progress(total, total, 0)
+        return {"snapshot": snapshot, "bytes_total": total}
+
+    def forget(self, snapshots: list[str]) -> dict:
+        """Remove the snapshots and prune the data no other holds; unknown ones are no error
+        (a forget that ran already)."""
+        known = {s["id"] for s in json.loads(self._run("snapshots", "--json"))}
+        gone = [s for s in snapshots if s in known]
+        for attempt in range(LOCKED_ATTEMPTS):
+            try:
+                if gone:
+                    self._run("forget", "--prune", *gone)
+                break
+            except ResticError as exc:  # a backup holds the repository: prune waits for it
+                if "locked" not in str(exc) or attempt == LOCKED_ATTEMPTS - 1:
+                    raise
+                time.sleep(LOCKED_WAIT_SECONDS)
+        return {"forgotten": gone}
+
+
+class _Drain(threading.Thread):
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.lines: list[str] = []
+
+    def run(self) -> None:
+        for line in self.stream:
+            self.lines.append(line)
+            del self.lines[:-20]
+
+
+def _drain(stream) -> _Drain:
+    thread = _Drain(stream)
+    thread.start()
+    return thread
+
+
+def _json_line(line: str) -> dict:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _last_lines(text: str, count: int = 3) -> str:
+    return " ".join(line.strip() for line in text.strip().splitlines()[-count:])
+
+
+def tree_bytes(root: Path) -> int:
+    """The size of the files under `root`."""
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str
+    body: dict
+    state: str = "running"  # running, done, failed
+    bytes_done: int = 0
+    bytes_total: int = 0
+    eta_seconds: float | None = None
+    result: dict = field(default_factory=dict)
+    error: str = ""
+    started: float = field(default_factory=time.time)
+
+    def view(self) -> dict:
+        return {
+            "job": self.id,
+            "kind": self.kind,
+            "state": self.state,
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
+            "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds, 1),
+            "result": self.result,
+            "error": self.error,
+        }
+
+
+def _string(body: dict, key: str, pattern: str | None = None) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise invalid(f"{key} must be a non-empty string")
+    if pattern is not None and not re.fullmatch(pattern, value):
+        raise invalid(f"{key} must match {pattern}, not {value!r}")
+    return value
+
+
+def parse_job(body) -> tuple[str, Store, dict]:
+    """(kind, store, what the kind needs) from a job's body; ApiError 400 when malformed."""
+    if not isinstance(body, dict):
+        raise invalid("the body must be a JSON object")
+    kind = body.get("kind")
+    if kind not in KINDS:
+        raise invalid(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    store = body.get("store")
+    if not isinstance(store, dict):
+        raise invalid('store must be {"repository": …, "password": …}')
+    store = Store(_string(store, "repository"), _string(store, "password"))
+    args: dict = {}
+    if kind in ("backup", "restore"):
+        args["volume"] = _string(body, "volume", VOLUME_PATTERN.pattern)
+    if kind == "backup":
+        tags = body.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+            raise invalid("tags must be a list of strings")
+        args["tags"] = tags
+    if kind == "restore":
+        args["snapshot"] = _string(body, "snapshot", SNAPSHOT_ID)
+        args["instance"] = _string(body, "instance")
+        args["tenant"] = _string(body, "tenant")
+        size = body.get("size_gib")
+        if type(size) is not int or size < 1:
+            raise invalid("size_gib must be a whole number of GiB, at least 1")
+        args["size_gib"] = size
+    if kind == "forget":
+        snapshots = body.get("snapshots")
+        if not isinstance(snapshots, list) or not snapshots:
+            raise invalid("snapshots must be a non-empty list of snapshot ids")
+        for snapshot in snapshots:
+            _string({"snapshot": snapshot}, "snapshot", SNAPSHOT_ID)
+        args["snapshots"] = snapshots
+    return kind, store, args
+
+
+class SnapshotJobs:
+    """The snapshot jobs of this agent, over its disks (agent/volumes.py; None where the
+    runtime makes none: every backup and restore is then refused)."""
+
+    def __init__(self, disks, cache_dir: Path, binary: str = RESTIC):
+        self.disks = disks
+        self.cache_dir = cache_dir
+        self.binary = binary
+        self.jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def get(self, job_id: str) -> Job:
+        check_id(job_id)
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise ApiError(404, "not_found", f"no snapshot job {job_id}")
+        return job
+
+    def start(self, job_id: str, body) -> tuple[bool, Job]:
+        """Start the job; the same id and body again: the job as it stands (created False);
+        the same id with another body: 409."""
+        check_id(job_id)
+        kind, store, args = parse_job(body)
+        with self._lock:
+            existing = self.jobs.get(job_id)
+            if existing is not None:
+                if existing.body != body:
+                    raise conflict(
+                        "job_conflict", f"snapshot job {job_id} exists with another body"
+                    )
+                return False, existing
+            if kind != "forget":
+                self._check_disk(kind, args)
+            job = Job(job_id, kind, body)
+            self.jobs[job_id] = job
+            self._trim()
+        restic = Restic(store, self.cache_dir, self.binary)
+        threading.Thread(target=self._run, args=(job, restic, args), daemon=True).start()
+        return True, job
+
+    def _trim(self) -> None:
+        finished = [j for j in self.jobs.values() if j.state != "running"]
+        for job in sorted(finished, key=lambda j: j.started)[
+            : max(0, len(finished) - FINISHED_KEPT)
+        ]:
+            del self.jobs[job.id]
+
+    def _check_disk(self, kind: str, args: dict) -> None:
+        if self.disks is None:
+            raise conflict("no_disks", "this host's runtime keeps no disks to snapshot")
+        record = self.disks.record(args["volume"])
+        if kind == "backup" and record is None:
+            raise ApiError(404, "volume_not_found", f"no volume {args['volume']} on this host")
+        if (
+            kind == "restore"
+            and record is not None
+            and (record["instance"] != args["instance"] or record["tenant"] != args["tenant"])
+        ):
+            raise conflict("volume_exists", f"volume {args['volume']} exists for another")
+
+    def _run(self, job: Job, restic: Restic, args: dict) -> None:
+        def progress(done: int, total: int, left: float | None) -> None:
+            job.bytes_done, job.bytes_total, job.eta_seconds = done, total, left
+
+        try:
+            if job.kind == "backup":
+                job.result = restic.backup(self._mounted(args["volume"]), args["tags"], progress)
+            elif job.kind == "restore":
+                mount = self.disks.ensure(
+                    args["volume"], args["instance"], args["tenant"], args["size_gib"]
+                )
+                job.result = restic.restore(args["snapshot"], mount, progress)
+            else:
+                job.result = restic.forget(args["snapshots"])
+        except Exception as exc:  # every failure is the job's outcome, for the console
+            job.error = f"{exc.__class__.__name__}: {exc}"
+            job.state = "failed"
+            log.warning("snapshot job %s (%s) failed: %s", job.id, job.kind, job.error)
+        else:
+            job.state = "done"
+            log.info("snapshot job %s (%s) done: %s", job.id, job.kind, job.result)
+
+    def _mounted(self, volume: str) -> Path:
+        """The volume's mount point, mounted again when the host restarted since."""
+        record = self.disks.record(volume)
+        return self.disks.ensure(volume, record["instance"], record["tenant"], record["size_gib"])
