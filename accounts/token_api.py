@@ -5,6 +5,7 @@ expiry), revoke one."""
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from accounts import scopes as scope_rules
@@ -74,6 +75,8 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     """API tokens in this tenant. Anyone creates tokens for themselves (a viewer's are
     read-only); a token created with a token never exceeds it. Revoking a token revokes the
     tokens it created too."""
+
+    parser_classes = [JSONParser]  # "" is no expiry in a form, an error in JSON
 
     serializer_class = ApiTokenSerializer
     lookup_value_regex = "[0-9]+"

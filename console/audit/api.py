@@ -76,7 +76,8 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
         entries = entries.select_related("tenant")
         if self.action != "list":
             return entries
-        query = queries.AuditQuery(data=self.request.query_params)
+        # a plain dict: an empty value is an error here, not "left out" as in an HTML form
+        query = queries.AuditQuery(data=self.request.query_params.dict())
         query.is_valid(raise_exception=True)
         data = query.validated_data
         if not is_operator(self.request):

@@ -4,6 +4,7 @@ instance running (/api/v1/instances/{id}/keep-running/)."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import NotFound
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -30,6 +31,7 @@ def _valid(request) -> dict:
 
 
 class TenantPolicyView(APIView):
+    parser_classes = [JSONParser]  # a policy is JSON: no form's "0" for false, "" for none
     """The tenant's default idle policy (admins write it), beside the operator's, which it
     cannot weaken: a weaker field is a 400 on that field."""
 
@@ -55,7 +57,7 @@ class TenantPolicyView(APIView):
         services.set_tenant_policy(tenant, _valid(request), actor=request.user)
         return self._answer(tenant)
 
-    @extend_schema(request=None, responses=TenantPolicyAnswer)
+    @extend_schema(request=None, responses={200: TenantPolicyAnswer})
     def delete(self, request):
         tenant = request_membership(request).tenant
         services.clear_tenant_policy(tenant, actor=request.user)
@@ -63,6 +65,8 @@ class TenantPolicyView(APIView):
 
 
 class InstanceView(APIView):
+    parser_classes = [JSONParser]
+
     def instance(self, pk: int) -> Instance:
         membership = request_membership(self.request)
         found = Instance.objects.filter(tenant=membership.tenant, pk=pk)
@@ -97,7 +101,7 @@ class InstancePolicyView(InstanceView):
         services.set_instance_policy(instance, _valid(request), actor=request.user)
         return self.answer(instance)
 
-    @extend_schema(request=None, responses=InstancePolicyAnswer)
+    @extend_schema(request=None, responses={200: InstancePolicyAnswer})
     def delete(self, request, pk: int):
         instance = self.instance(pk)
         services.clear_instance_policy(instance, actor=request.user)

@@ -1,5 +1,6 @@
 """The idle policies as the API reads and writes them."""
 
+from django.db import models
 from rest_framework import serializers
 
 from console.idle.models import TenantPolicy
@@ -18,6 +19,15 @@ POLICY_FIELDS = (
 )
 
 
+class Minutes(serializers.DecimalField):
+    """Minutes as the schema gives them, a decimal string ("0.5"), never a JSON number."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class PolicySerializer(serializers.ModelSerializer):
     """One level's policy. Fields left out of a PUT keep their value (a new policy: the
     defaults). `window_minutes` empty: no idle rule at this level; `max_runtime_minutes`
@@ -27,6 +37,11 @@ class PolicySerializer(serializers.ModelSerializer):
         model = TenantPolicy
         fields = POLICY_FIELDS
         extra_kwargs = {name: {"required": False} for name in POLICY_FIELDS}
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DecimalField: Minutes,
+    }
 
 
 class TenantPolicyAnswer(serializers.Serializer):

@@ -120,6 +120,9 @@ def test_an_idle_instance_is_warned_then_stopped_and_a_busy_one_is_not(stack, cl
     assert warnings(api, spinner) == []
     assert api.get(f"/instances/{spinner}/").json()["state"] == "running"
     assert api.get(f"/instances/{spinner}/idle-policy/").json()["warned"] is False
+    # its busy loop would take a core from every test after this one
+    assert api.post(f"/instances/{spinner}/terminate/").status_code == 202
+    wait_state(api, spinner, "terminated", stack, timeout=120)
 
 
 def test_keep_running_works_once_per_run(stack, cloud):
