@@ -17,7 +17,9 @@ def snapshots(**of) -> list[Snapshot]:
 
 def shelf_snapshots(shelf: Shelf) -> list[Snapshot]:
     """The shelf's snapshots with their volumes, in primary-key order (the shelf held)."""
-    return list(shelf.snapshots.select_for_update().select_related("volume").order_by("pk"))
+    return list(
+        shelf.snapshots.select_for_update(of=("self",)).select_related("volume").order_by("pk")
+    )
 
 
 def schedule(**of) -> Schedule | None:
