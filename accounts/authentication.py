@@ -8,10 +8,11 @@ from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
 from accounts.services import TokenRejected, authenticate_token
 from accounts.tenancy import session_membership
+from console.errors import ErrorCode
 
 
 class TenantSuspended(exceptions.PermissionDenied):
-    default_code = "tenant_suspended"
+    default_code = ErrorCode.TENANT_SUSPENDED
     default_detail = "This tenant is suspended."
 
 
@@ -55,13 +56,15 @@ class BearerTokenAuthentication(BaseAuthentication):
             )
         if not raw.strip():
             throttle.allow_request(request, None)
-            raise exceptions.AuthenticationFailed("Empty bearer token.", code="invalid_token")
+            raise exceptions.AuthenticationFailed(
+                "Empty bearer token.", code=ErrorCode.INVALID_TOKEN
+            )
         try:
             token, membership = authenticate_token(raw.strip())
         except TokenRejected as rejected:
-            if rejected.code == "tenant_suspended":
+            if rejected.code == ErrorCode.TENANT_SUSPENDED:
                 raise TenantSuspended(rejected.detail) from None
-            if rejected.code == "invalid_token":
+            if rejected.code == ErrorCode.INVALID_TOKEN:
                 throttle.allow_request(request, None)  # counts one more guess
             raise exceptions.AuthenticationFailed(rejected.detail, code=rejected.code) from None
         request._request.membership = membership

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from accounts.roles import READ
+from console.errors import ErrorCode
 
 
 def tenant_view(needed: str = READ, write_needed: str | None = None):
@@ -69,7 +70,7 @@ def login_locked_out(request, response=None, credentials=None):
         "or ask an administrator."
     )
     if request.get_preferred_type(["text/html", "application/json"]) == "application/json":
-        locked = JsonResponse({"code": "too_many_attempts", "detail": detail}, status=429)
+        locked = JsonResponse({"code": ErrorCode.TOO_MANY_ATTEMPTS, "detail": detail}, status=429)
     else:
         context = {"form": AuthenticationForm(request), "locked": detail}
         locked = render(request, "accounts/login.html", context, status=429)

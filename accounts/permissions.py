@@ -3,12 +3,13 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from accounts import scopes
 from accounts.roles import OPERATE, READ
+from console.errors import ErrorCode
 
 
 class ScopeMissing(exceptions.PermissionDenied):
     """A scoped API token asked for what its scopes do not hold: 403, naming the scope."""
 
-    default_code = "scope_missing"
+    default_code = ErrorCode.SCOPE_MISSING
 
     def __init__(self, needed: str | None):
         if needed is None:
@@ -25,7 +26,7 @@ def request_membership(request):
 
 
 class PrefixConfined(exceptions.PermissionDenied):
-    default_code = "prefix_confined"
+    default_code = ErrorCode.PREFIX_CONFINED
 
 
 def _check_token(token, needed: str | None) -> None:
@@ -51,7 +52,7 @@ class TenantRole(BasePermission):
         membership = request_membership(request)
         if membership is None:
             raise exceptions.PermissionDenied(
-                "You are not a member of any tenant.", code="no_tenant"
+                "You are not a member of any tenant.", code=ErrorCode.NO_TENANT
             )
         token = scopes.token_of(membership)
         if token is not None and request.method != "OPTIONS":
@@ -67,5 +68,5 @@ class TenantRole(BasePermission):
                 detail = (
                     f"Your role ({membership.role}) cannot do this; it needs {needed} or above."
                 )
-            raise exceptions.PermissionDenied(detail, code="permission_denied")
+            raise exceptions.PermissionDenied(detail, code=ErrorCode.PERMISSION_DENIED)
         return True

@@ -191,5 +191,12 @@ def prefix_refusal(prefix: str) -> str:
     )
 
 
+def volumes_refusal(prefix: str) -> str:
+    return (
+        f'This API token is confined to instances named "{prefix}…" and cannot attach '
+        "volumes (they are the whole tenant's): launch without them."
+    )
+
+
 def missing_detail(needed: str) -> str:
     return f"This token lacks the scope {needed}."

@@ -18,8 +18,8 @@ from accounts.models import ApiToken, Invitation, Membership, Quota, Tenant, has
 from accounts.roles import OPERATE, Role, may_invite
 from accounts.signals import tenant_suspended
 from console.audit import recorder as audit
-from console.errors import DomainError
-from console.prepared import Prepared, columns, instances
+from console.errors import DomainError, ErrorCode
+from console.speedups.prepared import Prepared, columns, instances
 
 User = get_user_model()
 
@@ -247,14 +247,12 @@ def revoke_token(token: ApiToken) -> ApiToken:
 
 
 class TokenRejected(DomainError):
+    code = ErrorCode.INVALID_TOKEN
     status = 401
 
-    def __init__(self, code: str, detail: str):
-        super().__init__(detail, code=code)
 
-
-# Every API request asks this, compiled once (console/prepared.py): the token with its tenant,
-# its user and the membership it acts as (the user's in that tenant, if any: one at most).
+# Every API request asks this, compiled once (console/speedups/prepared.py): the token with its
+# tenant, its user and the membership it acts as (the user's in that tenant, if any: one at most).
 _TOKENS = Prepared(
     ApiToken.objects.annotate(
         member=FilteredRelation(
@@ -273,24 +271,26 @@ def authenticate_token(raw: str) -> tuple[ApiToken, Membership]:
     """The token and the membership it acts as, or TokenRejected saying why."""
     parts = raw.split("_", 2)
     if len(parts) != 3 or parts[0] != ApiToken.PREFIX or len(parts[1]) != 8:
-        raise TokenRejected("invalid_token", "Malformed API token.")
+        raise TokenRejected("Malformed API token.", code=ErrorCode.INVALID_TOKEN)
     found = _TOKENS.filter(prefix=parts[1])[:1]
     if not found:
-        raise TokenRejected("invalid_token", "Unknown API token.")
+        raise TokenRejected("Unknown API token.", code=ErrorCode.INVALID_TOKEN)
     token, token.tenant, token.user, membership = instances(
         found[0], ApiToken, Tenant, User, Membership
     )
     if not secrets.compare_digest(token.token_hash, hash_token(raw)):
-        raise TokenRejected("invalid_token", "Unknown API token.")
+        raise TokenRejected("Unknown API token.", code=ErrorCode.INVALID_TOKEN)
     if token.is_revoked:
-        raise TokenRejected("token_revoked", "This API token has been revoked.")
+        raise TokenRejected("This API token has been revoked.", code=ErrorCode.TOKEN_REVOKED)
     if token.is_expired():
-        raise TokenRejected("token_expired", "This API token has expired.")
+        raise TokenRejected("This API token has expired.", code=ErrorCode.TOKEN_EXPIRED)
     if membership.pk is None or not token.user.is_active:
-        raise TokenRejected("invalid_token", "The token's user no longer belongs to its tenant.")
+        detail = "The token's user no longer belongs to its tenant."
+        raise TokenRejected(detail, code=ErrorCode.INVALID_TOKEN)
     membership.user, membership.tenant = token.user, token.tenant
     if not token.tenant.is_active:
-        raise TokenRejected("tenant_suspended", f"Tenant {token.tenant.slug} is suspended.")
+        detail = f"Tenant {token.tenant.slug} is suspended."
+        raise TokenRejected(detail, code=ErrorCode.TENANT_SUSPENDED)
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -18,8 +18,9 @@ from agent.control import RegistrationError, Reporter, Servers, ensure_identity
 from agent.firewall import EGRESS, FirewallError
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
-from agent.oci import OciRuntime
-from agent.runtime import ProcessRuntime, SimRuntime
+from agent.runtimes.oci import OciRuntime
+from agent.runtimes.process import ProcessRuntime
+from agent.runtimes.sim import SimRuntime
 from agent.service import lifespan, serve
 from agent.ssh import Gateway
 from agent.state import StateStore

@@ -20,10 +20,12 @@ from agent.allocations import (
     parse_limits,
     parse_spec,
 )
+from agent.backends import GpuBackend
 from agent.errors import ApiError, conflict, invalid
 from agent.fit import check_placement
 from agent.gpu_models import mig_profiles
-from agent.runtime import Exit, LaunchError, claim_output
+from agent.runtimes import Exit, LaunchError, Runtime
+from agent.runtimes.output import claim_output
 from agent.state import StateStore
 from agent.volumes import DiskError
 
@@ -57,8 +59,8 @@ class LocalHost:
     def __init__(
         self,
         hostname: str,
-        backend,
-        runtime,
+        backend: GpuBackend,
+        runtime: Runtime,
         store: StateStore,
         cpu_count: int | None = None,
         memory: int | None = None,

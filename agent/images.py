@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.engine import EngineError, podman_command, podman_env
+from agent.podman import EngineError, podman_command, podman_env
 
 JUPYTER_IMAGE = "localhost/gpucloud/jupyter:latest"
 JUPYTERLAB = "jupyterlab==4.6.6"

@@ -40,7 +40,7 @@ import subprocess
 from pathlib import Path
 
 from agent.allocations import Allocation
-from agent.runtime import LaunchError
+from agent.runtimes import LaunchError
 
 log = logging.getLogger(__name__)
 

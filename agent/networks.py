@@ -12,7 +12,7 @@ import hashlib
 import threading
 
 from agent import firewall
-from agent.runtime import LaunchError
+from agent.runtimes import LaunchError
 
 LABEL_INSTALL = "gpucloud.install"
 LABEL_TENANT = "gpucloud.tenant"

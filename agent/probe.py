@@ -16,11 +16,11 @@ import logging
 import shutil
 import sys
 
-from agent import nvml_dcgm
 from agent.backends import nvml as nvml_backend
+from agent.backends.nvml import dcgm as nvml_dcgm
+from agent.backends.nvml.access import GRANT_HINT
 from agent.gpu_models import MODELS, mig_profiles
-from agent.nvml_access import GRANT_HINT
-from agent.oci import describe_engine
+from agent.runtimes.oci import describe_engine
 
 NOTHING_CHANGES = "read-only: nothing on this host is created, destroyed or changed"
 
@@ -132,7 +132,7 @@ def _warnings(backend, gpus: list[dict], dcgm_line: str) -> list[str]:
 
 def collect(backend, dcgm_line: str, engine: tuple[str, str | None]) -> dict:
     """The probe's report from a backend (which it only reads) and the engine's description
-    (agent/oci.py's describe_engine)."""
+    (agent/runtimes/oci.py's describe_engine)."""
     gpus = backend.gpus()
     backend.sample([])  # the metric readings, for their outcomes
     nvml_version = nvml_backend.Reads().get(nvml_backend.pynvml.nvmlSystemGetNVMLVersion)

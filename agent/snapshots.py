@@ -6,10 +6,10 @@ environment.
 
 A job is one restic run in a thread of its own: `backup` reads a disk's mounted file system
 as it is (crash-consistent while its instance runs), `restore` fills a new disk from a
-snapshot, `forget` removes snapshots and prunes the data no other snapshot holds. The console
-puts a job under an id of its own and polls it for its progress (bytes done of total, ETA)
-and outcome. Jobs live in memory: a restarted agent knows none, and the console then fails
-the job it polled.
+snapshot (and removes that disk again when it fails), `forget` removes snapshots and prunes
+the data no other snapshot holds. The console puts a job under an id of its own and polls it
+for its progress (bytes done of total, ETA) and outcome. Jobs live in memory: a restarted
+agent knows none, and the console then fails the job it polled.
 """
 
 import contextlib
@@ -371,10 +371,7 @@ class SnapshotJobs:
             if job.kind == "backup":
                 job.result = restic.backup(self._mounted(args["volume"]), args["tags"], progress)
             elif job.kind == "restore":
-                mount = self.disks.ensure(
-                    args["volume"], args["instance"], args["tenant"], args["size_gib"]
-                )
-                job.result = restic.restore(args["snapshot"], mount, progress)
+                job.result = self._restore(restic, args, progress)
             else:
                 job.result = restic.forget(args["snapshots"])
         except Exception as exc:  # every failure is the job's outcome, for the console
@@ -384,6 +381,28 @@ class SnapshotJobs:
         else:
             job.state = "done"
             log.info("snapshot job %s (%s) done: %s", job.id, job.kind, job.result)
+
+    def _restore(self, restic: Restic, args: dict, progress: Progress) -> dict:
+        """Fill the disk from the snapshot. A restore that fails removes the disk it was
+        filling: a partial copy is nobody's data (the snapshot still holds it whole), and the
+        console may restore it again, here or on another host."""
+        disk = (args["volume"], args["instance"], args["tenant"])
+        try:
+            mount = self.disks.ensure(*disk, args["size_gib"])
+            return restic.restore(args["snapshot"], mount, progress)
+        except Exception:
+            self._discard(*disk)
+            raise
+
+    def _discard(self, name: str, owner: str, tenant: str) -> None:
+        """Remove a failed restore's disk, if it is the restore's own (a disk made for
+        another is never touched)."""
+        try:
+            self.disks.delete_owned(name, owner, tenant)
+        except Exception as exc:  # the restore's own error is the one the console needs
+            log.warning("the partly restored disk %s stays on this host: %s", name, exc)
+        else:
+            log.info("the partly restored disk %s was removed", name)
 
     def _mounted(self, volume: str) -> Path:
         """The volume's mount point, mounted again when the host restarted since."""

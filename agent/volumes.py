@@ -20,7 +20,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from agent.runtime import LaunchError
+from agent.runtimes import LaunchError
 
 RECORD = "disk.json"
 IMAGE = "disk.img"

@@ -165,7 +165,8 @@ def run(args, tmp: Path, procs: list) -> int:
 
     from accounts import services as accounts
     from accounts.roles import Role
-    from agent import engine
+    from agent.devtools import engine
+    from agent.podman import podman_command, podman_env
     from console import processes
     from console.catalog.models import GpuModel, Image, MigProfile, Mode, Region, Spec
     from console.fleet import agent_client
@@ -430,7 +431,7 @@ def run(args, tmp: Path, procs: list) -> int:
         (context / "Containerfile").write_text(f"FROM {engine.DEMO_IMAGE}\nCOPY blob /blob\n")
         for step in (["build", "-q", "-t", reference, str(context)], ["push", reference],
                      ["rmi", reference]):  # fmt: skip
-            subprocess.run(engine.podman_command(None, *step), env=os.environ | engine.podman_env(),
+            subprocess.run(podman_command(None, *step), env=os.environ | podman_env(),
                            check=True, capture_output=True)  # fmt: skip
         cold_image = Image.objects.create(name=f"cold-{i}", reference=reference, cuda_version="-")
         started = time.perf_counter()
@@ -452,8 +453,8 @@ def run(args, tmp: Path, procs: list) -> int:
     while Instance.objects.exclude(state="terminated").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     for image in Image.objects.filter(name__startswith="cold-"):  # leave the host as it was
-        subprocess.run(engine.podman_command(None, "rmi", "-f", image.reference),
-                       env=os.environ | engine.podman_env(), capture_output=True)  # fmt: skip
+        subprocess.run(podman_command(None, "rmi", "-f", image.reference),
+                       env=os.environ | podman_env(), capture_output=True)  # fmt: skip
 
     print()
     codes = ", ".join(s.code for s in specs)

@@ -84,7 +84,7 @@ def main() -> int:
     from django.core.management import call_command
 
     from accounts import services as accounts
-    from agent import engine
+    from agent.devtools import engine
     from console import processes
     from tests.harness import Stack
     from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent

@@ -31,7 +31,7 @@ from billing.money import format_money
 from billing.rating import month_start
 from billing.usage import month_corrections, so_far
 from console.celery import enqueue_on_commit
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.instances import reasons
 from console.instances.models import Instance, State
 from console.notices import notice as notices
@@ -79,7 +79,7 @@ def is_exhausted(spent: Decimal, budget: Decimal | None) -> bool:
 
 
 class BudgetExceeded(DomainError):
-    code = "budget_exceeded"
+    code = ErrorCode.BUDGET_EXCEEDED
 
 
 def ensure_launch_allowed(tenant: Tenant) -> None:

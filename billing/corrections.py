@@ -12,7 +12,7 @@ from billing.issuing import CREDIT_NOTE_SERIES, format_number
 from billing.models import CreditGrant, Invoice, InvoiceLine
 from billing.rating import ZERO, InvoiceTotals, reversed_totals
 from console.audit import recorder as audit
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 class InvalidInvoiceState(DomainError):
     """The invoice is not in a state that allows this (answered as 409 invalid_state)."""
 
-    code = "invalid_state"
+    code = ErrorCode.INVALID_STATE
 
 
 PAID_BEFORE = {"status": Invoice.Status.FINALIZED}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import docker
 
-from agent import engine
 from agent.backends.sim import sim_capacity
+from agent.devtools import engine
 from agent.host import memory_mib
-from agent.oci import LABEL_INSTANCE, running_engine
+from agent.runtimes.oci import LABEL_INSTANCE, running_engine
 from console import processes
 
 ROOT = Path(__file__).resolve().parent.parent

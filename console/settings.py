@@ -185,9 +185,8 @@ TEMPLATES = [
 # failing, which is also what makes quota checks atomic there.
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    # Under ASGI each request runs in a thread of its own: a connection kept per thread
-    # (CONN_MAX_AGE) would never be reused and would pile up until PostgreSQL refuses clients.
-    # A pool per process instead, which a request's connection goes back to when it ends.
+    # A pool per process, which a request's connection goes back to when it ends: whatever
+    # threads ask (web requests, websockets, Celery), a process holds DATABASE_POOL_SIZE at most.
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
@@ -203,10 +202,14 @@ if DATABASE_URL:
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "console.sqlite",
+            "ENGINE": "django.db.backends.sqlite3",
             "NAME": _private_file(
                 env_str("GPUCLOUD_SQLITE_PATH", str(VAR_DIR / "gpucloud.sqlite3"))
             ),
+            # Kept for the thread's next request: a web process runs requests in a fixed set of
+            # threads (console/asgi.py), and a new connection reads the schema, prepares its
+            # statements and registers Django's functions all over again.
+            "CONN_MAX_AGE": None,
             "OPTIONS": {
                 "timeout": 30,
                 "transaction_mode": "IMMEDIATE",
@@ -218,6 +221,10 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Every API request's token check and the instances' lists run SQL compiled once per shape of
+# their filters (console/speedups/prepared.py), through Django's private compiler API. Off, they
+# run as plain querysets, with the same answers: for a Django upgrade that changed that API.
+PREPARED_QUERIES = env_bool("PREPARED_QUERIES", True)
 
 # Redis carries the Celery broker, the Channels layer and the live cache. Without REDIS_URL
 # everything stays in-process (a single process: tests and `manage.py` one-offs); `make run`
@@ -259,7 +266,7 @@ if REDIS_URL:
     }
     CACHES = {
         "default": {
-            "BACKEND": "console.cache.RedisCache",
+            "BACKEND": "console.speedups.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": DEPLOYMENT_NAME,
         }

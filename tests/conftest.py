@@ -13,11 +13,16 @@ from rest_framework.test import APIClient
 
 from accounts import services
 from accounts.roles import Role
-from agent import engine, firewall
+from agent import firewall
+from agent.devtools import engine
 from agent.networks import LABEL_INSTALL
+from agent.podman import podman_command, podman_env
 from console import processes
+from tests.clients import signed_in
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.harness import running_stack
+from tests.instances.conftest import Catalog
+from tests.notifications.receiver import Receiver, serve
 from tests.pages import steady
 from tests.registry import start_registry
 
@@ -162,6 +167,61 @@ def token_client():
     return make
 
 
+@pytest.fixture
+def catalog(db):
+    """The instance tests' small catalog (tests/instances/conftest.py), for any package's."""
+    return Catalog()
+
+
+@pytest.fixture
+def member(tenant, make_member):
+    return make_member(tenant, Role.MEMBER, username="mia")
+
+
+@pytest.fixture
+def viewer(tenant, make_member):
+    return make_member(tenant, Role.VIEWER, username="vic")
+
+
+@pytest.fixture
+def web(member):
+    """The console's pages, signed in as `member`."""
+    return signed_in(member)
+
+
+@pytest.fixture
+def no_tasks(monkeypatch):
+    """Record the tasks services queue instead of sending them; answers the list."""
+    from console.instances import queue
+
+    sent = []
+
+    def enqueue(name, *args, countdown=None):
+        sent.append((name, *args))
+
+    monkeypatch.setattr(queue, "enqueue", enqueue)
+    return sent
+
+
+@pytest.fixture
+def receiver():
+    """A local webhook receiver (answers 200 unless its `statuses` say otherwise)."""
+    found = Receiver()
+    server, _ = serve(found)
+    yield found
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(params=[True, False], ids=["prepared", "plain"])
+def prepared_queries(request, settings):
+    """The test twice: the token check and the instances' lists run compiled once, then as
+    plain querysets (PREPARED_QUERIES off, console/speedups/prepared.py). The API's tests ask
+    for it, so that either way it answers the same."""
+    settings.PREPARED_QUERIES = request.param
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def redis_url():
     """REDIS_URL when set (CI: a real Redis), else an embedded Redis-protocol server."""
@@ -183,8 +243,8 @@ class ContainerEngine:
 
     def podman(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            engine.podman_command(self.storage, *args),
-            env={**engine.podman_env(), "CONTAINERS_REGISTRIES_CONF": str(self.registries_conf)},
+            podman_command(self.storage, *args),
+            env={**podman_env(), "CONTAINERS_REGISTRIES_CONF": str(self.registries_conf)},
             capture_output=True,
             text=True,
         )
@@ -238,9 +298,9 @@ def container_engine(tmp_path_factory):
     _remove_test_networks(url)
     service.terminate()
     service.wait(10)
-    env = engine.podman_env()
-    subprocess.run(engine.podman_command(storage, "rm", "--all", "--force"), env=env)
-    subprocess.run(engine.podman_command(storage, "system", "reset", "--force"), env=env)
+    env = podman_env()
+    subprocess.run(podman_command(storage, "rm", "--all", "--force"), env=env)
+    subprocess.run(podman_command(storage, "system", "reset", "--force"), env=env)
     # the overlay driver keeps its directory bind-mounted on itself: let pytest clean it up
     subprocess.run(["umount", "--lazy", str(storage / "root" / "overlay")], capture_output=True)
     engine.unmount_layer_storage(storage, remove=True)

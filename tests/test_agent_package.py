@@ -24,7 +24,7 @@ from tests.instances.e2e import make_catalog, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = ROOT / "agent"
-# found at run time where DCGM is installed (agent/nvml_dcgm.py), never a dependency
+# found at run time where DCGM is installed (agent/backends/nvml/dcgm.py), never a dependency
 OPTIONAL = {"dcgm_agent", "dcgm_fields", "dcgm_structs"}
 CONSOLE_DISTRIBUTIONS = {
     "gpucloud",
@@ -83,7 +83,8 @@ def agent_venv(tmp_path_factory) -> Path:
     (wheel,) = dist.glob("gpucloud_agent-*-py3-none-any.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "agent/podman/containers.conf" in names
-    assert "agent/backends/nvml.py" in names
+    assert "agent/backends/nvml/__init__.py" in names
+    assert not [name for name in names if name.startswith("agent/devtools/")]  # stays behind
     dist_info = wheel.name.removesuffix("-py3-none-any.whl") + ".dist-info"
     assert {name.split("/")[0] for name in names} == {"agent", dist_info}  # the agent alone
     assert not list(AGENT.glob("build")), "the build leaves nothing in the checkout"

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent import engine
+from agent.podman import podman_command, podman_env
 from console import launcher, processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +47,8 @@ def processes_mentioning(text: str) -> list[str]:
 
 def podman(var: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        engine.podman_command(launcher.podman_storage(var), *args),
-        env=engine.podman_env(),
+        podman_command(launcher.podman_storage(var), *args),
+        env=podman_env(),
         capture_output=True,
         text=True,
     )

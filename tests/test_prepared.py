@@ -1,19 +1,28 @@
 """Prepared queries answer exactly what the ORM answers for the same filters (rows, order,
-converted values, windows, counts), compile once per shape, and refuse what they cannot run."""
+converted values, windows, counts), compile once per shape, and refuse what they cannot run;
+with PREPARED_QUERIES off they are the ORM's own querysets."""
 
 import threading
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounts.models import Membership, Tenant
-from console.prepared import Prepared, columns, instances
+from console.speedups.prepared import Prepared, columns, instances
 from tests.factories import MembershipFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _prepared(settings):
+    """These tests are of the prepared path, whatever the environment says."""
+    settings.PREPARED_QUERIES = True
+
 
 TENANTS = Tenant.objects.order_by("name", "id").values(
     "id", "slug", "status", "created_at", "suspended_at"
@@ -140,3 +149,28 @@ def test_every_thread_compiles_its_own(tenants):
     assert seen == [["t0", "t1", "t2"]] * 3
     with transaction.atomic():
         assert [row["slug"] for row in prepared.filter(status="suspended")] == ["t0", "t1", "t2"]
+
+
+def test_switched_off_it_answers_what_it_answers_on_through_plain_querysets(tenants, settings):
+    MembershipFactory(tenant=tenants[4], role="admin")
+    MembershipFactory(tenant=tenants[4], role="viewer")
+    MembershipFactory(tenant=tenants[5], role="member")
+    ids = [t.pk for t in tenants]
+    cases = [
+        (TENANTS, {"id__in": ids[1:8], "status": "active"}),
+        (TENANTS, {"slug": "t3"}),
+        (TENANTS, {"id": 2**64}),
+        (TENANTS, {"slug__in": []}),
+        (MEMBERS, {"tenant_id__in": ids[4:6]}),
+    ]
+
+    def answers():
+        found = [Prepared(query).filter(**filters) for query, filters in cases]
+        return [(list(rows), list(rows[1:3]), rows.count()) for rows in found]
+
+    prepared = answers()
+    settings.PREPARED_QUERIES = False
+    assert answers() == prepared
+    assert isinstance(Prepared(TENANTS).filter(slug="t3"), QuerySet)
+    assert [row["slug"] for row in prepared[0][0]] == ["t4", "t5", "t6", "t3", "t7"]  # by name
+    assert [role for _, role, *_ in prepared[4][0]] == ["admin", "member", "viewer"]

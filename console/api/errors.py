@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 
 
 def _first_code(detail) -> str | None:
@@ -39,7 +39,7 @@ def exception_handler(exc, context):
         errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
         non_field = errors.get("non_field_errors")
         detail = str(non_field[0]) if non_field else "Some fields are not valid."
-        response.data = {"code": "invalid", "detail": detail, "errors": errors}
+        response.data = {"code": ErrorCode.INVALID, "detail": detail, "errors": errors}
         return response
     code = _first_code(exc.detail) or exc.default_code
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
@@ -63,13 +63,14 @@ def api_bad_request(request, exception=None):
     if isinstance(exception, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         detail = f"The request body is larger than the {limit} bytes this endpoint takes."
-        return JsonResponse({"code": "too_large", "detail": detail}, status=413)
-    return JsonResponse({"code": "bad_request", "detail": "The request is malformed."}, status=400)
+        return JsonResponse({"code": ErrorCode.TOO_LARGE, "detail": detail}, status=413)
+    detail = "The request is malformed."
+    return JsonResponse({"code": ErrorCode.BAD_REQUEST, "detail": detail}, status=400)
 
 
 def api_not_found(request, exception=None):
     if _speaks_json(request):
-        return JsonResponse({"code": "not_found", "detail": "Not found."}, status=404)
+        return JsonResponse({"code": ErrorCode.NOT_FOUND, "detail": "Not found."}, status=404)
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
@@ -78,7 +79,8 @@ def api_not_found(request, exception=None):
 def api_server_error(request):
     if _speaks_json(request):
         return JsonResponse(
-            {"code": "server_error", "detail": "Something went wrong on our side."}, status=500
+            {"code": ErrorCode.SERVER_ERROR, "detail": "Something went wrong on our side."},
+            status=500,
         )
     from django.views.defaults import server_error
 

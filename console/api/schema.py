@@ -1,14 +1,21 @@
 """The OpenAPI document's error responses: every operation lists the errors it can answer,
-each in the API's one error shape (console.api.errors), so generated clients know them."""
+each in the API's one error shape (console.api.errors), so generated clients know them, and
+the codes it can carry (console.errors.ErrorCode)."""
 
 from drf_spectacular.plumbing import build_object_type
 
 from accounts import scopes
+from console.errors import ErrorCode
 
 ERROR = "Error"
+ERROR_CODE = "ErrorCode"
+ERROR_CODE_SCHEMA = {"enum": [code.value for code in ErrorCode], "type": "string"}
 ERROR_SCHEMA = build_object_type(
     properties={
-        "code": {"type": "string", "description": "stable: invalid, not_found, quota_exceeded …"},
+        "code": {
+            "allOf": [{"$ref": f"#/components/schemas/{ERROR_CODE}"}],
+            "description": "stable: invalid, not_found, quota_exceeded …",
+        },
         "detail": {"type": "string", "description": "for a person to read"},
         "errors": {
             "type": "object",
@@ -51,9 +58,11 @@ def _errors_of(path: str, method: str, operation: dict) -> list[str]:
 
 
 def add_error_responses(result, generator, request, public):
-    """drf-spectacular postprocessing hook: add the Error component and the error responses
-    an operation does not document already."""
-    result.setdefault("components", {}).setdefault("schemas", {})[ERROR] = ERROR_SCHEMA
+    """drf-spectacular postprocessing hook: add the Error and ErrorCode components and the
+    error responses an operation does not document already."""
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components[ERROR] = ERROR_SCHEMA
+    components[ERROR_CODE] = ERROR_CODE_SCHEMA
     reference = {"$ref": f"#/components/schemas/{ERROR}"}
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():

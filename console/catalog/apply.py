@@ -23,13 +23,13 @@ from django.db.models import ProtectedError, RestrictedError
 from django.utils import timezone
 
 from console.catalog.models import GpuModel, Image, MigProfile, Mode, Region, Spec, SpecPrice
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 
 
 class CatalogError(DomainError):
     """The file is wrong or asks for what cannot be done: one line per problem."""
 
-    code = "invalid_catalog"
+    code = ErrorCode.INVALID_CATALOG
     status = 400
 
     def __init__(self, problems: list[str]):

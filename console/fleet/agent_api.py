@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.catalog.models import Mode
+from console.errors import ErrorCode
 from console.fleet import services
 from console.fleet.models import Host
 
@@ -43,17 +44,19 @@ class HostSecretAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed(
-                "Authorization must be 'Bearer <host secret>'.", code="invalid_secret"
+                "Authorization must be 'Bearer <host secret>'.", code=ErrorCode.INVALID_SECRET
             )
         try:
             secret = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed(
-                "Invalid host secret.", code="invalid_secret"
+                "Invalid host secret.", code=ErrorCode.INVALID_SECRET
             ) from None
         host = services.host_for_secret(secret)
         if host is None:
-            raise exceptions.AuthenticationFailed("Invalid host secret.", code="invalid_secret")
+            raise exceptions.AuthenticationFailed(
+                "Invalid host secret.", code=ErrorCode.INVALID_SECRET
+            )
         return AgentPrincipal(host), host
 
     def authenticate_header(self, request):
@@ -66,7 +69,7 @@ class IsAgent(BasePermission):
 
 
 class SpeaksForItself(exceptions.PermissionDenied):
-    default_code = "wrong_host"
+    default_code = ErrorCode.WRONG_HOST
     default_detail = "A host may only report for itself."
 
 

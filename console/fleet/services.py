@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from console.audit import recorder as audit
 from console.catalog.models import GpuModel, Mode, Region
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.fleet import agent_client, locks
 from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret, open_secret
@@ -66,8 +66,7 @@ def heartbeat_interval() -> float:
 class RegistrationRefused(DomainError):
     """Why an agent may not join; `status` and `code` are what the agent API answers."""
 
-    def __init__(self, code: str, detail: str, status: int = 400):
-        super().__init__(detail, code=code, status=status)
+    status = 400
 
 
 def _event(host: Host, from_status: str, to_status: str, message: str, actor=None) -> HostEvent:
@@ -139,21 +138,23 @@ def _token_refusal(token_hash: str, now) -> RegistrationRefused:
     token = JoinToken.objects.filter(token_hash=token_hash).select_related("host").first()
     if token is None:
         return RegistrationRefused(
-            "invalid_join_token", "This join token is not valid: ask the operator for one.", 403
+            "This join token is not valid: ask the operator for one.",
+            code=ErrorCode.INVALID_JOIN_TOKEN,
+            status=403,
         )
     if token.used_at is not None:
         by = f" by host {token.host.name}" if token.host else ""
         return RegistrationRefused(
-            "join_token_used",
             f"Join token {token.prefix}… was already used{by} on {token.used_at:%Y-%m-%d %H:%M} "
             "UTC; a join token registers one host once. Ask the operator for a new one.",
-            403,
+            code=ErrorCode.JOIN_TOKEN_USED,
+            status=403,
         )
     return RegistrationRefused(
-        "join_token_expired",
         f"Join token {token.prefix}… expired on {token.expires_at:%Y-%m-%d %H:%M} UTC; "
         "ask the operator for a new one.",
-        403,
+        code=ErrorCode.JOIN_TOKEN_EXPIRED,
+        status=403,
     )
 
 
@@ -170,7 +171,8 @@ def _check_address(address: str) -> str:
     """The agent's base URL, if the console may call it there (console.fleet.addresses)."""
     problem = address_problem(address)
     if problem:
-        raise RegistrationRefused("invalid_address", f"address {address!r}: {problem}")
+        detail = f"address {address!r}: {problem}"
+        raise RegistrationRefused(detail, code=ErrorCode.INVALID_ADDRESS)
     return address.rstrip("/")
 
 
@@ -244,12 +246,13 @@ def register_host(
     region = token.region
     if region_code and region_code != region.code:
         raise RegistrationRefused(
-            "region_mismatch",
             f"This join token is for region {region.code}, but the agent says {region_code}.",
+            code=ErrorCode.REGION_MISMATCH,
         )
     if not HOSTNAME_RE.fullmatch(hostname):
         raise RegistrationRefused(
-            "invalid_hostname", f"hostname must match {HOSTNAME_RE.pattern}, not {hostname!r}"
+            f"hostname must match {HOSTNAME_RE.pattern}, not {hostname!r}",
+            code=ErrorCode.INVALID_HOSTNAME,
         )
     address = _check_address(address)
     gpus, _ = _readable(hostname, inventory)  # an unreadable GPU gets its row once read
@@ -258,9 +261,9 @@ def register_host(
     if unknown:
         known = ", ".join(GpuModel.objects.values_list("code", flat=True)) or "none"
         raise RegistrationRefused(
-            "unknown_gpu_model",
             f"Unknown GPU model {', '.join(map(repr, unknown))}: add it to the catalog first "
             f"(known: {known}).",
+            code=ErrorCode.UNKNOWN_GPU_MODEL,
         )
     taken = Host.objects.filter(name=hostname).first()
     if taken is not None:
@@ -292,9 +295,9 @@ def register_host(
         if taken is not None:
             raise _hostname_taken(taken) from None
         raise RegistrationRefused(
-            "gpu_already_registered",
             "A GPU of this inventory is already registered to another host (same UUID).",
-            409,
+            code=ErrorCode.GPU_ALREADY_REGISTERED,
+            status=409,
         ) from None
     JoinToken.objects.filter(pk=token.pk).update(host=host)
     _event(host, "", Host.Status.ACTIVE, f"registered with join token {token.prefix}…")
@@ -304,11 +307,11 @@ def register_host(
 
 def _hostname_taken(host: Host) -> RegistrationRefused:
     return RegistrationRefused(
-        "hostname_taken",
         f"A host named {host.name!r} is already registered (status {host.status}, since "
         f"{host.registered_at:%Y-%m-%d %H:%M} UTC). Give this machine another --hostname, or "
         "delete the old host in the admin first.",
-        409,
+        code=ErrorCode.HOSTNAME_TAKEN,
+        status=409,
     )
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from console import activity
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.idle import judge
 from console.idle import locks as idle_locks
 from console.idle.models import Action, InstancePolicy, OperatorPolicy, TenantPolicy, Watch
@@ -35,7 +35,7 @@ LOOKBACK_MARGIN_SECONDS = 60.0
 
 
 class KeepRunningRefused(DomainError):
-    code = "keep_running_refused"
+    code = ErrorCode.KEEP_RUNNING_REFUSED
     status = 409
 
 
@@ -159,12 +159,12 @@ def keep_running(instance: Instance, *, actor=None) -> Watch:
         if rule is None or not rule.allow_keep_running:
             raise KeepRunningRefused(
                 "The idle policy in force (your operator's) does not allow keeping it running.",
-                code="keep_running_forbidden",
+                code=ErrorCode.KEEP_RUNNING_FORBIDDEN,
             )
         if watch.kept_at is not None:
             raise KeepRunningRefused(
                 "It was kept running once in this run already: it can be kept running once.",
-                code="kept_running_already",
+                code=ErrorCode.KEPT_RUNNING_ALREADY,
             )
         kind = watch.kind
         now = timezone.now()

@@ -22,7 +22,7 @@ from accounts.roles import OPERATE, RANK, Role
 from accounts.ssh_keys import grants_shell
 from console.catalog.models import port_errors
 from console.celery import enqueue_on_commit
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.fleet.models import Host
 from console.instances import lifecycle, locks
 from console.instances.models import Instance, State
@@ -236,16 +236,17 @@ def _user_deactivated(sender, instance, **kwargs) -> None:
 # --- shells and ports: who may open one, and where it is ----------------------------------
 
 
-class Refused(DomainError):
-    """Why a terminal or a port is not opened: an HTTP status and a websocket close code."""
+class ConnectRefused(DomainError):
+    """Why a terminal or a port is not opened: an HTTP status, and the websocket close code
+    that says the same (4000 + the status)."""
 
-    def __init__(self, code: str, detail: str, status: int, close_code: int):
-        super().__init__(detail, code=code, status=status)
-        self.close_code = close_code
+    @property
+    def close_code(self) -> int:
+        return 4000 + self.status
 
 
-def _not_found() -> Refused:
-    return Refused("not_found", "No such instance.", 404, 4404)
+def _not_found() -> ConnectRefused:
+    return ConnectRefused("No such instance.", code=ErrorCode.NOT_FOUND, status=404)
 
 
 @dataclass(frozen=True)
@@ -258,10 +259,10 @@ class Target:
 
 def target(membership: Membership | None, instance_pk: int, port: int | None = None) -> Target:
     """The host that runs the instance, when the membership (role member or above, in the
-    instance's active tenant) may open a shell (or the declared web `port`) there; Refused
-    otherwise: 404 to anyone outside the tenant (or outside its API token's name prefix) and
-    for undeclared ports, 403 to a viewer and to a scoped token without instances:connect,
-    409 while it is not running."""
+    instance's active tenant) may open a shell (or the declared web `port`) there;
+    ConnectRefused otherwise: 404 to anyone outside the tenant (or outside its API token's
+    name prefix) and for undeclared ports, 403 to a viewer and to a scoped token without
+    instances:connect, 409 while it is not running."""
     if membership is None or not membership.tenant.is_active:
         raise _not_found()
     instance = (
@@ -273,22 +274,25 @@ def target(membership: Membership | None, instance_pk: int, port: int | None = N
     if instance is None or not scopes.covers_instance(membership, instance.name):
         raise _not_found()
     if not scopes.allows(membership, CONNECT):
-        raise Refused("scope_missing", scopes.missing_detail(CONNECT), 403, 4403)
+        detail = scopes.missing_detail(CONNECT)
+        raise ConnectRefused(detail, code=ErrorCode.SCOPE_MISSING, status=403)
     if port is not None and port not in {
         entry["port"] for entry in declared_ports(instance.image.ports, instance.ports)
     }:
-        raise Refused("not_found", f"{instance.name} serves no port {port}.", 404, 4404)
+        detail = f"{instance.name} serves no port {port}."
+        raise ConnectRefused(detail, code=ErrorCode.NOT_FOUND, status=404)
     if not membership.can(OPERATE):
-        raise Refused(
-            "permission_denied",
+        raise ConnectRefused(
             f"Your role ({membership.role}) cannot open a shell or a port; it needs member.",
-            403,
-            4403,
+            code=ErrorCode.PERMISSION_DENIED,
+            status=403,
         )
     current = instance.current_allocation() if instance.state == State.RUNNING else None
     if current is None:
-        raise Refused(
-            "not_running", f"{instance.name} is {instance.state}, not running.", 409, 4409
+        raise ConnectRefused(
+            f"{instance.name} is {instance.state}, not running.",
+            code=ErrorCode.NOT_RUNNING,
+            status=409,
         )
     return Target(instance_pk=instance.pk, host=current.host)
 

@@ -5,7 +5,7 @@ import functools
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 
 from accounts import scopes
@@ -24,13 +24,6 @@ from console.instances.serializers import (
 )
 from console.launch_templates import services as template_services
 from console.launch_templates.serializers import TemplateSerializer
-
-
-class HostUnavailable(APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_code = "host_unavailable"
-    default_detail = "The instance's host is not answering; try again."
-
 
 MAX_TAIL = 10000
 
@@ -141,6 +134,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             launch = template_services.launch_fields(
                 template_services.find(tenant, template), launch
             )
+        if prefix and launch["volumes"]:  # attaching is volumes:write, never a prefix token's
+            raise ValidationError({"volumes": [scopes.volumes_refusal(prefix)]})
         instance = services.launch_instance(
             tenant,
             name=given.get("name"),
@@ -245,8 +240,5 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         instance = self.get_object()
         if instance.state == State.TERMINATED:
             raise NotFound("A terminated instance's logs are deleted with its disk.")
-        try:
-            lines = services.instance_logs(instance, int(raw))
-        except services.LogsUnavailable as exc:
-            raise HostUnavailable(exc.detail) from exc
+        lines = services.instance_logs(instance, int(raw))
         return Response({"instance": instance.pk, "lines": lines})

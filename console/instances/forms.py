@@ -39,6 +39,18 @@ def parse_env(text: str) -> dict[str, str]:
     return env
 
 
+class VolumePicksField(forms.Field):
+    """The volumes ticked on the launch page (`volumes`, their ids), each with the mount path
+    typed beside it (`mount_path_<id>`; empty: the launch's default). The form only collects
+    them: which volume may be attached, and where, is the launch's to say (signals.launching,
+    console/volumes), for the form as for the API."""
+
+    widget = forms.MultipleHiddenInput
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, **kwargs)
+
+
 class SpecChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, spec):
         return f"{spec.name} — ${spec.current_price().normalize():f}/h"
@@ -121,6 +133,8 @@ class LaunchForm(forms.Form):
         "empty disk.",
     )
 
+    volumes = VolumePicksField(label="Volumes")
+
     template_name = forms.CharField(
         max_length=80,
         required=False,
@@ -201,6 +215,15 @@ class LaunchForm(forms.Form):
 
     def clean_env(self) -> dict[str, str]:
         return parse_env(self.cleaned_data["env"])
+
+    def clean_volumes(self) -> list[dict]:
+        """What launch_instance takes as `volumes`: each ticked volume once, by id, with its
+        mount path (None: the default)."""
+        picks = []
+        for ref in dict.fromkeys(self.cleaned_data["volumes"] or []):
+            path = self.data.get(f"mount_path_{ref}", "").strip()
+            picks.append({"volume": ref, "mount_path": path or None})
+        return picks
 
     def clean_secret_env(self) -> dict[str, str]:
         return parse_env(self.cleaned_data["secret_env"])

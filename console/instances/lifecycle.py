@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console import broadcast
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.instances import reasons
 from console.instances.models import Instance, InstanceEvent, State
 from console.instances.signals import instance_state_changed
@@ -62,9 +62,9 @@ ON_HOST = frozenset(
 
 
 class InvalidTransition(DomainError):
-    code = "invalid_state"
+    code = ErrorCode.INVALID_STATE
 
-    def __init__(self, from_state: str, to_state: str):
+    def __init__(self, *, from_state: str, to_state: str):
         super().__init__(f"An instance cannot go from {from_state} to {to_state}.")
         self.from_state = from_state
         self.to_state = to_state
@@ -111,7 +111,7 @@ def transition(
         raise RuntimeError("transition() runs inside the caller's transaction")
     from_state = instance.state
     if not can(from_state, to_state):
-        raise InvalidTransition(from_state, to_state)
+        raise InvalidTransition(from_state=from_state, to_state=to_state)
     now = timezone.now()
     at = at or now
     fields = {"state": to_state, "state_reason": (reason or "")[:200], "updated_at": now}
@@ -119,7 +119,7 @@ def transition(
         fields["terminated_at"] = at
     changed = Instance.objects.filter(pk=instance.pk, state=from_state).update(**fields)
     if changed != 1:
-        raise InvalidTransition(from_state, to_state)
+        raise InvalidTransition(from_state=from_state, to_state=to_state)
     for name, value in fields.items():
         setattr(instance, name, value)
     event = InstanceEvent.objects.create(

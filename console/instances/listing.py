@@ -23,7 +23,7 @@ from console.instances import (
     sign_in,
 )
 from console.instances.models import Allocation, Instance, State
-from console.prepared import Prepared, PreparedRows
+from console.speedups.prepared import Prepared, PreparedRows
 
 COLUMNS = (
     "id", "name", "state", "state_reason", "command", "env", "secret_env", "exit_code", "ports",
@@ -37,8 +37,8 @@ HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
                 "host__ssh_host_key_fingerprint")  # fmt: skip
 
 
-# The queries of a list, compiled once (console/prepared.py): building their SQL costs more
-# than running it, ~2 ms of a list request (bench/api.py).
+# The queries of a list, compiled once (console/speedups/prepared.py): building their SQL costs
+# more than running it, ~2 ms of a list request (bench/api.py).
 _ROWS = Prepared(Instance.objects.values(*COLUMNS))
 _CURRENT_HOSTS = Prepared(
     Allocation.objects.filter(released_at__isnull=True).order_by().values_list(*HOST_COLUMNS)

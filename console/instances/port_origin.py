@@ -20,6 +20,7 @@ from django.shortcuts import render
 
 from accounts.guards import tenant_view
 from accounts.roles import READ
+from console.errors import ErrorCode
 from console.instances import access
 
 GRANT_PATH = "/.gpucloud/grant"
@@ -145,21 +146,22 @@ def safe_next(path: str) -> str:
     return path
 
 
-# What a browser is told, by code (console.instances.access.Refused and the port origin's own).
+# What a browser is told, by code (console.instances.access.ConnectRefused and the port
+# origin's own).
 TITLES = {
-    "not_found": "No such port",
-    "permission_denied": "Not allowed",
-    "not_running": "The instance is not running",
-    "agent_unavailable": "Its host is not answering",
-    "port_unreachable": "Nothing is listening on this port",
-    "invalid_path": "Not a path this port serves",
-    "invalid_grant": "This link has expired",
-    "not_authenticated": "Sign in first",
-    "cross_origin": "Refused from another site",
+    ErrorCode.NOT_FOUND: "No such port",
+    ErrorCode.PERMISSION_DENIED: "Not allowed",
+    ErrorCode.NOT_RUNNING: "The instance is not running",
+    ErrorCode.AGENT_UNAVAILABLE: "Its host is not answering",
+    ErrorCode.PORT_UNREACHABLE: "Nothing is listening on this port",
+    ErrorCode.INVALID_PATH: "Not a path this port serves",
+    ErrorCode.INVALID_GRANT: "This link has expired",
+    ErrorCode.NOT_AUTHENTICATED: "Sign in first",
+    ErrorCode.CROSS_ORIGIN: "Refused from another site",
 }
 
 
-def error_context(code: str, detail: str, back: str) -> dict:
+def error_context(code: ErrorCode, detail: str, back: str) -> dict:
     """What templates/ports/error.html shows: what happened, and a link back to `back`."""
     return {"title": TITLES.get(code, "Refused"), "detail": detail, "back": back}
 
@@ -174,7 +176,7 @@ def open_port(request, pk: str, port: str):
     pk, port = int(pk), int(port)
     try:
         access.target(request.membership, pk, port)
-    except access.Refused as refused:
+    except access.ConnectRefused as refused:
         context = error_context(refused.code, refused.detail, f"/instances/{pk}/")
         return render(request, "ports/error.html", context, status=refused.status)
     prefix = f"/instances/{pk}/ports/{port}"

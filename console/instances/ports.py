@@ -28,6 +28,7 @@ from django.template.loader import render_to_string
 from accounts.models import Membership
 from accounts.services import TokenRejected, authenticate_token
 from console import activity
+from console.errors import ErrorCode
 from console.fleet import agent_client
 from console.instances import access, port_origin
 from console.instances.relay import PortSocketConsumer
@@ -58,7 +59,7 @@ DROPPED_RESPONSE = {
     b"upgrade",
 }
 # What the agent answers itself (not the app) when it cannot reach the container's port.
-AGENT_ERRORS = {"port_unreachable": 502, "not_running": 409}
+AGENT_ERRORS = {ErrorCode.PORT_UNREACHABLE: 502, ErrorCode.NOT_RUNNING: 409}
 # The port origin's own pages (refusals, the grant's redirect): nothing to run, nothing to frame.
 OWN_PAGE_HEADERS = [
     (
@@ -138,7 +139,7 @@ async def _answer(send, status: int, headers: list, body: bytes = b"") -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _refuse(scope, send, status: int, code: str, detail: str, back: str) -> None:
+async def _refuse(scope, send, status: int, code: ErrorCode, detail: str, back: str) -> None:
     if _wants_json(scope):
         body = json.dumps({"code": code, "detail": detail}).encode()
         kind = b"application/json"
@@ -155,7 +156,7 @@ async def _take_grant(scope, send, pk: int, port: int, console: str) -> None:
     grant = await _redeem((query.get("g") or [""])[0], pk, port)
     if grant is None:
         detail = "This link was used already, is for another port, or is older than a minute."
-        return await _refuse(scope, send, 403, "invalid_grant", detail, _back(console, pk))
+        return await _refuse(scope, send, 403, ErrorCode.INVALID_GRANT, detail, _back(console, pk))
     secure = port_origin.cookie_name().startswith("__Host-")
     cookie = (
         f"{port_origin.cookie_name()}={port_origin.session_value(grant)}; Path=/; HttpOnly; "
@@ -216,13 +217,13 @@ async def proxy(scope, receive, send) -> None:
             location += f"?{query}" if query else ""
             return await _answer(send, 302, [(b"location", location.encode("latin-1"))])
         detail = "Open the port from the console, or send an API token."
-        return await _refuse(scope, send, 401, "not_authenticated", detail, back)
+        return await _refuse(scope, send, 401, ErrorCode.NOT_AUTHENTICATED, detail, back)
     if session is not None and scope["method"] not in SAFE_METHODS and not _same_origin(scope):
         detail = "A page of another site may not send this to the port."
-        return await _refuse(scope, send, 403, "cross_origin", detail, back)
+        return await _refuse(scope, send, 403, ErrorCode.CROSS_ORIGIN, detail, back)
     try:
         target = await _admit(bearer, session and session["m"], pk, port)
-    except access.Refused as refused:
+    except access.ConnectRefused as refused:
         return await _refuse(scope, send, refused.status, refused.code, refused.detail, back)
     if activity.due(pk, "ports", time.time()):
         await sync_to_async(activity.used)(pk, "ports")
@@ -247,10 +248,10 @@ async def proxy(scope, receive, send) -> None:
             content=b"" if body.done else body,
         )
     except agent_client.PortPathRefused as refused:
-        return await _refuse(scope, send, 400, "invalid_path", str(refused), back)
+        return await _refuse(scope, send, 400, ErrorCode.INVALID_PATH, str(refused), back)
     except agent_client.AgentUnavailable:
         detail = "Its host is not answering."
-        return await _refuse(scope, send, 502, "agent_unavailable", detail, back)
+        return await _refuse(scope, send, 502, ErrorCode.AGENT_UNAVAILABLE, detail, back)
     try:
         await _relay(scope, send, receive, response, body, port, back)
     finally:
@@ -271,10 +272,10 @@ async def _relay(scope, send, receive, response, body, port: int, back: str) -> 
             if code in AGENT_ERRORS:
                 detail = (
                     f"Nothing is listening on port {port} in the instance."
-                    if code == "port_unreachable"
+                    if code == ErrorCode.PORT_UNREACHABLE
                     else "Its container is not running on its host."
                 )
-                return await _refuse(scope, send, AGENT_ERRORS[code], code, detail, back)
+                return await _refuse(scope, send, AGENT_ERRORS[code], ErrorCode(code), detail, back)
     await send(
         {
             "type": "http.response.start",

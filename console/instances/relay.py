@@ -60,7 +60,7 @@ class AgentRelay(AsyncWebsocketConsumer):
         membership = self.scope.get("membership")
         try:
             target = await _target(membership, self.instance_pk, self.port)
-        except access.Refused as refused:
+        except access.ConnectRefused as refused:
             await self.accept()
             await self.close(code=refused.close_code, reason=refused.detail[:120])
             return

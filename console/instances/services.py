@@ -21,7 +21,7 @@ from accounts.models import Quota, Tenant
 from console import secret_env
 from console.audit import recorder as audit
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.fleet import agent_client
 from console.fleet.models import Host
 from console.instances import (
@@ -52,19 +52,19 @@ NAME_RULE = (
 
 
 class InstanceError(DomainError):
-    code = "conflict"
+    code = ErrorCode.CONFLICT
 
 
 class QuotaExceeded(InstanceError):
-    code = "quota_exceeded"
+    code = ErrorCode.QUOTA_EXCEEDED
 
 
 class InvalidState(InstanceError):
-    code = "invalid_state"
+    code = ErrorCode.INVALID_STATE
 
 
 class Busy(InstanceError):
-    code = "busy"
+    code = ErrorCode.BUSY
 
 
 # --- quota --------------------------------------------------------------------------------
@@ -519,7 +519,10 @@ def _apply(instance: Instance, changes: dict) -> None:
 
 
 class LogsUnavailable(InstanceError):
-    code = "host_unavailable"
+    """The host that holds an instance's logs does not answer: try again (503)."""
+
+    code = ErrorCode.HOST_UNAVAILABLE
+    status = 503
 
 
 def instance_logs(instance: Instance, tail: int) -> list[str]:

@@ -119,7 +119,7 @@ def _spec_rows(quota, regions, specs, selected_region) -> list[dict]:
 
 
 # Where the error summary of the launch form links to, by field.
-FIELD_ANCHORS = {"spec": "spec-card", "ssh_keys": "launch-ssh-keys"}
+FIELD_ANCHORS = {"spec": "spec-card", "ssh_keys": "launch-ssh-keys", "volumes": "launch-volumes"}
 
 
 def _error_links(form) -> list[dict]:
@@ -205,7 +205,25 @@ def _launch_fields(data: dict) -> dict:
         "secrets": data["secret_env"],
         "restart_policy": data["restart_policy"] or None,
         "on_host_loss": data["on_host_loss"],
+        "volumes": data["volumes"],
     }
+
+
+def _by_name(tenant, picks: list[dict]) -> list[dict]:
+    """The launch form's volumes (by id) as a template keeps them: by name. A reference to
+    none of the tenant's live volumes stays as it was, for the template's launch to refuse."""
+    ids = [int(pick["volume"]) for pick in picks if pick["volume"].isdigit()]
+    names = dict(
+        tenant.volumes.filter(pk__in=ids, deleted_at__isnull=True).values_list("pk", "name")
+    )
+    kept = []
+    for pick in picks:
+        ref = pick["volume"]
+        entry = {"volume": names.get(int(ref), ref) if ref.isdigit() else ref}
+        if pick["mount_path"]:
+            entry["mount_path"] = pick["mount_path"]
+        kept.append(entry)
+    return kept
 
 
 def _launched(request, instance):
@@ -223,12 +241,11 @@ def _save_as_template(request, form) -> bool:
     if not data["template_name"]:
         form.add_error("template_name", "Name the template to save.")
         return False
+    tenant = request.membership.tenant
+    fields = {**_launch_fields(data), "volumes": _by_name(tenant, data["volumes"])}
     try:
         template = template_services.create_template(
-            request.membership.tenant,
-            name=data["template_name"],
-            actor=request.user,
-            **_launch_fields(data),
+            tenant, name=data["template_name"], actor=request.user, **fields
         )
     except ValidationError as error:
         for field, errors in error.message_dict.items():

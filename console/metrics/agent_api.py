@@ -15,7 +15,7 @@ def samples_view(request):
     past the limit."""
     try:
         host = samples.authenticate(request.headers.get("Authorization", ""))
-    except samples.Refused as refused:
+    except samples.BatchRefused as refused:
         return JsonResponse(refused.answer, status=refused.status)
     body = request.read(samples.MAX_BODY_BYTES + 1)
     status_code, answer = samples.accept_body(host, body)

@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 from accounts import scopes
 from accounts.permissions import request_membership
 from accounts.roles import READ
+from console.errors import ErrorCode
 from console.instances.models import Instance
 from console.metrics import history
 from console.metrics.ingest import instance_series
@@ -20,7 +21,7 @@ def chosen_range(request) -> str:
     if name not in history.RANGES:
         raise exceptions.ValidationError(
             {"range": [f"must be one of {', '.join(history.RANGES)}, not {name!r}"]},
-            code="invalid_range",
+            code=ErrorCode.INVALID_RANGE,
         )
     return name
 

@@ -18,7 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from console.metrics.samples import MAX_BODY_BYTES, Refused, accept_body, authenticate, too_large
+from console.metrics.samples import (
+    MAX_BODY_BYTES,
+    BatchRefused,
+    accept_body,
+    authenticate,
+    too_large,
+)
 
 SAMPLES_PATH = "/agent/v1/samples"
 READ_AHEAD_BYTES = 64 * 1024  # uvicorn's flow-control high-water mark
@@ -39,7 +45,7 @@ def _in_thread(function):
 def authenticated_body(authorization: str, body: bytes) -> tuple[int, dict]:
     try:
         host = authenticate(authorization)
-    except Refused as refused:
+    except BatchRefused as refused:
         return refused.status, refused.answer
     return accept_body(host, body)
 
@@ -50,7 +56,8 @@ _accept_request = _in_thread(authenticated_body)
 
 
 async def _read_body(receive, limit: int) -> bytes | None:
-    """The request body (Refused when longer than `limit`), or None when the client went away."""
+    """The request body (BatchRefused when longer than `limit`), or None when the client went
+    away."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -98,7 +105,7 @@ def with_samples_route(django_app):
             if length.isdigit() and int(length) > MAX_BODY_BYTES:
                 raise too_large()
             body = await _read_body(receive, MAX_BODY_BYTES)
-        except Refused as refused:
+        except BatchRefused as refused:
             return await _answer(send, refused.status, refused.answer)
         if body is not None:
             await _answer(send, *await _accept_body(host, body))

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from django.utils import timezone
 
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.fleet.models import Gpu
 from console.fleet.services import host_rows_for_secret
 from console.metrics import live
@@ -142,11 +142,11 @@ def check_batch(samples, now: float | None = None) -> dict[str, str]:
     return errors
 
 
-class Refused(DomainError):
+class BatchRefused(DomainError):
     """A batch not taken: the HTTP status and the JSON answer the agent gets."""
 
-    def __init__(self, status: int, code: str, detail: str):
-        super().__init__(detail, code=code, status=status)
+    code = ErrorCode.INVALID
+    status = 400
 
     @property
     def answer(self) -> dict:
@@ -182,23 +182,28 @@ def authenticate(authorization: str) -> AgentHost:
     body is read."""
     keyword, _, secret = authorization.partition(" ")
     if keyword.lower() != "bearer" or not secret.strip():
-        raise Refused(401, "not_authenticated", "Authorization must be 'Bearer <host secret>'.")
+        raise BatchRefused(
+            "Authorization must be 'Bearer <host secret>'.",
+            code=ErrorCode.NOT_AUTHENTICATED,
+            status=401,
+        )
     rows = host_rows_for_secret(secret.strip(), *(f"gpus__{name}" for name in GpuRow._fields))
     if not rows:
-        raise Refused(401, "invalid_secret", "Invalid host secret.")
+        raise BatchRefused("Invalid host secret.", code=ErrorCode.INVALID_SECRET, status=401)
     pk, name = rows[0][:2]
     return AgentHost(pk, name, tuple(GpuRow(*row[2:]) for row in rows if row[2] is not None))
 
 
-def too_large() -> Refused:
-    return Refused(413, "too_large", f"A batch is at most {MAX_BODY_BYTES} bytes.")
+def too_large() -> BatchRefused:
+    detail = f"A batch is at most {MAX_BODY_BYTES} bytes."
+    return BatchRefused(detail, code=ErrorCode.TOO_LARGE, status=413)
 
 
 def accept_body(host: AgentHost, body: bytes) -> tuple[int, dict]:
     """(HTTP status, JSON answer) for an authenticated host's body."""
     try:
         return 202, _accept(host, body)
-    except Refused as refused:
+    except BatchRefused as refused:
         return refused.status, refused.answer
 
 
@@ -208,20 +213,21 @@ def _accept(host: AgentHost, body: bytes) -> dict:
     try:
         data = json.loads(body, parse_constant=_not_json)
     except ValueError as exc:
-        raise Refused(400, "parse_error", f"The body is not JSON: {exc}") from None
+        raise BatchRefused(f"The body is not JSON: {exc}", code=ErrorCode.PARSE_ERROR) from None
     except RecursionError:
-        raise Refused(400, "parse_error", "The body is not JSON: nested too deeply.") from None
+        detail = "The body is not JSON: nested too deeply."
+        raise BatchRefused(detail, code=ErrorCode.PARSE_ERROR) from None
     if not isinstance(data, dict):
-        raise Refused(400, "parse_error", "The body must be a JSON object.")
+        raise BatchRefused("The body must be a JSON object.", code=ErrorCode.PARSE_ERROR)
     host_id = data.get("host_id")
     if not isinstance(host_id, int) or isinstance(host_id, bool):
-        raise Refused(400, "invalid", "host_id: must be an integer")
+        raise BatchRefused("host_id: must be an integer")
     if host_id != host.pk:
         detail = f"This secret belongs to host {host.pk} ({host.name}), not {host_id}."
-        raise Refused(403, "wrong_host", detail)
+        raise BatchRefused(detail, code=ErrorCode.WRONG_HOST, status=403)
     errors = check_batch(data.get("samples"))
     if errors:
-        raise Refused(400, "invalid", "; ".join(f"{k}: {v}" for k, v in errors.items()))
+        raise BatchRefused("; ".join(f"{k}: {v}" for k, v in errors.items()))
     ignored = ingest(host, data["samples"])
     return {"accepted": len(data["samples"]) - ignored, "ignored": ignored}
 

@@ -9,6 +9,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from accounts.guards import staff_view, tenant_view
 from accounts.roles import READ
+from console.errors import ErrorCode
 from console.fleet.models import Host
 from console.instances.models import Instance
 from console.metrics import history
@@ -60,7 +61,7 @@ def host_history(request, pk: int):
     if name not in history.RANGES:
         return JsonResponse(
             {
-                "code": "invalid_range",
+                "code": ErrorCode.INVALID_RANGE,
                 "detail": f"range must be one of {', '.join(history.RANGES)}",
             },
             status=400,

@@ -89,7 +89,7 @@ def webhook_secrets(endpoint: Endpoint) -> list[str]:
 def _post(url: str, body: bytes, headers: dict[str, str]) -> Outcome:
     try:
         answer = outbound.post(url, body, headers)
-    except outbound.Refused as exc:
+    except outbound.AddressRefused as exc:
         return Outcome(False, error=f"refused: {exc}", final=True)
     except (httpx.HTTPError, OSError) as exc:
         return Outcome(False, error=f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__)

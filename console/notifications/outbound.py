@@ -25,7 +25,7 @@ EXCERPT_BYTES = 500
 USER_AGENT = "gpucloud-notifications/1"
 
 
-class Refused(Exception):
+class AddressRefused(Exception):
     """The URL is not one notifications may reach; retrying will not change that."""
 
 
@@ -76,7 +76,7 @@ def url_refusal(url: str) -> str | None:
 
 
 def resolve(host: str, port: int) -> list[str]:
-    """Every address `host` resolves to, each checked; Refused when any is refused."""
+    """Every address `host` resolves to, each checked; AddressRefused when any is refused."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -85,18 +85,18 @@ def resolve(host: str, port: int) -> list[str]:
     for address in addresses:
         why = address_refusal(address)
         if why:
-            raise Refused(f"{host} resolves to {address}: {why}")
+            raise AddressRefused(f"{host} resolves to {address}: {why}")
     if not addresses:
         raise OSError(f"{host} resolves to no address")
     return addresses
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> Response:
-    """POST `body` to `url` through a checked, pinned address. Refused for a URL or address
-    it may not reach; httpx.HTTPError (or OSError) when the request fails on the way."""
+    """POST `body` to `url` through a checked, pinned address. AddressRefused for a URL or
+    address it may not reach; httpx.HTTPError (or OSError) when the request fails on the way."""
     why = url_refusal(url)
     if why:
-        raise Refused(f"{url}: {why}")
+        raise AddressRefused(f"{url}: {why}")
     target = httpx.URL(url)
     port = target.port or (443 if target.scheme == "https" else 80)
     address = resolve(target.host, port)[0]

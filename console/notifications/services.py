@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from console.celery import enqueue_on_commit
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.notices import KINDS
 from console.notifications import channels, locks, outbound, signing
 from console.notifications.models import TEST_KIND, Attempt, Delivery, Endpoint, Notice
@@ -37,7 +37,7 @@ SWEEP_BATCH = 500
 
 
 class NotAWebhook(DomainError):
-    code = "not_a_webhook"
+    code = ErrorCode.NOT_A_WEBHOOK
 
 
 # --- endpoints ----------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def check_target(channel: str, target: str) -> None:
         host, port = _host_port(target)
         try:
             outbound.resolve(host, port)
-        except outbound.Refused as exc:
+        except outbound.AddressRefused as exc:
             why = str(exc)
         except OSError:
             why = None  # not resolvable yet: each delivery resolves it again

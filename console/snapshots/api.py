@@ -47,9 +47,11 @@ def tenant_instance(request, pk, field: str | None = None) -> Instance:
 
 def source(request, data: dict):
     """The instance or the volume the request names (a 400 on its field when the tenant has
-    none such)."""
+    none such, or none within the request's token's name prefix)."""
     if "volume" in data:
-        return tenant_volume(request_membership(request).tenant, data["volume"], "volume")
+        membership = request_membership(request)
+        prefix = scopes.instance_prefix(membership)
+        return tenant_volume(membership.tenant, data["volume"], "volume", name_prefix=prefix)
     return tenant_instance(request, data["instance"], "instance")
 
 
@@ -61,7 +63,8 @@ class SnapshotViewSet(
 ):
     """The tenant's snapshots of its instances' disks and of its volumes. A new one answers
     202: watch its `state`, `percent` and `eta_seconds` until it is `done` (or `failed`). A
-    done one is restored into a new volume by `restore`."""
+    done one is restored into a new volume by `restore`. A token confined to a name prefix
+    sees (and snapshots) only the instances and volumes whose name starts with it."""
 
     serializer_class = SnapshotSerializer
     lookup_value_regex = "[0-9]+"
@@ -135,10 +138,15 @@ class ScheduleViewSet(
     }
 
     def get_queryset(self):
-        tenant = request_membership(self.request).tenant
+        membership = request_membership(self.request)
+        of_volumes = Q(
+            tenant=membership.tenant,
+            volume__isnull=False,
+            volume__deleted_at__isnull=True,
+            volume__name__startswith=scopes.instance_prefix(membership),
+        )
         return Schedule.objects.filter(
-            Q(instance__in=tenant_instances(self.request))
-            | Q(tenant=tenant, volume__deleted_at__isnull=True, volume__isnull=False)
+            Q(instance__in=tenant_instances(self.request)) | of_volumes
         ).select_related("instance", "volume")
 
     @extend_schema(request=ScheduleCreateSerializer, responses={201: ScheduleSerializer})
@@ -163,10 +171,12 @@ class RestoreViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     api_scopes = {"list": "snapshots:read", "retrieve": "snapshots:read"}
 
     def get_queryset(self):
-        tenant = request_membership(self.request).tenant
-        return Restore.objects.filter(tenant=tenant, volume__isnull=False).select_related(
-            "volume", "host"
-        )
+        membership = request_membership(self.request)
+        return Restore.objects.filter(
+            tenant=membership.tenant,
+            volume__isnull=False,
+            volume__name__startswith=scopes.instance_prefix(membership),
+        ).select_related("volume", "host")
 
 
 class ShelveView(APIView):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from console.audit import recorder as audit
 from console.celery import enqueue_on_commit
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.fleet.models import Host
 from console.instances import lifecycle, locks, outcomes
 from console.instances.models import Instance, State
@@ -37,7 +37,7 @@ AGENT_DISK_GIB = 10  # the size of a disk its instance did not size (agent/volum
 
 
 class SnapshotError(DomainError):
-    code = "invalid_state"
+    code = ErrorCode.INVALID_STATE
 
 
 def store() -> dict:
@@ -52,7 +52,7 @@ def follow(kind: str, pk: int, countdown: float | None = None) -> None:
 def _lock_instance(instance: Instance) -> Instance:
     locked = locks.instance_to_change(instance.pk)
     if locked is None or locked.state == S.TERMINATED:
-        raise SnapshotError("This instance no longer exists.", code="not_found", status=404)
+        raise SnapshotError("This instance no longer exists.", code=ErrorCode.NOT_FOUND, status=404)
     return locked
 
 
@@ -65,27 +65,14 @@ def _new_snapshot(instance: Instance, kind: str, actor=None, shelf=None) -> Snap
             if shelved
             else f"{instance.name} has no disk yet: it never ran."
         )
-    snapshot = Snapshot.objects.create(
-        tenant_id=instance.tenant_id,
-        region_id=instance.region_id,
-        instance=instance,
-        source_name=instance.name,
-        disk_name=instance.disk_name,
-        size_gib=instance.disk_gib or AGENT_DISK_GIB,
-        host_id=instance.disk_host_id,
-        kind=kind,
-        shelf=shelf,
-        price_per_gib_month=instance.region.snapshot_price_per_gib_month,
-        created_by=actor if getattr(actor, "pk", None) else None,
-    )
-    follow("snapshot", snapshot.pk)
-    return snapshot
+    size = instance.disk_gib or AGENT_DISK_GIB
+    return _started(instance, instance.disk_host_id, size, kind, actor, shelf)
 
 
 def _lock_volume(volume: Volume) -> Volume:
     locked = volume_locks.volume(volume.pk)
     if locked is None or locked.deleted_at is not None:
-        raise SnapshotError("This volume no longer exists.", code="not_found", status=404)
+        raise SnapshotError("This volume no longer exists.", code=ErrorCode.NOT_FOUND, status=404)
     return locked
 
 
@@ -96,17 +83,26 @@ def _new_volume_snapshot(volume: Volume, kind: str, actor=None, shelf=None) -> S
             f"Volume {volume.name} has no disk yet: it is made when an instance it is attached "
             "to first runs."
         )
+    return _started(volume, volume.host_id, volume.size_gib, kind, actor, shelf)
+
+
+def _started(
+    source: Instance | Volume, host_id: int, size_gib: int, kind: str, actor, shelf
+) -> Snapshot:
+    """A snapshot of the source's disk (an instance's own or a volume) on the host that holds
+    it, at its region's price, started."""
     snapshot = Snapshot.objects.create(
-        tenant_id=volume.tenant_id,
-        region_id=volume.region_id,
-        volume=volume,
-        source_name=volume.name,
-        disk_name=volume.disk_name,
-        size_gib=volume.size_gib,
-        host_id=volume.host_id,
+        tenant_id=source.tenant_id,
+        region_id=source.region_id,
+        instance=source if isinstance(source, Instance) else None,
+        volume=source if isinstance(source, Volume) else None,
+        source_name=source.name,
+        disk_name=source.disk_name,
+        size_gib=size_gib,
+        host_id=host_id,
         kind=kind,
         shelf=shelf,
-        price_per_gib_month=volume.region.snapshot_price_per_gib_month,
+        price_per_gib_month=source.region.snapshot_price_per_gib_month,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
     follow("snapshot", snapshot.pk)
@@ -157,12 +153,16 @@ def delete_snapshot(snapshot: Snapshot, *, actor=None) -> Snapshot:
             raise SnapshotError(
                 "This snapshot holds a shelved instance's disk: start the instance (or "
                 "terminate it) first.",
-                code="snapshot_shelved",
+                code=ErrorCode.SNAPSHOT_SHELVED,
             )
         if snapshot.state == RUNNING:
-            raise SnapshotError("This snapshot is still being taken.", code="snapshot_running")
+            raise SnapshotError(
+                "This snapshot is still being taken.", code=ErrorCode.SNAPSHOT_RUNNING
+            )
         if snapshot.restores.filter(state=RUNNING).exists():
-            raise SnapshotError("This snapshot is being restored.", code="snapshot_restoring")
+            raise SnapshotError(
+                "This snapshot is being restored.", code=ErrorCode.SNAPSHOT_RESTORING
+            )
         before = _shown(snapshot)
         _delete(snapshot)
         audit.record("snapshot.delete", snapshot, before=before, after=_shown(snapshot))
@@ -275,7 +275,9 @@ def shelve_instance(instance: Instance, *, actor=None) -> Shelf:
             )
         shelf = Shelf.objects.filter(instance=instance).first()
         if shelf is not None:
-            raise SnapshotError(f"{instance.name} is {shelf.state} already.", code="shelved")
+            raise SnapshotError(
+                f"{instance.name} is {shelf.state} already.", code=ErrorCode.SHELVED
+            )
         shelf = Shelf.objects.create(instance=instance, host_id=instance.disk_host_id)
         snapshot = _new_snapshot(instance, Snapshot.Kind.SHELVE, actor, shelf)
         of_volumes = [
@@ -334,7 +336,9 @@ def restore_to_volume(
     with transaction.atomic():
         snapshot = snapshot_locks.snapshot(snapshot.pk)
         if snapshot.deleted_at is not None:
-            raise SnapshotError("This snapshot no longer exists.", code="not_found", status=404)
+            raise SnapshotError(
+                "This snapshot no longer exists.", code=ErrorCode.NOT_FOUND, status=404
+            )
         if snapshot.state != DONE:
             raise SnapshotError(f"Snapshot {snapshot.pk} is {snapshot.state}, not done.")
         volume = volumes.create_volume(
@@ -509,6 +513,7 @@ def _restored(restore: Restore) -> None:
     with transaction.atomic():
         shelf = snapshot_locks.shelf(pk=restore.shelf_id)
         if shelf is None or shelf.host_id != restore.host_id:
+            _discard(restore)  # its unshelve was given up (one of its restores failed)
             return
         if shelf.restores.filter(host_id=shelf.host_id, state=RUNNING).exists():
             return
@@ -525,20 +530,45 @@ def _restored(restore: Restore) -> None:
 
 
 def _restore_failed(restore: Restore) -> None:
-    """The instance stays shelved (its snapshots are whole) and fails: a start tries again,
-    on any host (its volumes are in the snapshots still)."""
+    """The unshelve is given up: the instance stays shelved (its snapshots are whole) and
+    fails, its disk and volumes on no host, so that a start tries again on any host of its
+    region. What this unshelve restored on the host leaves it: the restores that ended now,
+    the others as they end (_restored)."""
     with transaction.atomic():
+        # the instance first, then its shelf, as shelve and terminate lock them
+        shelved = Shelf.objects.filter(pk=restore.shelf_id).values_list("instance_id", flat=True)
+        instance_id = shelved.first()
+        if instance_id is not None:
+            locks.instance_to_change(instance_id)
         shelf = snapshot_locks.shelf(pk=restore.shelf_id)
-        if shelf is None or shelf.state != Shelf.State.UNSHELVING:
+        unshelving = shelf is not None and shelf.state == Shelf.State.UNSHELVING
+        if not unshelving or shelf.host_id != restore.host_id:
+            _discard(restore)  # of an unshelve given up already (by another of its restores)
             return
+        host = shelf.host
         shelf.state, shelf.host = Shelf.State.SHELVED, None
         shelf.save(update_fields=["state", "host"])
         Volume.objects.filter(pk__in=shelf.snapshots.values("volume_id")).update(host=None)
+        Instance.objects.filter(pk=shelf.instance_id).update(disk_host=None)
+        for ended in shelf.restores.filter(host=host).exclude(state=RUNNING):
+            _discard(ended)
     what = f"volume {restore.volume.name}" if restore.volume_id else "disk"
-    outcomes.fail_instance(
-        shelf.instance_id,
-        f"Its {what} could not be restored on {restore.host.name}: {restore.error}"[:200],
-    )
+    then = ". It stays shelved with its snapshots: a start restores them again, on any host"
+    said = f"Its {what} could not be restored on {restore.host.name}: {restore.error}"
+    outcomes.fail_instance(shelf.instance_id, said[: 200 - len(then)] + then)
+
+
+def _discard(restore: Restore) -> None:
+    """What a restore of a given-up unshelve wrote on its host leaves that host (the shelve's
+    snapshots still hold it): the removal skips a disk that a later start put there again."""
+    if restore.volume_id is not None:
+        enqueue_on_commit(
+            "console.snapshots.tasks.remove_volume_disk", restore.volume_id, restore.host_id
+        )
+    elif restore.instance_id is not None:
+        enqueue_on_commit(
+            "console.snapshots.tasks.remove_disk", restore.instance_id, restore.host_id
+        )
 
 
 def on_instance_terminated(sender, instance, from_state, to_state, at, **kwargs) -> None:

@@ -1,6 +1,7 @@
 """Celery tasks of snapshots: follow a job on a host agent until it ends (each poll a task of
 its own, queued again while the job runs, so that no worker waits on a long restic run), the
-schedules' beat, and the removal of a shelved instance's disk and volumes from its old host."""
+schedules' beat, and the removal of a shelved instance's disk and volumes from its old host
+(or from the host where its unshelve failed)."""
 
 import logging
 
@@ -9,8 +10,9 @@ from django.conf import settings
 from django.db.models import Q
 
 from console.fleet import agent_client
-from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
+from console.fleet.agent_client import AgentRejected, AgentUnavailable
 from console.fleet.models import Host
+from console.instances.models import Instance
 from console.snapshots import services
 from console.snapshots.models import Restore, Schedule, Snapshot
 from console.volumes.models import Volume
@@ -18,6 +20,16 @@ from console.volumes.models import Volume
 log = logging.getLogger(__name__)
 
 RUNNING = Snapshot.State.RUNNING
+# The options of a task that asks a host agent: redelivered when its worker dies, tried again
+# with backoff while the agent does not answer.
+ASKS_AN_AGENT = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (AgentUnavailable,),
+    "retry_backoff": settings.INSTANCE_AGENT_RETRY_BACKOFF,
+    "retry_backoff_max": settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
+    "max_retries": settings.INSTANCE_AGENT_MAX_RETRIES,
+}
 
 
 def _backup(snapshot: Snapshot) -> tuple[Host | None, str, dict]:
@@ -87,16 +99,7 @@ KINDS = {
 }
 
 
-@shared_task(
-    bind=True,
-    name="console.snapshots.tasks.follow",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(AgentUnavailable,),
-    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
-    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
-    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
-)
+@shared_task(bind=True, name="console.snapshots.tasks.follow", **ASKS_AN_AGENT)
 def follow(self, kind: str, pk: int) -> None:
     """Start the job (idempotent: the same id and body answer the job as it stands) and
     record what it says: its progress, then its outcome. A job its agent refuses fails; one
@@ -138,47 +141,29 @@ def run_schedules() -> int:
     return started
 
 
-@shared_task(
-    name="console.snapshots.tasks.remove_disk",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(AgentUnavailable,),
-    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
-    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
-    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
-)
+@shared_task(name="console.snapshots.tasks.remove_disk", **ASKS_AN_AGENT)
 def remove_disk(instance_pk: int, host_pk: int) -> None:
-    """A shelved instance's disk (and kept output) leaves its old host."""
+    """A shelved instance's disk (and kept output) leaves its old host, or the host where its
+    unshelve failed; one placed there again meanwhile (its instance started) stays."""
     host = Host.objects.filter(pk=host_pk).first()
-    if host is None:
+    if host is None or Instance.objects.filter(pk=instance_pk, disk_host_id=host_pk).exists():
         return
     try:
         agent_client.delete_instance_data(host, instance_pk)
-    except AgentError as exc:
-        if isinstance(exc, AgentUnavailable):
-            raise
+    except AgentRejected as exc:  # AgentUnavailable: tried again
         log.warning("the disk of shelved instance %s stays on %s: %s", instance_pk, host, exc)
 
 
-@shared_task(
-    name="console.snapshots.tasks.remove_volume_disk",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(AgentUnavailable,),
-    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
-    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
-    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
-)
+@shared_task(name="console.snapshots.tasks.remove_volume_disk", **ASKS_AN_AGENT)
 def remove_volume_disk(volume_pk: int, host_pk: int) -> None:
-    """A shelved instance's volume leaves its old host (its data is in the shelve's
-    snapshot); one placed there again meanwhile (its instance started) stays."""
+    """A shelved instance's volume leaves its old host, or the host where its unshelve failed
+    (its data is in the shelve's snapshot); one placed there again meanwhile (its instance
+    started) stays."""
     volume = Volume.objects.filter(pk=volume_pk).first()
     host = Host.objects.filter(pk=host_pk).first()
     if volume is None or host is None or volume.host_id == host_pk:
         return
     try:
         agent_client.delete_volume(host, volume.disk_name, volume.owner, volume.tenant_id)
-    except AgentError as exc:
-        if isinstance(exc, AgentUnavailable):
-            raise
+    except AgentRejected as exc:  # AgentUnavailable: tried again
         log.warning("the disk of shelved volume %s stays on %s: %s", volume_pk, host, exc)

@@ -20,7 +20,7 @@ from accounts.models import Tenant
 from console.audit import recorder as audit
 from console.catalog.models import Region
 from console.celery import enqueue_on_commit
-from console.errors import DomainError
+from console.errors import DomainError, ErrorCode
 from console.instances import locks
 from console.instances.models import Instance, State
 from console.volumes import locks as volume_locks
@@ -39,7 +39,7 @@ ATTACHABLE = (State.STOPPED, State.FAILED)
 
 
 class VolumeError(DomainError):
-    code = "invalid_state"
+    code = ErrorCode.INVALID_STATE
 
 
 CENT = Decimal("0.01")
@@ -134,7 +134,7 @@ def _shown(volume: Volume) -> dict:
 def _locked(volume: Volume) -> Volume:
     locked = volume_locks.volume(volume.pk)
     if locked is None or locked.deleted_at is not None:
-        raise VolumeError("This volume no longer exists.", code="not_found", status=404)
+        raise VolumeError("This volume no longer exists.", code=ErrorCode.NOT_FOUND, status=404)
     return locked
 
 
@@ -202,7 +202,7 @@ def detach_volume(volume: Volume, *, actor=None) -> Volume:
             raise VolumeError(
                 f"{instance.name} is shelved (or being shelved) with {volume.name}, whose data "
                 "is in its snapshot: start it first.",
-                code="instance_shelved",
+                code=ErrorCode.INSTANCE_SHELVED,
             )
         before = _shown(volume)
         _detach(volume)
@@ -231,9 +231,13 @@ def delete_volume(volume: Volume, *, actor=None) -> Volume:
     return volume
 
 
-def tenant_volume(tenant: Tenant, ref, field: str) -> Volume:
-    """The tenant's live volume by id or name; a ValidationError on `field` otherwise."""
-    volumes = Volume.objects.filter(tenant=tenant, deleted_at__isnull=True)
+def tenant_volume(tenant: Tenant, ref, field: str, name_prefix: str = "") -> Volume:
+    """The tenant's live volume by id or name; a ValidationError on `field` otherwise. With
+    `name_prefix` (an API token's: accounts.scopes.instance_prefix) only a volume whose name
+    starts with it is found, as only such instances are."""
+    volumes = Volume.objects.filter(
+        tenant=tenant, deleted_at__isnull=True, name__startswith=name_prefix
+    )
     found = None
     if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
         found = volumes.filter(pk=int(ref)).first()
@@ -252,12 +256,25 @@ def attach_at_launch(sender, instance: Instance, volumes: list[dict], **kwargs) 
     try:
         for entry in volumes:
             volume = _locked(tenant_volume(instance.tenant, entry.get("volume"), "volumes"))
-            _attach(volume, instance, entry.get("mount_path"))
+            _attach_naming(volume, instance, entry.get("mount_path"))
     except ValidationError as error:
         messages = [m for ms in error.message_dict.values() for m in ms]
         raise ValidationError({"volumes": messages}) from error
     except VolumeError as error:
         raise ValidationError({"volumes": error.detail}) from error
+
+
+def _attach_naming(volume: Volume, instance: Instance, mount_path: str | None) -> None:
+    """_attach, a mount path's error naming its volume (a launch may attach several)."""
+    try:
+        _attach(volume, instance, mount_path)
+    except ValidationError as error:
+        raise ValidationError(
+            {
+                field: [f"{volume.name}: {m}" if field == "mount_path" else m for m in messages]
+                for field, messages in error.message_dict.items()
+            }
+        ) from error
 
 
 def on_terminating(sender, instance: Instance, keep_disk: bool, actor=None, **kwargs) -> None:

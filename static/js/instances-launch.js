@@ -1,7 +1,8 @@
 // The launch form: what each spec does in the chosen region (fits now, and how many, queues,
 // or cannot be launched: no such hardware there, over the tenant's quota), the ones that can
-// run first and the rest folded, what the launch does to the tenant's quota, and, after a
-// refused launch, the error summary at the top in focus.
+// run first and the rest folded, what the launch does to the tenant's quota, the volumes of
+// the chosen region to attach, and, after a refused launch, the error summary at the top in
+// focus.
 (() => {
   "use strict";
   const form = document.querySelector("[data-launch-form]");
@@ -92,6 +93,22 @@
     note.textContent = row ? `This spec comes with ${row.dataset.disk} GiB.` : "";
   }
 
+  // Only the chosen region's volumes can be attached: the others are hidden and not sent.
+  function updateVolumes() {
+    const picker = form.querySelector("[data-volume-picker]");
+    if (!picker) return;
+    let here = 0;
+    picker.querySelectorAll("tr[data-region]").forEach((row) => {
+      const shown = row.dataset.region === region.value;
+      row.hidden = !shown;
+      row.querySelectorAll("input").forEach((input) => { input.disabled = !shown; });
+      here += shown ? 1 : 0;
+    });
+    const table = picker.querySelector("table");
+    if (table) table.hidden = here === 0;
+    picker.querySelector("[data-role=no-volumes]").hidden = here > 0;
+  }
+
   function meter(el, used, limit) {
     const pct = limit > 0 ? Math.min(100, (used * 100) / limit) : 100;
     el.style.width = `${pct}%`;
@@ -134,10 +151,12 @@
     updateFits();
     updateQuota();
     updateDisk();
+    updateVolumes();
   });
   updateFits();
   updateQuota();
   updateDisk();
+  updateVolumes();
   if (summary) {
     summary.scrollIntoView({ block: "start" });
     const first = summary.querySelector("[data-error-link]");

@@ -86,6 +86,7 @@ class TestMemberships:
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("prepared_queries")
 class TestTokens:
     def test_raw_token_is_not_stored(self, tenant, make_member):
         member = make_member(tenant)

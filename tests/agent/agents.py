@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from agent.runtime import start_time
+from agent.runtimes.process import start_time
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "agent-test-secret"

@@ -31,7 +31,7 @@ def nvml(monkeypatch):
     """make([gpu dicts], modes=None, manage_mig=False, **backend options) -> (fake, backend):
     an NvmlBackend on tests.agent.fake_nvml (root unless `access` says otherwise, no DCGM)."""
     from agent.backends import nvml as nvml_backend
-    from agent.nvml_access import MigAccess
+    from agent.backends.nvml.access import MigAccess
     from tests.agent.fake_nvml import FakeNvml
 
     backends = []

@@ -11,7 +11,7 @@ from agent.backends.sim import SimBackend
 from agent.control import BUFFER_ROUNDS, ROUNDS_PER_POST, Reporter
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
-from agent.runtime import SimRuntime
+from agent.runtimes.sim import SimRuntime
 from agent.service import lifespan
 from agent.state import StateStore
 from tests.agent.agents import free_port, wait_for

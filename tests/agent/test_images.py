@@ -2,8 +2,8 @@
 
 import pytest
 
-from agent.engine import EngineError
 from agent.images import debian_source
+from agent.podman import EngineError
 
 
 def test_deb822_sources(tmp_path):

@@ -15,7 +15,7 @@ from agent.api import create_app
 from agent.errors import ApiError
 from agent.gpu_models import mig_profiles
 from agent.host import LocalHost
-from agent.runtime import SimRuntime
+from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 from tests.agent.fake_nvml import MIB, compute_instance, gpu, gpu_instance, mig_device
 

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from agent import nvml_dcgm
+from agent.backends.nvml import dcgm as nvml_dcgm
 
 GPU_I = 4  # dcgm_fields.DCGM_FE_GPU_I
 

@@ -8,11 +8,11 @@ import logging
 import pynvml
 import pytest
 
+from agent.backends.nvml.access import MigAccess
 from agent.errors import ApiError
 from agent.gpu_models import mig_profiles
 from agent.host import LocalHost
-from agent.nvml_access import MigAccess
-from agent.runtime import SimRuntime
+from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 from tests.agent.fake_nvml import MIB, compute_instance, gpu, gpu_instance, mig_device
 

@@ -4,9 +4,8 @@ name, and the MIG capabilities of a process, without NVML."""
 import pynvml
 import pytest
 
-from agent.gpu_models import model_key
-from agent.nvml_access import mig_access
-from agent.nvml_names import (
+from agent.backends.nvml.access import mig_access
+from agent.backends.nvml.names import (
     GiProfile,
     match_profile,
     memory_gb,
@@ -15,6 +14,7 @@ from agent.nvml_names import (
     shape,
     with_compute,
 )
+from agent.gpu_models import model_key
 
 
 @pytest.mark.parametrize(

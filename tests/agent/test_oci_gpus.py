@@ -6,9 +6,9 @@ daemon itself: tests/security/test_mps_limits.py)."""
 import pytest
 
 from agent.allocations import Allocation
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from agent.mps import CLIENT_PIPE
-from agent.oci import OciRuntime, gpu_path
+from agent.runtimes.oci import OciRuntime, gpu_path
 
 pytestmark = pytest.mark.containers
 

@@ -8,7 +8,7 @@ import secrets
 import docker
 import pytest
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from tests.agent.test_oci_runtime import instance_logs, launch_body
 from tests.conftest import BOTH_ENGINES
 

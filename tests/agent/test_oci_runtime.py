@@ -16,9 +16,9 @@ import docker
 import httpx
 import pytest
 
-from agent import engine as engine_module
-from agent.engine import DEMO_IMAGE
-from agent.oci import OciRuntime
+from agent.devtools import engine as engine_module
+from agent.devtools.engine import DEMO_IMAGE
+from agent.runtimes.oci import OciRuntime
 from tests.agent.agents import wait_for
 from tests.agent.fake_control_plane import HOST_ID, HOST_SECRET, FakeControlPlane
 from tests.conftest import BOTH_ENGINES

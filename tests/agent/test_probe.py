@@ -7,9 +7,10 @@ import pynvml
 import pytest
 
 from agent import __main__ as agent_main
-from agent import nvml_dcgm, probe
+from agent import probe
 from agent.backends import nvml as nvml_backend
-from agent.nvml_access import MigAccess
+from agent.backends.nvml import dcgm as nvml_dcgm
+from agent.backends.nvml.access import MigAccess
 from tests.agent.fake_nvml import MIB, FakeNvml, gpu, gpu_instance, mig_device
 
 ROOT = MigAccess(root=True, cap_sys_admin=True, config=None, monitor=None)

@@ -7,7 +7,7 @@ import pytest
 from agent.backends.sim import SimBackend
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
-from agent.runtime import SimRuntime
+from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 
 

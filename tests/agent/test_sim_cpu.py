@@ -12,7 +12,7 @@ from agent.backends.sim import SimBackend
 from agent.cpu import CpuMeter, process_seconds
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
-from agent.runtime import ProcessRuntime
+from agent.runtimes.process import ProcessRuntime
 from agent.state import StateStore
 
 

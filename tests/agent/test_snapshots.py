@@ -4,6 +4,7 @@
 import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -35,6 +36,11 @@ class FolderDisks:
         record = {"instance": instance, "tenant": tenant, "size_gib": size_gib or 10}
         (folder / "disk.json").write_text(json.dumps(record))
         return folder / "mnt"
+
+    def delete_owned(self, name: str, owner: str, tenant: str) -> None:
+        record = self.record(name)
+        if record is not None and (record["instance"], record["tenant"]) == (owner, tenant):
+            shutil.rmtree(self.root / name)
 
 
 def digest(root: Path) -> str:
@@ -115,6 +121,21 @@ def test_a_backup_restores_the_same_bytes_into_a_new_volume(setup):
         "forget-2", {"kind": "forget", "store": store, "snapshots": [backup["result"]["snapshot"]]}
     )
     assert wait(jobs, "forget-2")["result"] == {"forgotten": []}
+
+
+def test_a_failed_restore_leaves_no_disk(setup):
+    """restic refuses the restore (no such snapshot in the store): the disk the job made for
+    it is removed again."""
+    disks, jobs, store, _ = setup
+    jobs.start("snap-1", {"kind": "backup", "store": store, "volume": "vol-1"})
+    assert wait(jobs, "snap-1")["state"] == "done"
+    restore = {"kind": "restore", "store": store, "volume": "vol-9", "snapshot": "ab" * 32,
+               "instance": "8", "tenant": "acme", "size_gib": 1}  # fmt: skip
+    jobs.start("restore-1", restore)
+    failed = wait(jobs, "restore-1")
+    assert failed["state"] == "failed" and failed["error"]
+    assert disks.record("vol-9") is None and not (disks.root / "vol-9").exists()
+    assert disks.record("vol-1") is not None  # the snapshotted volume is untouched
 
 
 def test_a_wrong_password_fails_the_job_without_showing_it(setup):

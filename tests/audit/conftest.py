@@ -1,19 +1,14 @@
-"""Fixtures of the audit log tests: the instance tests' catalog and task recorder, tenants
-with a member of each role, and clients signed in as them (session) or holding their
-token."""
+"""Fixtures of the audit log tests: the instance tests' stack, an owner and an admin (the
+member, the catalog and the task recorder are tests/conftest.py's), and clients signed in as
+them (session) or holding their token."""
 
 import pytest
-from django.test import Client
 
 from accounts.roles import Role
-from tests.instances.conftest import Catalog, no_tasks, stack, stack_env  # noqa: F401 - fixtures
+from tests.clients import signed_in as signed_in_as
+from tests.instances.conftest import stack, stack_env  # noqa: F401 - fixtures
 
 ADDRESS = "203.0.113.7"  # the client address every test client claims (REMOTE_ADDR)
-
-
-@pytest.fixture
-def catalog(db):
-    return Catalog()
 
 
 @pytest.fixture
@@ -27,18 +22,11 @@ def admin(tenant, make_member):
 
 
 @pytest.fixture
-def member(tenant, make_member):
-    return make_member(tenant, Role.MEMBER, username="mia")
-
-
-@pytest.fixture
 def signed_in():
     """A browser client signed in as the membership's user, from ADDRESS."""
 
     def make(membership):
-        client = Client(REMOTE_ADDR=ADDRESS)
-        client.force_login(membership.user)
-        return client
+        return signed_in_as(membership, REMOTE_ADDR=ADDRESS)
 
     return make
 

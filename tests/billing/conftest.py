@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 
 from billing.models import Invoice, InvoiceLine, UsagePiece, UsageSegment
+from billing.rating import quantize_amount
 from console.catalog.models import Mode, SpecPrice
 from console.instances import lifecycle
 from console.instances.models import Instance, State
@@ -22,6 +23,18 @@ LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
 
 def at(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)
+
+
+MARCH = at(2026, 3, 1).date()
+APRIL = at(2026, 4, 1).date()
+APRIL_1 = at(2026, 4, 1, 2)  # after the grace period
+MARCH_SECONDS = 31 * 86400
+
+
+def stored_amount(gib, price: str, seconds: int, month_seconds: int = MARCH_SECONDS) -> Decimal:
+    """What keeping `gib` GiB for `seconds` costs at `price` per GiB-month (volumes, snapshots),
+    in a month of `month_seconds`."""
+    return quantize_amount(Decimal(gib) * Decimal(price) * seconds / month_seconds)
 
 
 def move(instance: Instance, to_state: str, when: datetime | None = None, *, deliver=True):

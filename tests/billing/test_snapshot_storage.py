@@ -13,17 +13,12 @@ import pytest
 
 from billing import exports, services
 from billing.models import Invoice, UsageKind
-from billing.rating import quantize_amount
 from billing.usage import so_far, usage_report
 from console.snapshots.models import Snapshot
-from tests.billing.conftest import at, snapshot
+from tests.billing.conftest import APRIL, APRIL_1, MARCH, at, snapshot, stored_amount
 
 pytestmark = pytest.mark.django_db
 
-MARCH = at(2026, 3, 1).date()
-APRIL = at(2026, 4, 1).date()
-APRIL_1 = at(2026, 4, 1, 2)  # after the grace period
-MARCH_SECONDS = 31 * 86400
 GIB = 1024**3
 
 
@@ -37,10 +32,6 @@ def stored(world, tenant, finished, *, bytes_stored=2 * GIB, price="0.05", delet
     )  # fmt: skip
 
 
-def expected(gib, price: str, seconds: int, month_seconds: int = MARCH_SECONDS) -> Decimal:
-    return quantize_amount(Decimal(gib) * Decimal(price) * seconds / month_seconds)
-
-
 def test_a_snapshot_line_to_the_second(world, tenant):
     # done 2026-03-10 08:00:00.4, deleted 2026-03-12 09:30:00: 2 d 1 h 29 min 59.6 s → rounded up
     done = at(2026, 3, 10, 8) + timedelta(milliseconds=400)
@@ -49,7 +40,7 @@ def test_a_snapshot_line_to_the_second(world, tenant):
     [line] = usage_report(tenant, MARCH, now=at(2026, 3, 20)).lines
     assert (line.kind, line.instance_name, line.seconds) == (UsageKind.SNAPSHOT, "trainer", seconds)
     assert (line.snapshot_id, line.instance_id, line.volume_id) == (kept.pk, 0, 0)
-    assert line.amount == expected("1.5", "0.05", seconds) == Decimal("0.004990")
+    assert line.amount == stored_amount("1.5", "0.05", seconds) == Decimal("0.004990")
     assert line.description == (
         f"Snapshot {kept.pk} of trainer: 1.500 GiB stored at 0.05 per GiB-month"
     )
@@ -69,17 +60,17 @@ def test_a_kept_snapshot_accrues_and_splits_at_the_month(world, tenant):
     kept = stored(world, tenant, at(2026, 3, 31, 12), bytes_stored=10 * GIB, price="0.20")
     march = usage_report(tenant, MARCH, now=at(2026, 4, 2)).lines
     assert [(line.seconds, line.amount) for line in march] == [
-        (12 * 3600, expected(10, "0.20", 12 * 3600))
+        (12 * 3600, stored_amount(10, "0.20", 12 * 3600))
     ]
     report = usage_report(tenant, APRIL, now=at(2026, 4, 2))
     [line] = report.lines
     assert line.seconds == 86400
-    assert line.amount == expected(10, "0.20", 86400, 30 * 86400)
+    assert line.amount == stored_amount(10, "0.20", 86400, 30 * 86400)
     [accruing] = report.accruing
     assert (accruing.kind, accruing.instance_name, accruing.since) == (
         UsageKind.SNAPSHOT, "trainer", kept.finished_at,
     )  # fmt: skip
-    assert accruing.per_hour == quantize_amount(Decimal(10) * Decimal("0.20") * 3600 / (30 * 86400))
+    assert accruing.per_hour == stored_amount(10, "0.20", 3600, 30 * 86400)
     assert [row.label for row in report.by_snapshot] == [f"{kept.pk} of trainer"]
     assert report.by_instance == [] and report.by_volume == []
     assert sum(day.amount for day in report.daily) == report.total
@@ -108,9 +99,10 @@ def test_the_snapshot_line_on_the_draft_the_invoice_and_the_exports(world, tenan
     rows = list(
         invoice.lines.order_by("position").values_list("kind", "instance_name", "seconds", "amount")
     )
+    kept = 4 * 86400 + 12 * 3600  # trainer's, from March 1 until its delete
     assert rows == [
-        ("snapshot", "data", 2 * 86400, expected("0.25", "0.05", 2 * 86400)),
-        ("snapshot", "trainer", 4 * 86400 + 12 * 3600, expected(1, "0.05", 4 * 86400 + 12 * 3600)),
+        ("snapshot", "data", 2 * 86400, stored_amount("0.25", "0.05", 2 * 86400)),
+        ("snapshot", "trainer", kept, stored_amount(1, "0.05", kept)),
     ]
     assert invoice.subtotal == sum(row[3] for row in rows).quantize(Decimal("0.01"))
     month_csv = csv.DictReader(io.StringIO(exports.month_export_csv(exports.issued(MARCH))))

@@ -12,17 +12,11 @@ import pytest
 
 from billing import exports, services
 from billing.models import Invoice, UsageKind
-from billing.rating import quantize_amount
 from billing.usage import so_far, usage_report
 from console.volumes.models import Volume
-from tests.billing.conftest import at, snapshot
+from tests.billing.conftest import APRIL, APRIL_1, MARCH, at, snapshot, stored_amount
 
 pytestmark = pytest.mark.django_db
-
-MARCH = at(2026, 3, 1).date()
-APRIL = at(2026, 4, 1).date()
-APRIL_1 = at(2026, 4, 1, 2)  # after the grace period
-MARCH_SECONDS = 31 * 86400
 
 
 def volume(world, tenant, created, *, gib=100, price="0.10", deleted=None, name="data"):
@@ -32,10 +26,6 @@ def volume(world, tenant, created, *, gib=100, price="0.10", deleted=None, name=
     )  # fmt: skip
 
 
-def expected(gib: int, price: str, seconds: int, month_seconds: int = MARCH_SECONDS) -> Decimal:
-    return quantize_amount(Decimal(gib) * Decimal(price) * seconds / month_seconds)
-
-
 def test_a_volume_line_to_the_second(world, tenant):
     # created 2026-03-10 08:00:00.4, deleted 2026-03-12 09:30:00: 2 d 1 h 29 min 59.6 s → rounded up
     created = at(2026, 3, 10, 8) + timedelta(milliseconds=400)
@@ -43,7 +33,7 @@ def test_a_volume_line_to_the_second(world, tenant):
     seconds = 2 * 86400 + 3600 + 30 * 60  # 178200
     [line] = usage_report(tenant, MARCH, now=at(2026, 3, 20)).lines
     assert (line.kind, line.instance_name, line.seconds) == (UsageKind.VOLUME, "data", seconds)
-    assert line.amount == expected(100, "0.10", seconds) == Decimal("0.665323")
+    assert line.amount == stored_amount(100, "0.10", seconds) == Decimal("0.665323")
     assert line.description == "Volume data: 100 GiB at 0.1 per GiB-month"
     assert so_far([tenant.pk], MARCH, at(2026, 3, 20))[tenant.pk].amount == line.amount
 
@@ -52,15 +42,15 @@ def test_a_live_volume_accrues_and_splits_at_the_month(world, tenant):
     volume(world, tenant, at(2026, 3, 31, 12), gib=10, price="0.20")
     march = usage_report(tenant, MARCH, now=at(2026, 4, 2)).lines
     assert [(line.seconds, line.amount) for line in march] == [
-        (12 * 3600, expected(10, "0.20", 12 * 3600))
+        (12 * 3600, stored_amount(10, "0.20", 12 * 3600))
     ]
     report = usage_report(tenant, APRIL, now=at(2026, 4, 2))
     [line] = report.lines
     assert line.seconds == 86400
-    assert line.amount == expected(10, "0.20", 86400, 30 * 86400)
+    assert line.amount == stored_amount(10, "0.20", 86400, 30 * 86400)
     [accruing] = report.accruing
     assert (accruing.kind, accruing.instance_name) == (UsageKind.VOLUME, "data")
-    assert accruing.per_hour == quantize_amount(Decimal(10) * Decimal("0.20") * 3600 / (30 * 86400))
+    assert accruing.per_hour == stored_amount(10, "0.20", 3600, 30 * 86400)
     assert [row.label for row in report.by_volume] == ["data"] and report.by_instance == []
     assert sum(day.amount for day in report.daily) == report.total
 
@@ -84,8 +74,8 @@ def test_the_volume_line_on_the_draft_the_invoice_and_the_export(world, tenant):
         invoice.lines.order_by("position").values_list("kind", "instance_name", "seconds", "amount")
     )
     assert stored == [
-        ("volume", "data", 4 * 86400 + 12 * 3600, expected(50, "0.10", 4 * 86400 + 12 * 3600)),
-        ("volume", "scratch", 2 * 86400, expected(20, "0.10", 2 * 86400)),
+        ("volume", "data", 4 * 86400 + 12 * 3600, stored_amount(50, "0.10", 4 * 86400 + 12 * 3600)),
+        ("volume", "scratch", 2 * 86400, stored_amount(20, "0.10", 2 * 86400)),
     ]
     assert invoice.subtotal == sum(row[3] for row in stored).quantize(Decimal("0.01"))
     rows = list(csv.DictReader(io.StringIO(exports.month_export_csv(exports.issued(MARCH)))))

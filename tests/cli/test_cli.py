@@ -5,7 +5,6 @@ import shlex
 
 import pytest
 
-from accounts.roles import Role
 from cli.main import main
 from console.catalog.models import Mode
 from console.fleet.models import Gpu, Host
@@ -15,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def cli(live_server, tenant, make_member, token_client, monkeypatch, tmp_path, capsys):
+def cli(member_cli):
     region = RegionFactory()
     ImageFactory()
     spec = SpecFactory(code="a100-quarter")
@@ -29,17 +28,7 @@ def cli(live_server, tenant, make_member, token_client, monkeypatch, tmp_path, c
         host=host, index=0, uuid="GPU-cordoned-0", model=spec.gpu_model, name="A100",
         memory_mib=81920, mode=Mode.SHARED,
     )  # fmt: skip
-    client = token_client(make_member(tenant, Role.MEMBER))
-    monkeypatch.setenv("GPUCLOUD_CONFIG", str(tmp_path / "config.json"))
-    monkeypatch.setenv("GPUCLOUD_URL", live_server.url)
-    monkeypatch.setenv("GPUCLOUD_TOKEN", client.raw_token)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+    return member_cli
 
 
 def test_lists_specs_and_quota(cli):

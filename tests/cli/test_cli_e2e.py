@@ -10,7 +10,7 @@ import asyncssh
 import pytest
 
 from accounts import services as accounts
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from console.fleet.models import Host
 from tests.factories import ImageFactory
 from tests.instances.e2e import make_catalog, make_tenant, start_agent

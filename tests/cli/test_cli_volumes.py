@@ -5,37 +5,15 @@ import json
 
 import pytest
 
-from accounts.roles import Role
-from cli.main import main
-from console.fleet.models import Host
-from console.instances.models import Instance, State
+from console.instances.models import Instance
 from console.volumes.models import Volume
-from tests.factories import ImageFactory, RegionFactory, SpecFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def cli(live_server, tenant, make_member, token_client, monkeypatch, tmp_path, capsys):
-    region = RegionFactory()
-    host = Host(name="h1", region=region, address="http://127.0.0.1:9")
-    host.set_secret("secret-h1")
-    host.save()
-    Instance.objects.create(
-        tenant=tenant, name="keeper", spec=SpecFactory(code="a100-quarter"),
-        image=ImageFactory(), region=region, state=State.STOPPED, disk_host=host, disk_gib=20,
-    )  # fmt: skip
-    client = token_client(make_member(tenant, Role.MEMBER))
-    monkeypatch.setenv("GPUCLOUD_CONFIG", str(tmp_path / "config.json"))
-    monkeypatch.setenv("GPUCLOUD_URL", live_server.url)
-    monkeypatch.setenv("GPUCLOUD_TOKEN", client.raw_token)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+def cli(member_cli, keeper):
+    return member_cli
 
 
 def test_create_attach_detach_delete(cli):

@@ -1,14 +1,9 @@
-"""The instance tests' catalog and task recorder, for the idle policies' tests."""
+"""The idle policies' tests record only the names of the tasks services queue, and call the
+API as a member, an admin or a viewer (the catalog is tests/conftest.py's)."""
 
 import pytest
 
 from accounts.roles import Role
-from tests.instances.conftest import Catalog
-
-
-@pytest.fixture
-def catalog(db):
-    return Catalog()
 
 
 @pytest.fixture

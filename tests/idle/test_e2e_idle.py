@@ -15,7 +15,7 @@ import asyncssh
 import pytest
 import redis
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from console import processes
 from console.idle.models import OperatorPolicy
 from tests.factories import ImageFactory

@@ -5,26 +5,15 @@ import time
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 
 from accounts.roles import Role
 from console.idle import services
 from console.idle.models import InstancePolicy, OperatorPolicy, TenantPolicy
+from tests.clients import signed_in
 from tests.idle.test_watch import running, samples  # noqa: F401 - the fixture
 from tests.instances.helpers import make_instance
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
-
-
-def signed_in(membership) -> Client:
-    client = Client()
-    client.force_login(membership.user)
-    return client
-
-
-@pytest.fixture
-def member(tenant, make_member):
-    return make_member(tenant, Role.MEMBER)
 
 
 def test_the_instance_page_shows_the_policy_and_when_it_acts_then_keeps_it_running(

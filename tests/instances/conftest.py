@@ -1,12 +1,12 @@
 """Fixtures of the instance tests: a small catalog and hosts made straight in the database
-(the integration tests register real simulated agents instead)."""
+(the integration tests register real simulated agents instead). Its `catalog` fixture, the
+member and the task recorder are tests/conftest.py's: every package's tests ask for them."""
 
 import itertools
 from decimal import Decimal
 
 import pytest
 
-from accounts.roles import Role
 from console.catalog.models import Mode
 from console.fleet.models import Gpu, Host
 from tests.factories import (
@@ -78,30 +78,6 @@ class Catalog:
         Gpu.objects.filter(host=host, index=1).update(mode=Mode.MIG)
         Gpu.objects.filter(host=host, index__in=[2, 3]).update(mode=Mode.WHOLE)
         return host
-
-
-@pytest.fixture
-def catalog(db):
-    return Catalog()
-
-
-@pytest.fixture
-def member(tenant, make_member):
-    return make_member(tenant, Role.MEMBER, username="mia")
-
-
-@pytest.fixture
-def no_tasks(monkeypatch):
-    """Record the tasks services queue instead of sending them; answers the list."""
-    from console.instances import queue
-
-    sent = []
-
-    def enqueue(name, *args, countdown=None):
-        sent.append((name, *args))
-
-    monkeypatch.setattr(queue, "enqueue", enqueue)
-    return sent
 
 
 @pytest.fixture(autouse=True)

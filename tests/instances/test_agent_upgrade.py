@@ -18,7 +18,7 @@ import httpx
 import pytest
 import websockets
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from billing.models import UsageSegment
 from console.fleet import services as fleet
 from console.fleet.models import Host

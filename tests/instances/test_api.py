@@ -18,7 +18,7 @@ from console.instances.models import State
 from tests.factories import ImageFactory, SpecFactory
 from tests.instances.helpers import make_instance
 
-pytestmark = pytest.mark.usefixtures("no_tasks")
+pytestmark = pytest.mark.usefixtures("no_tasks", "prepared_queries")
 URL = "/api/v1/instances/"
 
 

@@ -12,7 +12,7 @@ from console.catalog.models import Mode
 from console.instances import services
 from console.instances.models import Instance, State
 
-pytestmark = pytest.mark.usefixtures("no_tasks")
+pytestmark = pytest.mark.usefixtures("no_tasks", "prepared_queries")
 URL = "/api/v1/instances/"
 # the token (with its tenant, user and membership), the page's rows (with their image, region and
 # disk host), the running ones' hosts, keys with their members, the specs' price points (with

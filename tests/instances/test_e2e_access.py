@@ -21,7 +21,7 @@ import websockets
 from playwright.sync_api import expect
 
 from accounts.roles import Role
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from console import processes
 from tests.factories import ImageFactory, MembershipFactory
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent, wait_for

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from billing.models import UsageSegment
 from console.catalog.models import Spec
 from console.instances.models import Instance

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from agent.engine import EngineError
 from agent.images import JUPYTER_IMAGE, build_jupyter_image
+from agent.podman import EngineError
 from console.instances.models import Instance
 from tests.factories import ImageFactory
 from tests.instances.e2e import (

@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from tests.factories import ImageFactory
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent, wait_for
 

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Where state reasons are made: the agent (its exit and failure reasons), the console's
 # outcomes, recovery and tasks, and billing's budget stop.
 SOURCES = [
-    *sorted((ROOT / "agent").glob("*.py")),  # not backends/: a GPU's health, not a state
+    # not backends/: a GPU's health, not a state
+    *sorted((ROOT / "agent").glob("*.py")),
+    *sorted((ROOT / "agent" / "runtimes").glob("*.py")),
     *sorted((ROOT / "console" / "instances").glob("*.py")),
     ROOT / "billing" / "budgets.py",
 ]

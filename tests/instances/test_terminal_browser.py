@@ -9,7 +9,7 @@ import signal
 import pytest
 from playwright.sync_api import expect
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from tests.factories import ImageFactory
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent, wait_for
 from tests.pages import screenshot, sign_in

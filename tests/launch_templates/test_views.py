@@ -2,26 +2,15 @@
 launch in one click, "Save as template" on the launch form and on an instance's page."""
 
 import pytest
-from django.test import Client
 
 from console import secret_env
 from console.catalog.models import Mode
 from console.instances.models import Instance, State
 from console.launch_templates import services
 from console.launch_templates.models import LaunchTemplate
+from tests.clients import signed_in
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
-
-
-def _signed_in(membership) -> Client:
-    client = Client()
-    client.force_login(membership.user)
-    return client
-
-
-@pytest.fixture
-def web(member):
-    return _signed_in(member)
 
 
 @pytest.fixture
@@ -60,7 +49,7 @@ def test_a_launch_that_is_refused_says_why_on_the_templates_page(catalog, web, s
 
 
 def test_a_viewer_sees_templates_but_launches_nothing(catalog, viewer, saved):
-    client = _signed_in(viewer)
+    client = signed_in(viewer)
     page = client.get("/templates/").content.decode()
     assert "trainer" in page and 'data-testid="launch-template"' not in page
     refused = client.post(f"/instances/launch/template/{saved.pk}/", follow=True)
@@ -110,9 +99,9 @@ def test_save_an_instance_as_a_template_from_its_page(catalog, web, tenant, view
         'data-testid="save-instance-template"'
         in web.get(f"/instances/{instance.pk}/").content.decode()
     )
-    page = _signed_in(viewer).get(f"/instances/{instance.pk}/").content.decode()
+    page = signed_in(viewer).get(f"/instances/{instance.pk}/").content.decode()
     assert 'data-testid="save-instance-template"' not in page
-    _signed_in(viewer).post(f"/instances/{instance.pk}/save-template/", {"name": "mine"})
+    signed_in(viewer).post(f"/instances/{instance.pk}/save-template/", {"name": "mine"})
     assert not LaunchTemplate.objects.exists()  # refused: a viewer saves nothing
     response = web.post(f"/instances/{instance.pk}/save-template/", {"name": "nb-template"})
     assert response.status_code == 302 and response["Location"] == "/templates/"

@@ -1,16 +1,6 @@
+"""Fixtures of the notification tests (the webhook receiver is tests/conftest.py's)."""
+
 import pytest
-
-from tests.notifications.receiver import Receiver, serve
-
-
-@pytest.fixture
-def receiver():
-    """A local webhook receiver (answers 200 unless its `statuses` say otherwise)."""
-    found = Receiver()
-    server, _ = serve(found)
-    yield found
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture

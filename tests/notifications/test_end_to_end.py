@@ -34,10 +34,24 @@ def notifying_stack(transactional_db, redis_url, tmp_path, request, monkeypatch)
         yield stack
 
 
-def api(stack, raw_token):
+@pytest.fixture
+def admin_api(notifying_stack):
+    """An API client of the stack, holding a token of an admin of Acme AI."""
+    tenant = TenantFactory(slug="acme", name="Acme AI")
+    admin = MembershipFactory(user=UserFactory(), tenant=tenant, role=Role.ADMIN)
+    raw_token = accounts.issue_token(admin.user, tenant, "e2e").raw
     return httpx.Client(
-        base_url=stack.url, headers={"Authorization": f"Bearer {raw_token}"}, timeout=30
+        base_url=notifying_stack.url, headers={"Authorization": f"Bearer {raw_token}"}, timeout=30
     )
+
+
+def add_endpoint(client, name: str, channel: str, target: str, kind: str) -> dict:
+    """The endpoint added through the API (its id, and its secret once)."""
+    created = client.post(
+        ENDPOINTS, json={"name": name, "channel": channel, "target": target, "kinds": [kind]}
+    )
+    assert created.status_code == 201, created.text
+    return created.json()
 
 
 def wait_until(check, timeout=60.0):
@@ -49,19 +63,11 @@ def wait_until(check, timeout=60.0):
 
 
 def test_webhook_retried_after_a_500_across_a_worker_restart_and_logged(
-    notifying_stack, receiver, tmp_path
+    notifying_stack, admin_api, receiver
 ):
-    stack = notifying_stack
-    tenant = TenantFactory(slug="acme", name="Acme AI")
-    admin = MembershipFactory(user=UserFactory(), tenant=tenant, role=Role.ADMIN)
-    client = api(stack, accounts.issue_token(admin.user, tenant, "e2e").raw)
-    created = client.post(
-        ENDPOINTS,
-        json={"name": "ours", "channel": "webhook", "target": receiver.url,
-              "kinds": ["instance.failed"]},
-    )  # fmt: skip
-    assert created.status_code == 201, created.text
-    endpoint, secret = created.json()["id"], created.json()["secret"]
+    stack, client = notifying_stack, admin_api
+    created = add_endpoint(client, "ours", "webhook", receiver.url, "instance.failed")
+    endpoint, secret = created["id"], created["secret"]
 
     receiver.statuses = [500]
     assert client.post(f"{ENDPOINTS}{endpoint}/test/").status_code == 202
@@ -89,17 +95,10 @@ def test_webhook_retried_after_a_500_across_a_worker_restart_and_logged(
 
 
 def test_delivery_never_holds_up_the_action_and_email_lands_in_the_mailbox(
-    notifying_stack, receiver, tmp_path
+    admin_api, receiver, tmp_path
 ):
-    stack = notifying_stack
-    tenant = TenantFactory(slug="acme", name="Acme AI")
-    admin = MembershipFactory(user=UserFactory(), tenant=tenant, role=Role.ADMIN)
-    client = api(stack, accounts.issue_token(admin.user, tenant, "e2e").raw)
-    slow = client.post(
-        ENDPOINTS,
-        json={"name": "slow", "channel": "slack", "target": receiver.url,
-              "kinds": ["budget.threshold"]},
-    ).json()  # fmt: skip
+    client = admin_api
+    slow = add_endpoint(client, "slow", "slack", receiver.url, "budget.threshold")
     receiver.delay = 4.0
     started = time.monotonic()
     assert client.post(f"{ENDPOINTS}{slow['id']}/test/").status_code == 202
@@ -107,11 +106,7 @@ def test_delivery_never_holds_up_the_action_and_email_lands_in_the_mailbox(
     [request] = receiver.wait_for(1)
     assert json.loads(request.body)["text"].startswith("*A test notification* (Acme AI)")
 
-    mail = client.post(
-        ENDPOINTS,
-        json={"name": "mail", "channel": "email", "target": "ops@acme.test",
-              "kinds": ["invoice.issued"]},
-    ).json()  # fmt: skip
+    mail = add_endpoint(client, "mail", "email", "ops@acme.test", "invoice.issued")
     assert client.post(f"{ENDPOINTS}{mail['id']}/test/").status_code == 202
     folder = tmp_path / "mail"
     wait_until(lambda: folder.exists() and any(folder.iterdir()))

@@ -13,9 +13,9 @@ import docker
 import pytest
 from docker.errors import DockerException
 
-from agent import oci
-from agent.oci import OciRuntime, pids_ceiling
-from agent.runtime import KEPT_LOG_BYTES
+from agent.runtimes import oci
+from agent.runtimes.oci import OciRuntime, pids_ceiling
+from agent.runtimes.output import KEPT_LOG_BYTES
 from tests.agent.agents import SECRET, Agent, wait_for
 from tests.agent.test_oci_runtime import instance_logs, launch_body, new_instance_id
 from tests.conftest import BOTH_ENGINES

@@ -12,14 +12,12 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from accounts.roles import Role
 from agent.allocations import parse_spec
 from agent.errors import ApiError
 from console.catalog import apply, demo
 from console.catalog.models import Image, env_errors
 from console.instances import queue
 from console.instances.models import Instance
-from tests.instances.conftest import Catalog
 
 RESERVED = [
     "NVIDIA_VISIBLE_DEVICES",
@@ -34,16 +32,6 @@ RESERVED = [
 # a tenant's own CUDA settings, and names that only contain a reserved word
 ALLOWED = {"CUDA_LAUNCH_BLOCKING": "1", "CUDA_MODULE_LOADING": "LAZY", "MY_NVIDIA_HOME": "/x",
            "CUDA_VISIBLE_DEVICES_NOTE": "mine"}  # fmt: skip
-
-
-@pytest.fixture
-def catalog(db):
-    return Catalog()
-
-
-@pytest.fixture
-def member(tenant, make_member):
-    return make_member(tenant, Role.MEMBER, username="mia")
 
 
 @pytest.fixture(autouse=True)

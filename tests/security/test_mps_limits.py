@@ -10,10 +10,10 @@ import docker
 import pytest
 
 from agent.allocations import Allocation, cuda_env
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from agent.mps import CLIENT_PIPE, MpsDaemons
-from agent.oci import OciRuntime
-from agent.runtime import LaunchError
+from agent.runtimes import LaunchError
+from agent.runtimes.oci import OciRuntime
 
 GPU = "GPU-aaaa"
 

@@ -20,7 +20,7 @@ from websockets.asyncio.server import serve
 
 from accounts.models import Membership
 from accounts.roles import Role
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from console import processes
 from console.catalog.models import Mode
 from console.instances.models import Allocation, State

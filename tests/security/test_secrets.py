@@ -12,17 +12,16 @@ from importlib import import_module
 import pytest
 from django.apps import apps as django_apps
 from django.core.exceptions import ImproperlyConfigured
-from django.test import Client
 
 from accounts.roles import Role
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from console import secret_env
 from console.catalog.models import Mode
 from console.instances import outcomes, placement, services, tasks
 from console.instances.models import Allocation, Instance, InstanceEvent, State
 from console.launch_templates.models import LaunchTemplate
+from tests.clients import signed_in
 from tests.factories import ImageFactory
-from tests.instances.conftest import Catalog
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent, wait_for
 from tests.instances.fakes import FakeAgents
 
@@ -32,29 +31,8 @@ MASK = secret_env.MASK
 
 
 @pytest.fixture
-def catalog(db):
-    return Catalog()
-
-
-@pytest.fixture
-def member(tenant, make_member):
-    return make_member(tenant, Role.MEMBER, username="mia")
-
-
-@pytest.fixture
-def viewer(tenant, make_member):
-    return make_member(tenant, Role.VIEWER, username="vic")
-
-
-@pytest.fixture
 def agents(monkeypatch):
     return FakeAgents().install(monkeypatch)
-
-
-def _signed_in(membership) -> Client:
-    client = Client()
-    client.force_login(membership.user)
-    return client
 
 
 def _launch_body(**extra) -> dict:
@@ -116,7 +94,7 @@ def test_no_role_reads_a_secret_from_the_api(launched, tenant, make_member, toke
 
 def test_no_role_reads_a_secret_from_the_pages(launched, tenant, make_member, viewer):
     for membership in (viewer, make_member(tenant, Role.OWNER)):
-        page = _signed_in(membership).get(f"/instances/{launched.pk}/")
+        page = signed_in(membership).get(f"/instances/{launched.pk}/")
         assert page.status_code == 200
         html = page.content.decode()
         _clear(html)
@@ -131,12 +109,12 @@ def test_the_launch_form_never_shows_a_secret_again(catalog, member):
     catalog.host(gpus=1, mode=Mode.SHARED)
     form = {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name,
             "name": "No!", "secret_env": f"HF_TOKEN={TOKEN}", "env": "SEED=7"}  # fmt: skip
-    page = _signed_in(member).post("/instances/launch/", form)
+    page = signed_in(member).post("/instances/launch/", form)
     assert page.status_code == 200 and "lowercase letters" in page.content.decode()
     _clear(page.content.decode())  # the secrets textarea never shows what was typed
     assert "SEED=7" in page.content.decode()  # the plain one does
     form["name"] = "ok"
-    launched = _signed_in(member).post("/instances/launch/", form)
+    launched = signed_in(member).post("/instances/launch/", form)
     assert launched.status_code == 302
     instance = Instance.objects.get(name="ok")
     assert secret_env.open_all(instance.secret_env) == {"HF_TOKEN": TOKEN}
@@ -164,7 +142,7 @@ def test_templates_hold_and_show_no_secret(launched, member, viewer, token_clien
     _clear(json.dumps(list(LaunchTemplate.objects.values("env", "secret_env"))))
     for membership in (member, viewer):
         _clear(token_client(membership).get("/api/v1/templates/").content.decode())
-        _clear(_signed_in(membership).get("/templates/").content.decode())
+        _clear(signed_in(membership).get("/templates/").content.decode())
     # launched again from it, the secret goes with it (sealed)
     again = token_client(member).post(
         "/api/v1/instances/", {"template": "trainer", "name": "again"}, format="json"

@@ -200,14 +200,14 @@ def test_terminals_and_ports_need_connect_and_the_prefix(owner, fleet):
     membership = services.authenticate_token(
         services.issue_token(owner.user, owner.tenant, "t", scopes=["instances:read"]).raw
     )[1]
-    with pytest.raises(access.Refused) as refused:
+    with pytest.raises(access.ConnectRefused) as refused:
         access.target(membership, fleet["ci-1"].pk)
     assert (refused.value.status, refused.value.close_code) == (403, 4403)
     assert refused.value.detail == "This token lacks the scope instances:connect."
     confined = services.authenticate_token(
         services.issue_token(owner.user, owner.tenant, "t", instance_prefix="ci-").raw
     )[1]
-    with pytest.raises(access.Refused) as refused:
+    with pytest.raises(access.ConnectRefused) as refused:
         access.target(confined, fleet["prod-db"].pk)
     assert (refused.value.status, refused.value.close_code) == (404, 4404)
     assert not access.shell_member(membership)

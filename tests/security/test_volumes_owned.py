@@ -8,7 +8,7 @@ import secrets
 import docker
 import pytest
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from tests.agent.agents import wait_for
 from tests.agent.test_oci_runtime import launch_body, new_instance_id
 from tests.conftest import BOTH_ENGINES

@@ -12,7 +12,6 @@ from django.core.exceptions import ValidationError
 
 from console.notifications import outbound, services
 from console.notifications.models import Delivery, Endpoint
-from tests.notifications.receiver import Receiver, serve
 
 pytestmark = pytest.mark.django_db
 
@@ -33,15 +32,6 @@ REFUSED_URLS = [
     "http://hooks.example.com/hook",  # plain http
     "https://user:pw@hooks.example.com/hook",
 ]
-
-
-@pytest.fixture
-def receiver():
-    found = Receiver()
-    server, _ = serve(found)
-    yield found
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture

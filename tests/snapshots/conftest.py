@@ -1,11 +1,10 @@
-"""The instance tests' catalog and members serve the snapshot tests too; the end-to-end
-tests share a snapshot store and a region of two real container hosts."""
+"""The end-to-end snapshot tests share a snapshot store and a region of two real container
+hosts (the catalog, members and task recorder of the others are tests/conftest.py's)."""
 
 import pytest
 
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from tests.factories import ImageFactory
-from tests.instances.conftest import catalog, member, no_tasks  # noqa: F401
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent
 
 

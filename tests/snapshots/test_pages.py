@@ -4,22 +4,15 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
-from accounts.roles import Role
 from console.instances.models import State
 from console.snapshots.models import Restore, Shelf, Snapshot
 from console.volumes.models import Volume
+from tests.clients import signed_in
 from tests.instances.helpers import make_instance
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
-
-
-def signed_in(membership) -> Client:
-    client = Client()
-    client.force_login(membership.user)
-    return client
 
 
 @pytest.fixture
@@ -54,8 +47,8 @@ def test_shelve_from_the_instance_page(member, stopped):
     assert "is shelving" in page and 'data-testid="shelve-instance"' not in page
 
 
-def test_a_viewer_sees_but_cannot_act(tenant, make_member, stopped):
-    web = signed_in(make_member(tenant, Role.VIEWER, username="vic"))
+def test_a_viewer_sees_but_cannot_act(viewer, stopped):
+    web = signed_in(viewer)
     page = web.get("/snapshots/").content.decode()
     assert 'data-testid="take-snapshot"' not in page
     web.post("/snapshots/take/", {"source": f"instance:{stopped.pk}"})
@@ -115,15 +108,14 @@ def test_a_volume_is_snapshotted_from_the_volumes_page_and_restored(member, stop
     assert "volume data: every 6 h" in web.get("/snapshots/").content.decode()
 
 
-def test_volume_forms_refuse_viewers_and_strangers(tenant, make_member, catalog, other_tenant):
+def test_volume_forms_refuse_viewers_and_strangers(tenant, member, viewer, catalog, other_tenant):
     theirs = Volume.objects.create(tenant=other_tenant, name="theirs", size_gib=1,
                                    region=catalog.region, host=catalog.host(gpus=1))  # fmt: skip
-    web = signed_in(make_member(tenant, Role.MEMBER, username="mia"))
+    web = signed_in(member)
     assert web.post("/snapshots/take/", {"source": f"volume:{theirs.pk}"}).status_code == 404
     assert web.post("/snapshots/take/", {"source": "volume:x"}).status_code == 404
     assert web.post("/snapshots/take/", {"source": "disk:1"}).status_code == 404
     mine = Volume.objects.create(tenant=tenant, name="mine", size_gib=1, region=catalog.region,
                                  host=theirs.host)  # fmt: skip
-    viewer = signed_in(make_member(tenant, Role.VIEWER, username="vic"))
-    viewer.post("/snapshots/take/", {"source": f"volume:{mine.pk}"})
+    signed_in(viewer).post("/snapshots/take/", {"source": f"volume:{mine.pk}"})
     assert not Snapshot.objects.exists()

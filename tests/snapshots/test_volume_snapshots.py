@@ -9,6 +9,8 @@ from django.utils import timezone
 
 from accounts.roles import Role
 from console.audit.models import AuditEntry
+from console.fleet.models import Host
+from console.instances import services as instance_services
 from console.instances.models import Instance, State
 from console.snapshots import services, tasks
 from console.snapshots.models import Restore, Schedule, Shelf, Snapshot
@@ -339,3 +341,93 @@ def test_terminating_a_shelved_instance_keeps_its_volumes_data_in_snapshots(
     assert gone.deleted_at is not None and gone.instance_id is None
     [kept] = Snapshot.objects.filter(deleted_at__isnull=True)
     assert (kept.volume_id, kept.kind, kept.shelf_id) == (volume.pk, "on_demand", None)
+
+
+def _unshelving(instance) -> tuple:
+    """Start the shelved instance as a tenant would: it is placed (on any host of its region
+    that fits) and its provisioning waits while its disk and volume are restored there."""
+    instance_services.start_instance(instance)
+    instance.refresh_from_db()
+    placed = instance.current_allocation().host
+    assert services.hold_for_restore(None, instance_pk=instance.pk, host=placed) is True
+    disk, of_volume = Restore.objects.filter(host=placed, state="running").order_by("pk")
+    return placed, disk, of_volume
+
+
+def test_a_failed_unshelve_leaves_nothing_on_its_host_and_starts_again_anywhere(
+    shelvable, volume, host, other_host, queued
+):
+    services.shelve_instance(shelvable)
+    _finish(Snapshot.objects.all())
+    taken = set(Snapshot.objects.values_list("pk", flat=True))
+    placed, disk, of_volume = _unshelving(shelvable)
+    del queued[:]
+    services.restore_done(disk.pk, {"bytes_total": 5})  # its disk is there, whole
+    services.restore_failed(of_volume.pk, "Fatal: unable to load snapshot: connection reset")
+
+    shelvable.refresh_from_db()
+    assert shelvable.state == "failed"
+    assert shelvable.state_reason.startswith(f"Its volume data could not be restored on {placed}")
+    assert "It stays shelved" in shelvable.events.order_by("-pk").first().message
+    assert shelvable.shelf.state == "shelved" and shelvable.disk_host_id is None
+    assert Volume.objects.get(pk=volume.pk).host_id is None
+    shelf_snapshots = Snapshot.objects.filter(shelf=shelvable.shelf, deleted_at__isnull=True)
+    assert set(shelf_snapshots.values_list("pk", flat=True)) == taken
+    # the disk restored there and the volume's partial disk both leave that host
+    assert ("console.snapshots.tasks.remove_disk", shelvable.pk, placed.pk) in queued
+    assert ("console.snapshots.tasks.remove_volume_disk", volume.pk, placed.pk) in queued
+
+    # a start tries again, from the same snapshots, wherever it fits: not pinned to that host
+    Host.objects.filter(pk=placed.pk).update(status=Host.Status.CORDONED)
+    again, disk, of_volume = _unshelving(shelvable)
+    assert again != placed and shelvable.state == "starting"
+    assert {disk.snapshot_id, of_volume.snapshot_id} == taken
+    services.restore_done(disk.pk, {"bytes_total": 5})
+    services.restore_done(of_volume.pk, {"bytes_total": 5})
+    assert not Shelf.objects.filter(instance=shelvable).exists()
+    assert ("console.instances.tasks.provision", shelvable.pk) in queued
+    assert Volume.objects.get(pk=volume.pk).host_id == again.pk
+
+
+def test_a_restore_still_running_when_its_unshelve_fails_is_removed_as_it_ends(
+    shelvable, volume, queued
+):
+    services.shelve_instance(shelvable)
+    _finish(Snapshot.objects.all())
+    placed, disk, of_volume = _unshelving(shelvable)
+    del queued[:]
+    services.restore_failed(of_volume.pk, "restic: broken")
+    assert ("console.snapshots.tasks.remove_disk", shelvable.pk, placed.pk) not in queued
+    services.restore_done(disk.pk, {"bytes_total": 5})  # the disk's restore ends afterwards
+    assert ("console.snapshots.tasks.remove_disk", shelvable.pk, placed.pk) in queued
+    assert Shelf.objects.get(instance=shelvable).state == "shelved"
+    assert ("console.instances.tasks.provision", shelvable.pk) not in queued
+
+
+def test_a_disk_placed_on_that_host_again_is_not_removed(shelvable, host, monkeypatch):
+    removed = []
+    monkeypatch.setattr(
+        tasks.agent_client, "delete_instance_data", lambda h, pk: removed.append((h.pk, pk))
+    )
+    tasks.remove_disk(shelvable.pk, host.pk)  # its disk is on gpu-1 again: it stays
+    assert removed == []
+    Instance.objects.filter(pk=shelvable.pk).update(disk_host=None)
+    tasks.remove_disk(shelvable.pk, host.pk)
+    assert removed == [(host.pk, shelvable.pk)]
+
+
+def test_a_late_failure_of_a_given_up_unshelve_leaves_the_next_one_alone(
+    shelvable, volume, other_host, queued
+):
+    services.shelve_instance(shelvable)
+    _finish(Snapshot.objects.all())
+    first, disk, of_volume = _unshelving(shelvable)
+    services.restore_failed(of_volume.pk, "restic: broken")  # its disk's restore still runs
+    Host.objects.filter(pk=first.pk).update(status=Host.Status.CORDONED)
+    second, *_ = _unshelving(shelvable)
+    del queued[:]
+    services.restore_failed(disk.pk, "restic: broken too")  # the first one's, late
+    shelvable.refresh_from_db()
+    assert shelvable.state == "starting"
+    assert (shelvable.shelf.state, shelvable.shelf.host) == ("unshelving", second)
+    assert queued == [("console.snapshots.tasks.remove_disk", shelvable.pk, first.pk)]

@@ -1,25 +1,7 @@
-"""Fixtures of the volume tests: the instance tests' catalog, members of each role, and the
-tasks recorded instead of sent."""
+"""Fixtures of the volume tests: an API client of the member (the catalog, members of each role
+and the tasks recorded instead of sent are tests/conftest.py's)."""
 
 import pytest
-
-from accounts.roles import Role
-from tests.instances.conftest import Catalog, no_tasks  # noqa: F401 - a fixture of these tests
-
-
-@pytest.fixture
-def catalog(db):
-    return Catalog()
-
-
-@pytest.fixture
-def member(tenant, make_member):
-    return make_member(tenant, Role.MEMBER, username="mia")
-
-
-@pytest.fixture
-def viewer(tenant, make_member):
-    return make_member(tenant, Role.VIEWER, username="vic")
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from accounts.models import Quota
 from accounts.roles import Role
-from agent.engine import DEMO_IMAGE
+from agent.devtools.engine import DEMO_IMAGE
 from console.volumes.models import Volume
 from tests.factories import ImageFactory, MembershipFactory, UserFactory
 from tests.instances.e2e import (

@@ -5,25 +5,14 @@ terminate page offers to keep the disk."""
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 
 from console.instances.models import State
 from console.volumes import services
 from console.volumes.models import Volume
+from tests.clients import signed_in
 from tests.instances.helpers import make_instance
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
-
-
-def _signed_in(membership) -> Client:
-    client = Client()
-    client.force_login(membership.user)
-    return client
-
-
-@pytest.fixture
-def web(member):
-    return _signed_in(member)
 
 
 def test_the_form_shows_the_price_and_creates(web, catalog, tenant):
@@ -64,7 +53,7 @@ def test_attach_detach_and_delete_ask_first(web, catalog, tenant):
 
 def test_a_viewer_changes_nothing(viewer, catalog, tenant):
     volume = services.create_volume(tenant, name="data", size_gib=5, region=catalog.region)
-    web = _signed_in(viewer)
+    web = signed_in(viewer)
     assert "data" in web.get("/volumes/").content.decode()
     web.post(f"/volumes/{volume.pk}/delete/")
     web.post("/volumes/create/", {"name": "other", "size_gib": "1", "region": "local-1"})

@@ -44,10 +44,9 @@ from agent.errors import ApiError
 from agent.mps import CLIENT_PIPE, MpsDaemons
 from agent.networks import TenantNetworks
 from agent.pulls import PullProgress
-from agent.runtime import (
+from agent.runtimes import Exit, LaunchError
+from agent.runtimes.output import (
     KEPT_LOG_BYTES,
-    Exit,
-    LaunchError,
     file_end,
     forget_output,
     instance_log,

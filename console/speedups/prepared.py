@@ -1,7 +1,7 @@
 """Querysets compiled to SQL once and run many times with new values.
 
 Building a queryset's SQL (its joins, columns and WHERE) costs Django more CPU than the
-database takes to run a small query: 40% of an API list request's CPU (bench/api.py).
+database takes to run a small query: much of an API list request's CPU (bench/api.py).
 `Prepared(queryset).filter(**filters)` compiles `queryset.filter(**filters)` once for each
 shape of its filters (their names and, for lists, their lengths rounded up to a power of two)
 with stand-in values, notes where each value lands among the SQL's parameters, and then runs
@@ -12,11 +12,17 @@ The filters compare for equality (`field=` or `field__in=`), and their values ar
 database compares: ids and strings, or lists of them, not model instances. An integer no
 64-bit column can hold matches nothing, as in the ORM. A list is padded to its length's power
 of two by repeating its last value, which `__in` does not notice, so that few shapes compile.
+
+It reaches into Django's private compiler API, which an upgrade may change: with
+settings.PREPARED_QUERIES off, `filter` answers the plain `queryset.filter(**filters)`, the
+same rows in the same order and of the same types, built by the ORM on every call (a list
+holding an integer no column can hold is then the database's to refuse).
 """
 
 import threading
 from itertools import count
 
+from django.conf import settings
 from django.db import connections, router
 from django.db.models import Model, QuerySet
 from django.db.models.query import ValuesIterable
@@ -40,7 +46,9 @@ class Prepared:
         # A compiler belongs to one thread's connection: each thread compiles its own.
         self._local = threading.local()
 
-    def filter(self, **filters) -> "PreparedRows":
+    def filter(self, **filters) -> "PreparedRows | QuerySet":
+        if not settings.PREPARED_QUERIES:
+            return self.queryset.filter(**filters)
         return PreparedRows(self, filters)
 
     def run(self, filters: dict, limit: int | None = None, offset: int = 0) -> list:

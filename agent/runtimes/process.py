@@ -1,9 +1,4 @@
-"""Workload runtimes: `sim` keeps state only; `process` runs a real process per allocation;
-`oci` (agent/oci.py) runs a container per allocation.
-
-Every runtime answers the same calls: `launch`, `adopt`, `refresh`, `exit_status`, `stop`,
-`kill`, `remove`, `set_limits`, `logs` and `delete_instance`. The blocking ones are run in a
-worker thread by the host.
+"""The `process` runtime: a real process per allocation.
 
 A process workload leads its own session and process group (its pid is the group id), so
 stopping it signals every process it started. Its pid and start time are recorded so that a
@@ -21,6 +16,8 @@ from typing import NamedTuple
 
 from agent.allocations import Allocation
 from agent.cpu import process_seconds
+from agent.runtimes import Exit, LaunchError
+from agent.runtimes.output import forget_output, instance_log, tail_lines
 
 DEFAULT_COMMAND = ["sleep", "infinity"]
 # what a process workload inherits of the agent's environment: nothing but where programs are
@@ -29,22 +26,6 @@ POLL_SECONDS = 0.05
 # how long to wait for a process group to vanish after SIGKILL
 KILL_WAIT_SECONDS = 5.0
 KILL_REAP_SECONDS = 0.5
-# what is kept of an instance's output on this host (its earlier containers'), at most
-KEPT_LOG_BYTES = 8 * 1024 * 1024
-READ_BLOCK = 64 * 1024
-
-
-class LaunchError(Exception):
-    """The workload could not start; the message is the allocation's failure reason."""
-
-
-class Exit(NamedTuple):
-    """How a workload ended: its code (None when unknown), a reason where the code does not
-    say it all (oom_killed, container_lost), and when (ISO time, None: when it was seen)."""
-
-    code: int | None
-    reason: str | None = None
-    at: str | None = None
 
 
 class Stat(NamedTuple):
@@ -78,124 +59,6 @@ def group_members(pgid: int) -> list[int]:
             if stat and stat.group == pgid and stat.state != "Z":
                 members.append(int(entry.name))
     return members
-
-
-def instance_log(log_dir: Path, instance: str) -> Path:
-    """Where an instance's output on this host is kept (every runtime that keeps one)."""
-    return log_dir / f"instance-{instance}.log"
-
-
-def claim_output(log_dir: Path, instance: str, disk: str) -> None:
-    """The kept output of `instance` is that of the instance whose disk is `disk`: output an
-    earlier instance of the same id left here (another install, or a console whose database
-    was reset) is set aside under its own disk's name, never shown to the new one."""
-    marker = log_dir / f"instance-{instance}.disk"
-    kept = instance_log(log_dir, instance)
-    earlier = marker.read_text() if marker.exists() else None
-    if earlier == disk:
-        return
-    log_dir.mkdir(parents=True, exist_ok=True)
-    if kept.exists() and earlier is not None:
-        kept.rename(log_dir / f"instance-{instance}.{earlier}.log")
-    elif kept.exists():  # kept before disks had names: whose it was is unknown
-        kept.rename(log_dir / f"instance-{instance}.unclaimed.log")
-    marker.write_text(disk)
-
-
-def forget_output(log_dir: Path, instance: str) -> None:
-    """The instance is deleted: its kept output goes, and so does whose disk it was."""
-    instance_log(log_dir, instance).unlink(missing_ok=True)
-    (log_dir / f"instance-{instance}.disk").unlink(missing_ok=True)
-
-
-def file_end(path: Path, max_bytes: int, enough=lambda chunk: False) -> bytes:
-    """The end of a file from the start of a line, read backwards (a block, then twice as much,
-    ...) until `enough(chunk)` or `max_bytes`: never the whole of a big file. Empty when there
-    is no such file."""
-    with contextlib.suppress(FileNotFoundError), open(path, "rb") as file:
-        size = file.seek(0, os.SEEK_END)
-        want = READ_BLOCK
-        while True:
-            start = max(0, size - min(want, max_bytes))
-            file.seek(start)
-            chunk = file.read(size - start)
-            if start > 0:
-                chunk = chunk.partition(b"\n")[2]
-            if start == 0 or want >= max_bytes or enough(chunk):
-                return chunk
-            want *= 2
-    return b""
-
-
-def tail_lines(path: Path, tail: int) -> list[str]:
-    """The last `tail` lines of a text file (none when there is no such file)."""
-    chunk = file_end(path, KEPT_LOG_BYTES, lambda chunk: chunk.count(b"\n") > tail)
-    return chunk.decode(errors="replace").splitlines()[-tail:]
-
-
-def keep_output(path: Path, output: bytes) -> None:
-    """Append `output` to an instance's kept output, which keeps only its last
-    KEPT_LOG_BYTES (from the start of a line)."""
-    if not output:
-        return
-    if not output.endswith(b"\n"):
-        output += b"\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    size = path.stat().st_size if path.exists() else 0
-    if size + len(output) <= KEPT_LOG_BYTES:
-        with open(path, "ab") as kept:
-            kept.write(output)
-        return
-    output = output[-KEPT_LOG_BYTES:]
-    room = KEPT_LOG_BYTES - len(output)
-    earlier = file_end(path, room) if room else b""
-    partial = path.with_name(path.name + ".new")
-    partial.write_bytes(earlier + output)
-    partial.replace(path)
-
-
-class SimRuntime:
-    """No process: an allocation is state only."""
-
-    name = "sim"
-
-    def launch(self, alloc: Allocation, command, env: dict[str, str], progress):
-        return None, None
-
-    def adopt(self, alloc: Allocation) -> bool:
-        return alloc.pid is None
-
-    def refresh(self, allocations: list[Allocation]) -> None:
-        return None
-
-    def watch(self, on_exit) -> None:
-        """Exits are seen by polling: nothing to follow."""
-        return None
-
-    def exit_status(self, alloc: Allocation) -> Exit | None:
-        return None
-
-    def cpu_seconds(self, alloc: Allocation) -> float | None:
-        """No process: no CPU to read (the sim backend picks a load instead)."""
-        return None
-
-    async def stop(self, alloc: Allocation) -> int | None:
-        return None
-
-    def kill(self, alloc: Allocation) -> None:
-        return None
-
-    def remove(self, alloc: Allocation) -> None:
-        return None
-
-    def set_limits(self, alloc: Allocation, resources: dict) -> None:
-        return None
-
-    def logs(self, instance: str, allocations: list[Allocation], tail: int) -> list[str]:
-        return []
-
-    def delete_instance(self, instance: str) -> None:
-        return None
 
 
 class ProcessRuntime:

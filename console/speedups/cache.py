@@ -1,9 +1,11 @@
 """The Redis cache with one connection pool per process.
 
-Django builds its cache objects per request context, and under ASGI every request is a context
-of its own: with Django's RedisCache each request made a new connection pool, so every request
-that touched the cache (every API call: the bad-token throttle) opened a Redis connection and
-went through its handshake. Here the pools are kept per process, keyed by server URL."""
+Django keeps its cache objects per context (asgiref's Local), and a web process runs each
+request in one of its fixed threads (console/asgi.py) but in a context of its own, which
+a2wsgi copies for it: with Django's RedisCache every request made a new connection pool, so
+every request that touched the cache (every API call: the bad-token throttle) opened a Redis
+connection and went through its handshake. Here the pools are kept per process, keyed by
+server URL."""
 
 import threading
 

@@ -3,11 +3,11 @@ demo, the tests, a single GPU host): `podman system service` on a socket of our 
 settings this project ships, and the small demo image built from busybox (no registry needed).
 The tests also run Docker Engine (`dockerd`) on a socket, data root and exec root of their own,
 with the settings the README asks of an operator, and import the same image into it.
+Podman's settings and command line are the agent's own (agent/podman).
 """
 
 import hashlib
 import io
-import os
 import shutil
 import subprocess
 import tarfile
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import docker
 
-CONTAINERS_CONF = Path(__file__).with_name("podman") / "containers.conf"
+from agent.podman import EngineError, mount_type, podman_command, podman_env, storage_driver
+
 DEMO_IMAGE = "localhost/gpucloud/demo:latest"
 # The demo image's default command: a tiny HTTP server standing in for Jupyter on 8888.
 DEMO_COMMAND = '["httpd", "-f", "-v", "-p", "8888", "-h", "/srv"]'
@@ -62,34 +63,8 @@ DOCKER_CHAINS = {
 }
 
 
-class EngineError(Exception):
-    pass
-
-
 def podman() -> str | None:
     return shutil.which("podman")
-
-
-def podman_env() -> dict[str, str]:
-    return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
-
-
-def podman_command(storage: Path | None, *args: str) -> list[str]:
-    """A podman command line; with `storage`, on images, containers, networks and libpod's
-    state of its own there (the tests keep theirs apart from the demo's, and their `system
-    reset` removes no network or state of another install: Podman keeps both apart from its
-    storage by default)."""
-    where = []
-    if storage:
-        runroot = str(storage / "run")
-        if len(runroot) > 50:  # Podman refuses a longer runroot
-            runroot = f"/run/gpucloud-podman-{hashlib.sha256(runroot.encode()).hexdigest()[:12]}"
-        where = ["--root", str(storage / "root"), "--runroot", runroot]
-        where += ["--network-config-dir", str(storage / "networks")]
-        where += ["--tmpdir", str(storage / "tmp")]
-        if storage_driver(storage):
-            where += ["--storage-driver", storage_driver(storage)]
-    return ["podman", *where, *args]
 
 
 def start_podman_service(
@@ -272,21 +247,6 @@ def import_demo_image_docker(engine_url: str, reference: str = DEMO_IMAGE) -> No
         client.close()
 
 
-def _mount_type(point: Path) -> str | None:
-    """The file system type mounted at `point`, or None."""
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        _, where, kind, *_ = line.split(" ")
-        if where == str(point):
-            return kind
-    return None
-
-
-def storage_driver(storage: Path | None) -> str | None:
-    """The storage driver for engine storage at `storage`: btrfs on btrfs (its own driver
-    bounds a container's layer, with quota groups), else the engine's default (overlay)."""
-    return "btrfs" if storage and _mount_type(storage) == "btrfs" else None
-
-
 def _make_fs(image: Path, size_gib: int, command: list[str]) -> None:
     partial = image.with_name(f".{image.name}")
     with open(partial, "wb") as file:
@@ -306,7 +266,7 @@ def layer_storage(folder: Path, size_gib: int) -> str:
     folder is left as it is, an image already made is mounted again. Undo:
     unmount_layer_storage."""
     folder.mkdir(parents=True, exist_ok=True)
-    kind = _mount_type(folder)
+    kind = mount_type(folder)
     if kind:
         return kind
     xfs, btrfs = folder.with_name(f"{folder.name}.xfs"), folder.with_name(f"{folder.name}.btrfs")
@@ -340,7 +300,7 @@ def unmount_layer_storage(folder: Path, remove: bool = False) -> None:
     points = [line.split(" ")[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
     for point in sorted((p for p in points if p.startswith(f"{folder}/")), reverse=True):
         subprocess.run(["umount", "--lazy", point], capture_output=True)
-    if _mount_type(folder):
+    if mount_type(folder):
         subprocess.run(["umount", "--lazy", str(folder)], capture_output=True)
     if remove:
         for suffix in (".xfs", ".btrfs"):

@@ -6,7 +6,7 @@ Read-only: it never changes a GPU setting. Only with `manage_mig` (the operator'
 Errors: only GPU_IS_LOST, RESET_REQUIRED, UNINITIALIZED and DRIVER_NOT_LOADED mean a GPU
 failed (it is reported unhealthy with the reason); any other NVML error nulls the one value it
 was reading, and a MIG device whose UUID cannot be read is left out. Every NVML call runs on a
-worker thread (agent.nvml_worker): a hung driver makes the GPUs unhealthy ("nvml_hung") instead
+worker thread (`worker` here): a hung driver makes the GPUs unhealthy ("nvml_hung") instead
 of stalling the agent's API and heartbeats.
 
 MIG follows nvml.h: reading a MIG device's placement and listing GPU instances need MIG
@@ -16,7 +16,7 @@ GPU instance profile (or NVIDIA's memory rule) and matched to allocations by sli
 memory; the agent says what is missing when it starts, and refuses --manage-mig. A GPU instance
 left without a compute instance (an orphan: it holds its slots, no workload can use it) is
 listed in the GPU's `mig_devices` with `"uuid": null` and `"orphan"`. MIG utilization comes
-from DCGM where it runs (agent.nvml_dcgm); temperature, power and SM clock are the GPU's.
+from DCGM where it runs (`dcgm` here); temperature, power and SM clock are the GPU's.
 """
 
 import ctypes
@@ -27,15 +27,22 @@ from dataclasses import dataclass
 
 import pynvml
 
-from agent import nvml_dcgm
 from agent.allocations import Allocation
+from agent.backends.nvml import dcgm
+from agent.backends.nvml.access import GRANT_HINT, mig_access
+from agent.backends.nvml.names import (
+    CI_PROFILES,
+    CREATE,
+    GiProfile,
+    Shape,
+    match_profile,
+    profile_name,
+)
+from agent.backends.nvml.names import shape as mig_shape
+from agent.backends.nvml.worker import NvmlHung, Worker
 from agent.errors import ApiError, conflict
 from agent.gpu_models import MODELS, model_key
 from agent.mig import MigProfile, overlaps
-from agent.nvml_access import GRANT_HINT, mig_access
-from agent.nvml_names import CI_PROFILES, CREATE, GiProfile, Shape, match_profile, profile_name
-from agent.nvml_names import shape as mig_shape
-from agent.nvml_worker import NvmlHung, Worker
 from agent.samples import make_sample, mig_view, shared_view, whole_view
 
 log = logging.getLogger(__name__)
@@ -218,7 +225,7 @@ class NvmlBackend:
     ):
         """`dcgm`: AUTO (DCGM's host engine where one runs), None (none), or a reader with
         `read()` -> {(GPU index, GPU instance id): utilization}. `access`: the process's MIG
-        capabilities (agent.nvml_access.mig_access() by default)."""
+        capabilities (`access.mig_access()` by default)."""
         pynvml.nvmlInit()
         self.count = pynvml.nvmlDeviceGetCount()
         modes = modes or ["whole"]
@@ -823,7 +830,7 @@ class NvmlBackend:
         if not self.mig_gpus or self._dcgm is None:
             return {}
         if self._dcgm is AUTO:
-            self._dcgm, self.dcgm_status = nvml_dcgm.connect()
+            self._dcgm, self.dcgm_status = dcgm.connect()
             log.info("%s", self.dcgm_status)
             if self._dcgm is None:
                 return {}
