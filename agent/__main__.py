@@ -223,7 +223,6 @@ def main(argv: list[str] | None = None) -> None:
     gateway = None
     if args.ssh and args.runtime == "oci":
         gateway = Gateway(host, args.state_dir, *args.ssh)
-        host.ssh = gateway.info
 
     reporter = None
     secret = args.secret

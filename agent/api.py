@@ -1,5 +1,6 @@
 """The agent's HTTP API: inventory, allocations, instances' logs and volumes, tenants'
-volumes (kept, deleted), volumes' snapshot jobs (agent/snapshots.py), GPU modes and (sim
+volumes (kept, deleted), images (pre-pull and mirror settings, clean-up:
+agent/image_store.py), volumes' snapshot jobs (agent/snapshots.py), GPU modes and (sim
 backend) fault injection, and the data plane a tenant's requests pass through: the instances'
 web ports and terminals.
 
@@ -114,6 +115,7 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         return JSONResponse({"ok": True})
 
     async def inventory(request: Request) -> JSONResponse:
+        await host.refresh_images()  # asked for: as the engine holds them now
         return JSONResponse(host.inventory())
 
     async def allocations(request: Request) -> JSONResponse:
@@ -167,6 +169,11 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         host.set_ssh_keys(instance, keys)
         return JSONResponse({"instance": instance, "keys": len(keys)})
 
+    async def put_host_certificate(request: Request) -> JSONResponse:
+        if host.gateway is None:
+            raise ApiError(404, "no_gateway", "this agent runs no SSH gateway")
+        return JSONResponse(host.gateway.certify(await _json_body(request)))
+
     async def set_mode(request: Request) -> JSONResponse:
         body = await _json_body(request)
         if not isinstance(body, dict) or set(body) != {"mode"}:
@@ -186,6 +193,12 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         host.backend.inject(index, fault)
         host.poll()
         return JSONResponse(host.backend.gpus()[index])
+
+    async def put_image_settings(request: Request) -> JSONResponse:
+        return JSONResponse(host.configure_images(await _json_body(request)))
+
+    async def clean_up_images(request: Request) -> JSONResponse:
+        return JSONResponse(await host.clean_up_images())
 
     snapshot_jobs = SnapshotJobs(
         getattr(host.runtime, "disks", None), host.store.root / "restic-cache"
@@ -215,9 +228,12 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         Route("/v1/instances/{instance}/logs", control(instance_logs), methods=["GET"]),
         Route("/v1/instances/{instance}", control(delete_instance), methods=["DELETE"]),
         Route("/v1/instances/{instance}/ssh-keys", control(put_ssh_keys), methods=["PUT"]),
+        Route("/v1/ssh/host-certificate", control(put_host_certificate), methods=["PUT"]),
         Route("/v1/gpus/{index:int}/mode", control(set_mode), methods=["PUT"]),
         Route("/v1/volumes/{name}/owner", control(adopt_volume), methods=["PUT"]),
         Route("/v1/volumes/{name}", control(delete_volume), methods=["DELETE"]),
+        Route("/v1/images/settings", control(put_image_settings), methods=["PUT"]),
+        Route("/v1/images/clean-up", control(clean_up_images), methods=["POST"]),
         Route("/v1/snapshot-jobs/{job}", control(put_snapshot_job), methods=["PUT"]),
         Route("/v1/snapshot-jobs/{job}", control(snapshot_job), methods=["GET"]),
         WebSocketRoute(

@@ -24,6 +24,7 @@ from agent.backends import GpuBackend
 from agent.errors import ApiError, conflict, invalid
 from agent.fit import check_placement
 from agent.gpu_models import mig_profiles
+from agent.image_store import parse_settings
 from agent.runtimes import Exit, LaunchError, Runtime
 from agent.runtimes.output import claim_output
 from agent.state import StateStore
@@ -80,7 +81,8 @@ class LocalHost:
         self._locks: dict[str, list] = {}  # allocation id -> [lock, holders and waiters]
         self.gpu_modes: dict[int, str] = {}  # modes set through the API; they outlast restarts
         self.launch_wait = launch_wait
-        self.ssh: dict | None = None  # the SSH gateway's port and host key fingerprint
+        self.ssh: dict | None = None  # the SSH gateway's port, host key and its certificate
+        self.gateway = None  # the SSH gateway (agent/ssh.py), when it runs
         self.ssh_keys: dict[str, list[dict]] = store.load_ssh_keys()  # instance -> its keys
         self.listeners: list = []
         self.key_listeners: list = []  # called with (instance, keys) when its keys change
@@ -97,7 +99,36 @@ class LocalHost:
             "gpus": self.backend.gpus(),
             "ssh": self.ssh,
         }
+        images = getattr(self.runtime, "images", None)  # the oci runtime's (agent/image_store.py)
+        if images is not None:
+            inventory.update(images.inventory())
         return {**inventory, "digest": digest(inventory)}
+
+    def _image_store(self):
+        images = getattr(self.runtime, "images", None)
+        if images is None:
+            raise conflict(
+                "no_images", f"this host runs workloads as {self.runtime.name}: it holds no images"
+            )
+        return images
+
+    def configure_images(self, body) -> dict:
+        """The console's image settings (the references to pre-pull, the region's registry
+        mirror): kept, and the pre-pulls started; ApiError 409 on a runtime without images."""
+        return self._image_store().configure(*parse_settings(body))
+
+    async def clean_up_images(self) -> dict:
+        """Remove the images the agent pulled that no allocation here uses and that are not
+        to be pre-pulled (agent/image_store.py)."""
+        images = self._image_store()
+        in_use = {a.spec["image"] for a in self.allocations.values() if a.spec.get("image")}
+        return await asyncio.to_thread(images.clean_up, in_use)
+
+    async def refresh_images(self) -> None:
+        """Read the engine's images again, outside the event loop (none to read: nothing)."""
+        images = getattr(self.runtime, "images", None)
+        if images is not None:
+            await asyncio.to_thread(images.refresh)
 
     def views(self) -> list[dict]:
         return [alloc.view() for alloc in self.allocations.values()]

@@ -44,8 +44,16 @@ class _Layer:
 class PullProgress:
     """Feed it the pull stream's lines; `due()` says when a report is worth sending."""
 
-    def __init__(self, reference: str, clock=time.monotonic, interval: float = REPORT_SECONDS):
+    def __init__(
+        self,
+        reference: str,
+        clock=time.monotonic,
+        interval: float = REPORT_SECONDS,
+        via: str = "",
+    ):
+        """`via`: the registry mirror the pull goes through, named in every report."""
         self.reference = reference
+        self.label = f"{reference} (via mirror {via})" if via else reference
         self.clock = clock
         self.interval = interval
         self.started = clock()
@@ -56,7 +64,7 @@ class PullProgress:
     def start(self) -> str:
         """The first report, before the engine says anything: the next is a second later."""
         self._reported_at = self.clock()
-        return f"pulling {self.reference}"
+        return f"pulling {self.label}"
 
     def feed(self, line: dict) -> None:
         status = line.get("status") or ""
@@ -90,7 +98,7 @@ class PullProgress:
         now = self.clock()
         if self._reported_at is not None and now - self._reported_at < self.interval:
             return None
-        text = f"pulling {self.reference}: {self.summary()}"
+        text = f"pulling {self.label}: {self.summary()}"
         if text == self._reported:
             return None
         self._reported_at, self._reported = now, text
@@ -101,5 +109,5 @@ class PullProgress:
         after the previous one. Podman streams the image's config as one more blob after its
         layers, named by the image's id: it is no layer."""
         self.layers.pop(image_id.removeprefix("sha256:")[:12], None)
-        text = f"pulled {self.reference} in {self.clock() - self.started:.0f} s"
+        text = f"pulled {self.label} in {self.clock() - self.started:.0f} s"
         return f"{text}: {self.summary()}" if self.layers else text

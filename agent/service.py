@@ -12,6 +12,7 @@ import uvicorn
 
 from agent.control import Reporter
 from agent.host import LocalHost
+from agent.image_store import IMAGE_REFRESH_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,11 @@ def lifespan(host: LocalHost, sample_interval: float, reporter: Reporter | None,
 
     @contextlib.asynccontextmanager
     async def run(app):
-        loops = [_repeat("sampling", sample, lambda: sample_interval), host.watch_exits()]
+        loops = [
+            _repeat("sampling", sample, lambda: sample_interval),
+            host.watch_exits(),
+            _repeat("images", host.refresh_images, lambda: IMAGE_REFRESH_SECONDS),
+        ]
         if reporter:
             loops.append(
                 _repeat("heartbeat", reporter.heartbeat, lambda: reporter.heartbeat_interval)

@@ -12,6 +12,11 @@ An instance takes at most MAX_SESSIONS_PER_INSTANCE connections and as many sess
 commands, SFTP), at most MAX_SESSIONS_PER_KEY of each with one key; one more is refused with
 the reason. When the console withdraws a key, every connection opened with it is closed at
 once, and what its sessions ran in the container ends (agent/shell.py).
+
+Users reach the gateway through the console's SSH front (console/ssh_front), which routes a
+jump (`ssh -J ID@front ID@gpucloud`) to the instance's host of the moment. So that the client's
+known_hosts survives a move to another host, the gateway presents a host certificate that the
+console's CA signed for its key (`PUT /v1/ssh/host-certificate`, kept beside the key).
 """
 
 import asyncio
@@ -23,6 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 import asyncssh
+from asyncssh.public_key import CERT_TYPE_HOST
 from asyncssh.sftp import SFTPPermissionDenied
 
 from agent.errors import ApiError, invalid
@@ -32,6 +38,7 @@ from agent.shell import STDERR, Shell, until_either_ends
 log = logging.getLogger(__name__)
 
 HOST_KEY = "ssh_host_ed25519_key"
+HOST_CERTIFICATE = "ssh_host_ed25519_key-cert.pub"
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 MIN_RSA_BITS = 2048
 MAX_SESSIONS_PER_INSTANCE = 16
@@ -53,6 +60,34 @@ def host_key(state_dir: Path) -> asyncssh.SSHKey:
 
 def fingerprint(key: asyncssh.SSHKey) -> str:
     return key.get_fingerprint("sha256")
+
+
+def parse_certificate(body, key: asyncssh.SSHKey) -> asyncssh.SSHCertificate:
+    """The body of `PUT /v1/ssh/host-certificate`: `{"certificate": "<OpenSSH certificate>"}`,
+    a host certificate of `key` (this gateway's), valid now."""
+    if not isinstance(body, dict) or not isinstance(body.get("certificate"), str):
+        raise invalid('the body must be {"certificate": "<an OpenSSH host certificate>"}')
+    try:
+        certificate = asyncssh.import_certificate(body["certificate"])
+    except (asyncssh.KeyImportError, ValueError) as exc:
+        raise invalid(f"not an SSH certificate: {exc}", "invalid_certificate") from exc
+    if certificate.key.public_data != key.public_data:
+        raise invalid("the certificate is of another key than this gateway's", "wrong_key")
+    try:
+        certificate.validate(CERT_TYPE_HOST, None)  # its type and its validity now
+    except ValueError as exc:
+        raise invalid(f"not a host certificate valid now: {exc}", "invalid_certificate") from exc
+    return certificate
+
+
+def certificate_info(certificate: asyncssh.SSHCertificate | None) -> dict | None:
+    """What the inventory says of the host certificate: whose CA signed it, until when."""
+    if certificate is None:
+        return None
+    return {
+        "authority": fingerprint(certificate.signing_key),
+        "valid_before": certificate._valid_before,  # asyncssh keeps it private
+    }
 
 
 def parse_keys(body) -> list[dict]:
@@ -130,23 +165,59 @@ class Gateway:
     def __init__(self, host, state_dir: Path, listen_host: str, port: int):
         self.host = host
         self.key = host_key(state_dir)
+        self.certificate_path = state_dir / HOST_CERTIFICATE
+        self.certificate = self._stored_certificate()
         self.listen_host = listen_host
         self.port = port
         self.server = None
         self.connections: dict = {}  # connection -> (instance, key fingerprint)
         self.sessions: Counter = Counter()  # connection -> its open sessions
         host.key_listeners.append(self.keys_changed)
+        host.gateway = self
+        host.ssh = self.info
 
     @property
     def info(self) -> dict:
-        return {"port": self.port, "host_key_fingerprint": fingerprint(self.key)}
+        return {
+            "port": self.port,
+            "host_key_fingerprint": fingerprint(self.key),
+            "host_key": self.key.export_public_key().decode().strip(),
+            "certificate": certificate_info(self.certificate),
+        }
+
+    def _stored_certificate(self) -> asyncssh.SSHCertificate | None:
+        """The certificate kept from an earlier run, while it is still valid for this key."""
+        try:
+            return parse_certificate({"certificate": self.certificate_path.read_text()}, self.key)
+        except FileNotFoundError:
+            return None
+        except ApiError as exc:
+            log.warning("SSH host certificate in %s not used: %s", self.certificate_path, exc)
+            return None
+
+    def _host_keys(self) -> list:
+        """The key, with its certificate when it has one (offered as both)."""
+        return [(self.key, self.certificate)] if self.certificate else [self.key]
+
+    def certify(self, body) -> dict:
+        """Present a new host certificate from now on (new connections), and keep it."""
+        certificate = parse_certificate(body, self.key)
+        partial = self.certificate_path.with_suffix(".new")
+        partial.write_bytes(certificate.export_certificate())
+        partial.replace(self.certificate_path)
+        self.certificate = certificate
+        if self.server is not None:
+            self.server.update(server_host_keys=self._host_keys())
+        self.host.ssh = self.info
+        log.info("SSH host certificate from CA %s", fingerprint(certificate.signing_key))
+        return self.info
 
     async def start(self) -> None:
         self.server = await asyncssh.create_server(
             lambda: _Server(self),
             self.listen_host,
             self.port,
-            server_host_keys=[self.key],
+            server_host_keys=self._host_keys(),
             process_factory=self._session,
             sftp_factory=self._sftp,
             allow_scp=False,

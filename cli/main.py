@@ -265,6 +265,8 @@ def describe(instance: dict) -> str:
     if instance.get("ssh"):
         lines.append(f"ssh: {instance['ssh']['command']}")
         lines.append(f"ssh host key: {instance['ssh']['host_key_fingerprint']}")
+        if instance["ssh"].get("proxy_jump"):
+            lines += [f"ssh known_hosts: {line}" for line in instance["ssh"]["known_hosts"]]
     for port in instance.get("ports") or []:
         lines.append(f"{port['name']} (port {port['port']}): {port['url']}")
         if port.get("origin_url"):

@@ -29,6 +29,8 @@ REGION = "local-1"
 STOP_INSTANCES_WAIT = 60
 # the sparse image Podman's storage lies in (it takes of the host what is written to it)
 PODMAN_STORAGE_GIB = 100
+# where the SSH front listens when SSH_FRONT is unset (a free port if this one is taken)
+SSH_FRONT_PORT = 2222
 DEMO_AGENTS = [
     # hostname, GPUs, model, per-GPU modes
     ("host-a", 8, "a100-80gb", "mig,mig,mig,mig,shared,shared,shared,shared"),
@@ -129,6 +131,8 @@ def serve(port: int, var_dir: Path, children: list) -> int:
             children.append(("redis", redis_proc))
             broker = f"redis-server (started here, at {redis_url}, keeping nothing on disk)"
     env = processes.child_env(REDIS_URL=redis_url, GPUCLOUD_VAR_DIR=str(var_dir))
+    # one ssh line per instance, wherever it runs: the SSH front (console/instances/ssh_front.py)
+    env.setdefault("SSH_FRONT", f"127.0.0.1:{processes.port_or_free(SSH_FRONT_PORT)}")
     # A demo on one machine: webhooks may go to local receivers (http, loopback), and mail is
     # written to files in var/mail unless an SMTP server is set (settings.py).
     env.setdefault("NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES", "true")
@@ -162,6 +166,7 @@ def serve(port: int, var_dir: Path, children: list) -> int:
     web = children[-1][1]
     start("worker", processes.worker_cmd(concurrency=processes.worker_concurrency()))
     start("beat", processes.beat_cmd(var_dir))
+    start("ssh-front", [processes.PYTHON, str(ROOT / "manage.py"), "ssh_front"])
     processes.wait_http(f"{url}/healthz", timeout=60, proc=web)
     runtime, engine_url, runs_as = choose_runtime(var_dir, children)
     for hostname, gpus, model, mode in DEMO_AGENTS:
@@ -193,8 +198,8 @@ def serve(port: int, var_dir: Path, children: list) -> int:
         f"  database: {'PostgreSQL' if os.environ.get('DATABASE_URL') else 'SQLite (embedded)'}; "
         f"broker and channel layer: {broker}\n"
         f"  processes: {'redis, ' if children[0][0] == 'redis' else ''}"
-        f"web ({processes.web_workers()} uvicorn workers), worker, beat, "
-        f"agent-host-a, agent-host-b (logs in {var_dir})\n"
+        f"web ({processes.web_workers()} uvicorn workers), worker, beat, ssh-front "
+        f"({env['SSH_FRONT']}), agent-host-a, agent-host-b (logs in {var_dir})\n"
         f"  workloads: {runs_as}\n"
         + "".join(f"  {line}\n" for line in simulated_hosts(os.cpu_count() or 1, memory_mib()))
         + f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"

@@ -16,10 +16,19 @@ PYTHON = sys.executable
 QUEUES = "default,provisioning,metrics,billing"
 
 
-def free_port() -> int:
+def free_port(port: int = 0) -> int:
+    """`port` on 127.0.0.1 when it is free (0: any free one), else OSError."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         return sock.getsockname()[1]
+
+
+def port_or_free(port: int) -> int:
+    """`port` when nothing listens on it, else a free one."""
+    try:
+        return free_port(port)
+    except OSError:
+        return free_port()
 
 
 def start_embedded_redis(port: int = 0) -> str:

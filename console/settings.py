@@ -315,6 +315,14 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_BEAT_SCHEDULE = {
     "fleet-watchdog": {"task": "console.fleet.tasks.watchdog", "schedule": 5.0},
+    "fleet-image-settings": {
+        "task": "console.fleet.tasks.push_due_image_settings",
+        "schedule": 60.0,
+    },
+    "fleet-certify-gateways": {
+        "task": "console.fleet.tasks.certify_due_gateways",
+        "schedule": 3600.0,
+    },
     "instances-schedule-pending": {
         "task": "console.instances.tasks.schedule_pending",
         "schedule": 5.0,
@@ -510,6 +518,10 @@ AGENT_ALLOWED_NETWORKS = env_networks(
     "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
 )
 JOIN_TOKEN_TTL_HOURS = env_int("JOIN_TOKEN_TTL_HOURS", 24)
+# Image locality: among the placements whose fragmentation rise (milli-GPU that the workload
+# is expected to leave unusable, console/scheduler/fragmentation.py) is within this much of
+# the least, placement prefers a host that holds the launch's image (no pull). 0: only on a tie.
+IMAGE_LOCALITY_TOLERANCE = env_float("IMAGE_LOCALITY_TOLERANCE", 50.0)
 
 # Instances: how host calls are retried before an instance turns `failed` (seconds double
 # from INSTANCE_AGENT_RETRY_BACKOFF up to INSTANCE_AGENT_RETRY_BACKOFF_MAX).
@@ -551,6 +563,15 @@ SNAPSHOT_REPOSITORY = env_str("SNAPSHOT_REPOSITORY", str(VAR_DIR / "snapshots"))
 SNAPSHOT_PASSWORD = _snapshot_password()
 # How often a running snapshot or restore is polled for its progress (seconds)
 SNAPSHOT_POLL_SECONDS = env_float("SNAPSHOT_POLL_SECONDS", 1.0)
+
+# The SSH front (`manage.py ssh_front`, console/instances/ssh_front.py): where users reach it,
+# `host:port`. Set, the ssh line of every instance goes through it (`ssh -J ID@FRONT
+# ID@gpucloud`) and stays the same wherever the instance runs; empty, it names the instance's
+# host's gateway. Its host key and the CA that certifies the gateways are generated into these
+# files once; every console machine needs the same ones (console/fleet/ssh_authority.py).
+SSH_FRONT = env_str("SSH_FRONT")
+SSH_FRONT_HOST_KEY_FILE = env_str("SSH_FRONT_HOST_KEY_FILE", str(VAR_DIR / "ssh-front-host-key"))
+SSH_CA_KEY_FILE = env_str("SSH_CA_KEY_FILE", str(VAR_DIR / "ssh-ca-key"))
 
 # Billing
 BILLING_MINIMUM_SECONDS = env_int("BILLING_MINIMUM_SECONDS", 60)

@@ -39,6 +39,7 @@ CONSOLE_UNITS = [
     "gpucloud-web@.service",
     "gpucloud-worker@.service",
     "gpucloud-beat.service",
+    "gpucloud-ssh-front.service",
     "gpucloud-collectstatic.service",
 ]
 
@@ -118,7 +119,7 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path):
         (tmp_path / unit.name).write_text(_here(unit.read_text()))
     for name in ("gpucloud-web@8000.service", "gpucloud-worker@worker1.service",
                  "gpucloud-beat.service", "gpucloud-collectstatic.service",
-                 "gpucloud-agent.service"):  # fmt: skip
+                 "gpucloud-ssh-front.service", "gpucloud-agent.service"):  # fmt: skip
         done = subprocess.run(
             ["systemd-analyze", "verify", f"./{name}"],
             cwd=tmp_path, capture_output=True, text=True,
@@ -280,11 +281,11 @@ def test_the_image_and_compose_run_what_the_units_run():
 
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "beat"}
-    for name in ("migrate", "web", "worker", "beat"):
+    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "beat", "ssh-front"}
+    for name in ("migrate", "web", "worker", "beat", "ssh-front"):
         assert services[name]["build"]["dockerfile"] == "deploy/Containerfile"
         assert services[name]["image"] == "localhost/gpucloud-console:latest"
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "beat", "ssh-front"):
         assert services[name]["depends_on"] == {
             "migrate": {"condition": "service_completed_successfully"}
         }
@@ -293,6 +294,8 @@ def test_the_image_and_compose_run_what_the_units_run():
     assert shlex.join(services["worker"]["command"]) == worker_unit.replace("%i@%H", "worker@%h")
     beat_unit = _unit("gpucloud-beat.service")["Service"]["ExecStart"]
     assert shlex.join(services["beat"]["command"]) == beat_unit
+    front_unit = _unit("gpucloud-ssh-front.service")["Service"]["ExecStart"]
+    assert shlex.join(services["ssh-front"]["command"]) == front_unit
 
 
 @pytest.mark.integration

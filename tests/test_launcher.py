@@ -1,8 +1,10 @@
-"""`make run` as a user runs it: Ctrl-C stops its instances, then its processes, and leaves
-nothing running (issue 26)."""
+"""`make run` as a user runs it: its instance is reached with the ssh line the console gives
+(through its SSH front); Ctrl-C stops its instances, then its processes, and leaves nothing
+running (issue 26)."""
 
 import json
 import os
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -10,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import asyncssh
 import httpx
 import pytest
 
@@ -54,6 +57,25 @@ def podman(var: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _ssh_through_the_front(api, pk, key, tmp_path, log_path, launcher) -> None:
+    ssh = api.get(f"/instances/{pk}/").json()["ssh"]
+    assert ssh["command"] == f"ssh -J {ssh['proxy_jump']} {pk}@gpucloud", ssh
+    private, known_hosts, config = (tmp_path / name for name in ("key", "known_hosts", "config"))
+    private.write_bytes(key.export_private_key())
+    private.chmod(0o600)
+    known_hosts.write_text("".join(f"{line}\n" for line in ssh["known_hosts"]))
+    config.write_text(
+        f"Host *\n  IdentityFile {private}\n  IdentitiesOnly yes\n  UserKnownHostsFile "
+        f"{known_hosts}\n  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n"
+    )
+    line = ["ssh", "-F", str(config), *shlex.split(ssh["command"])[1:], "echo inside"]
+
+    def logged_in() -> bool:  # once the host's gateway holds its certificate
+        return subprocess.run(line, capture_output=True, text=True, timeout=30).stdout == "inside\n"
+
+    wait_for(logged_in, 60, "ssh through the front", log_path, launcher)
+
+
 @pytest.mark.timeout(900)
 def test_ctrl_c_of_make_run_stops_the_instances_and_leaves_nothing_running(tmp_path):
     var = tmp_path / "var"
@@ -94,6 +116,9 @@ def test_ctrl_c_of_make_run_stops_the_instances_and_leaves_nothing_running(tmp_p
             headers={"Authorization": f"Bearer {token}"},
             timeout=30,
         )
+        key = asyncssh.generate_private_key("ssh-ed25519")
+        public = key.export_public_key().decode()
+        assert api.post("/ssh-keys/", json={"name": "t", "public_key": public}).status_code == 201
         answer = api.post(
             "/instances/", json={"name": "ctrl-c", "spec": "a100-quarter", "image": "demo-busybox"}
         )
@@ -107,7 +132,8 @@ def test_ctrl_c_of_make_run_stops_the_instances_and_leaves_nothing_running(tmp_p
             launcher,
         )
         container_id = None
-        if containers:
+        if containers:  # its ssh line goes through make run's SSH front, OpenSSH checking both hops
+            _ssh_through_the_front(api, pk, key, tmp_path, log_path, launcher)
             inspected = json.loads(podman(var, "inspect", f"gpucloud-{pk}").stdout)[0]
             assert any(str(var) in m["Source"] for m in inspected["Mounts"])  # this run's
             container_id = inspected["Id"]

@@ -41,9 +41,9 @@ from docker.types import DeviceRequest, LogConfig
 from agent.allocations import Allocation
 from agent.cpu import cgroup_seconds
 from agent.errors import ApiError
+from agent.image_store import ImageStore
 from agent.mps import CLIENT_PIPE, MpsDaemons
 from agent.networks import TenantNetworks
-from agent.pulls import PullProgress
 from agent.runtimes import Exit, LaunchError
 from agent.runtimes.output import (
     KEPT_LOG_BYTES,
@@ -339,6 +339,7 @@ class OciRuntime:
         self._exits: dict[str, Exit] = {}  # allocation id -> how its workload ended
         self._stopping: set[str] = set()
         self._images: set[str] = set()  # references seen here: a launch of one looks no more
+        self.images = ImageStore(self.client, log_dir.with_name("images.json"))
         self._lock = threading.Lock()
         log.info(
             "oci runtime: %s %s at %s; GPUs %s; at most %d pids a container; writable layers %s",
@@ -400,32 +401,9 @@ class OciRuntime:
     # --- images ---------------------------------------------------------------------------
 
     def _ensure_image(self, reference: str, progress) -> None:
-        try:
-            self.client.images.get(reference)
-            return
-        except ImageNotFound:
-            pass
-        except APIError as exc:
-            raise LaunchError(f"engine_unavailable: {exc.explanation or exc}") from exc
-        repository, tag = _split_reference(reference)
-        pull = PullProgress(reference)
-        progress(pull.start())
-        try:
-            for line in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
-                if line.get("error"):
-                    raise LaunchError(f"image_pull_failed: {reference}: {line['error']}")
-                pull.feed(line)
-                if report := pull.due():
-                    progress(report)
-        except NotFound as exc:
-            raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc
-        except APIError as exc:
-            raise LaunchError(f"image_pull_failed: {reference}: {exc.explanation or exc}") from exc
-        try:
-            image = self.client.images.get(reference)
-        except ImageNotFound as exc:
-            raise LaunchError(f"image_not_found: {reference} (the pull brought nothing)") from exc
-        progress(pull.finished(image.id))
+        """Pull the image unless the engine has it (agent/image_store.py: through the
+        region's mirror first)."""
+        self.images.ensure(reference, progress)
 
     # --- containers -----------------------------------------------------------------------
 
@@ -909,18 +887,6 @@ class OciRuntime:
             with contextlib.suppress(NotFound):
                 volume.remove(force=True)
         forget_output(self.log_dir, instance)
-
-
-def _split_reference(reference: str) -> tuple[str, str]:
-    """`repo[:tag]` or `repo@digest` → (repository, tag or digest)."""
-    if "@" in reference:
-        repository, _, digest = reference.partition("@")
-        return repository, digest
-    last = reference.rsplit("/", 1)[-1]
-    if ":" in last:
-        repository, _, tag = reference.rpartition(":")
-        return repository, tag
-    return reference, "latest"
 
 
 def _name_in_use(exc: APIError) -> bool:

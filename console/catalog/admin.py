@@ -9,7 +9,7 @@ from console.catalog.spec_fit import spec_fit
 
 @admin.register(Region)
 class RegionAdmin(admin.ModelAdmin):
-    list_display = ["code", "name"]
+    list_display = ["code", "name", "registry_mirror"]
     search_fields = ["code", "name"]
 
 
@@ -134,8 +134,8 @@ class SpecAdmin(admin.ModelAdmin):
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
     form = ImageForm
-    list_display = ["name", "reference", "cuda_version", "active"]
-    list_filter = ["active", "cuda_version"]
+    list_display = ["name", "reference", "cuda_version", "active", "pre_pull"]
+    list_filter = ["active", "pre_pull", "cuda_version"]
     search_fields = ["name", "reference", "description"]
     readonly_fields = ["hosts"]
 

@@ -222,8 +222,9 @@ class ImageForm(forms.ModelForm):
             "ports",
             "restart_policy",
             "active",
+            "pre_pull",
         ]
-        labels = {"cuda_version": "CUDA version"}
+        labels = {"cuda_version": "CUDA version", "pre_pull": "Pre-pull"}
 
 
 class MigProfileForm(forms.ModelForm):

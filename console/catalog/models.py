@@ -48,6 +48,20 @@ class Region(models.Model):
     snapshot_price_per_gib_month = models.DecimalField(
         max_digits=12, decimal_places=6, default=Decimal("0.050000")
     )
+    # A registry mirror (a pull-through cache) the region's agents pull images through first,
+    # falling back to each image's own registry when it fails.
+    registry_mirror = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[
+            RegexValidator(
+                r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?$",
+                "A registry's host[:port], e.g. mirror.internal:5000 (no scheme, no path).",
+            )
+        ],
+        help_text="host[:port] of a registry mirror its hosts pull through first, e.g. "
+        "127.0.0.1:5001; empty: each image's own registry",
+    )
 
     class Meta:
         ordering = ["code"]
@@ -391,6 +405,11 @@ class Image(models.Model):
         help_text="the restart policy of its instances unless their launch chooses one",
     )
     active = models.BooleanField(default=True)
+    pre_pull = models.BooleanField(
+        default=False,
+        help_text="hosts pull it ahead of any launch (when they join and when this changes) "
+        "and their image clean-up keeps it",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from console.catalog.models import Mode
 from console.errors import ErrorCode
-from console.fleet import services
+from console.fleet import images, services
 from console.fleet.models import Host
 
 
@@ -104,11 +104,45 @@ class InventoryGpuSerializer(serializers.Serializer):
         return attrs
 
 
+class GatewayCertificateSerializer(serializers.Serializer):
+    authority = serializers.RegexField(r"^SHA256:[A-Za-z0-9+/=]{1,80}$")
+    valid_before = serializers.IntegerField(min_value=0, max_value=2**64 - 1)
+
+
 class SshGatewaySerializer(serializers.Serializer):
-    """The agent's SSH gateway: where it listens and its host key's fingerprint."""
+    """The agent's SSH gateway: where it listens, its host key (and the key's fingerprint), and
+    the host certificate it presents (whose CA, until when)."""
 
     port = serializers.IntegerField(min_value=1, max_value=65535)
     host_key_fingerprint = serializers.RegexField(r"^SHA256:[A-Za-z0-9+/=]{1,80}$")
+    host_key = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    certificate = GatewayCertificateSerializer(required=False, allow_null=True, default=None)
+
+
+class HeldImageSerializer(serializers.Serializer):
+    """An image the host's engine holds (console/fleet/images.py)."""
+
+    references = serializers.ListField(
+        child=serializers.CharField(max_length=255), min_length=1, max_length=64
+    )
+    id = serializers.CharField(max_length=80)
+    size = serializers.IntegerField(min_value=0)
+    layers = serializers.ListField(
+        child=serializers.CharField(max_length=80), max_length=512, required=False, default=list
+    )
+
+
+class ImageSettingsSerializer(serializers.Serializer):
+    """The image settings the agent applies: what it pre-pulls, the mirror it pulls through."""
+
+    pre_pull = serializers.ListField(child=serializers.CharField(max_length=255), max_length=100)
+    mirror = serializers.CharField(max_length=255, allow_blank=True)
+
+
+class PrePullSerializer(serializers.Serializer):
+    reference = serializers.CharField(max_length=255)
+    state = serializers.ChoiceField(choices=images.PRE_PULL_STATES)
+    detail = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
 
 
 class InventorySerializer(serializers.Serializer):
@@ -120,6 +154,10 @@ class InventorySerializer(serializers.Serializer):
     memory_mib = serializers.IntegerField(min_value=0, allow_null=True, required=False)
     gpus = InventoryGpuSerializer(many=True)
     ssh = SshGatewaySerializer(required=False, allow_null=True, default=None)
+    # an oci host's images (absent: its runtime holds none)
+    images = HeldImageSerializer(many=True, required=False, default=list, max_length=1000)
+    image_settings = ImageSettingsSerializer(required=False, default=None, allow_null=True)
+    pre_pulls = PrePullSerializer(many=True, required=False, default=list, max_length=100)
     digest = serializers.CharField(max_length=64, required=False, allow_blank=True)
 
     def validate_gpus(self, gpus):

@@ -155,6 +155,23 @@ def set_limits(host: Host, allocation_id: str, limits: dict) -> dict:
     return _request(host, "PUT", path, {"resources": limits}).json()
 
 
+def put_host_certificate(host: Host, certificate: str) -> dict:
+    """The SSH gateway presents this host certificate from now on; answers its new `ssh`."""
+    return _request(host, "PUT", "/v1/ssh/host-certificate", {"certificate": certificate}).json()
+
+
+def put_image_settings(host: Host, settings_body: dict) -> dict:
+    """The images to pre-pull and the registry mirror to pull through (idempotent); answers
+    the settings the agent applies now."""
+    return _request(host, "PUT", "/v1/images/settings", settings_body).json()
+
+
+def clean_up_images(host: Host) -> dict:
+    """Remove the images the agent pulled that no allocation uses and no pre-pull wants;
+    answers {"removed": [reference], "kept": [{"references", "why"}], "freed_bytes"}."""
+    return _request(host, "POST", "/v1/images/clean-up").json()
+
+
 def delete_allocation(host: Host, allocation_id: str) -> None:
     """Idempotent: deleting an allocation the agent does not know is fine."""
     _request(host, "DELETE", f"/v1/allocations/{_allocation(host, allocation_id)}")

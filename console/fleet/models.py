@@ -90,11 +90,20 @@ class Host(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     unreachable_since = models.DateTimeField(null=True, blank=True)
     inventory_digest = models.CharField(max_length=64, blank=True)
-    # The agent's SSH gateway (its inventory's `ssh`): the port, and the fingerprint of its
-    # host key that users check on first connect. No port: the gateway is off.
+    # The agent's SSH gateway (its inventory's `ssh`): the port, its host key and that key's
+    # fingerprint, which users check on first connect. No port: the gateway is off.
     ssh_port = models.PositiveIntegerField(null=True, blank=True)
     ssh_host_key_fingerprint = models.CharField(max_length=80, blank=True)
+    ssh_host_key = models.CharField(max_length=200, blank=True)
+    # Until when the gateway presents a host certificate of the console's SSH CA
+    # (console/fleet/ssh_authority.py); null: it presents none of this CA.
+    ssh_certificate_expires_at = models.DateTimeField(null=True, blank=True)
     registered_at = models.DateTimeField(default=timezone.now)
+    # The agent's image settings as it applies them ({"pre_pull": [...], "mirror": ...}; empty:
+    # its runtime holds no images) and each pre-pull's state, from its inventory
+    # (console/fleet/images.py).
+    image_settings = models.JSONField(default=dict, blank=True)
+    pre_pulls = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -225,3 +234,24 @@ class JoinToken(models.Model):
         if self.expires_at <= timezone.now():
             return "expired"
         return "unused"
+
+
+class HostImage(models.Model):
+    """An image a host holds, by one of its references (normalized as the agents do,
+    console/fleet/images.py): what placement prefers a host for."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="images")
+    reference = models.CharField(max_length=255)
+    image_id = models.CharField(max_length=80)
+    size_bytes = models.BigIntegerField(default=0)
+    layers = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["host", "reference"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "reference"], name="host_image_reference")
+        ]
+        indexes = [models.Index(fields=["reference"])]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}: {self.reference}"

@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from console.audit import recorder as audit
 from console.catalog.models import GpuModel, Mode, Region
+from console.celery import enqueue_on_commit
 from console.errors import DomainError, ErrorCode
-from console.fleet import agent_client, locks
+from console.fleet import agent_client, images, locks, ssh_authority
 from console.fleet.addresses import address_problem
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret, open_secret
 from console.fleet.signals import host_back
@@ -211,15 +212,68 @@ def _host_fields(inventory: dict) -> dict:
 
 
 def _ssh_fields(ssh) -> dict:
-    """The agent's SSH gateway ({"port", "host_key_fingerprint"}, or null when it is off)."""
+    """The agent's SSH gateway ({"port", "host_key_fingerprint", "host_key", "certificate"},
+    or null when it is off)."""
     port = ssh.get("port") if isinstance(ssh, dict) else None
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        return {"ssh_port": None, "ssh_host_key_fingerprint": ""}
+        return {
+            "ssh_port": None,
+            "ssh_host_key_fingerprint": "",
+            "ssh_host_key": "",
+            "ssh_certificate_expires_at": None,
+        }
     fingerprint = ssh.get("host_key_fingerprint")
+    fingerprint = fingerprint[:80] if isinstance(fingerprint, str) else ""
+    key = ssh.get("host_key")
     return {
         "ssh_port": port,
-        "ssh_host_key_fingerprint": fingerprint[:80] if isinstance(fingerprint, str) else "",
+        "ssh_host_key_fingerprint": fingerprint,
+        "ssh_host_key": ssh_authority.gateway_key(key, fingerprint) if isinstance(key, str) else "",
+        "ssh_certificate_expires_at": ssh_authority.certified_until(ssh.get("certificate")),
     }
+
+
+def certify_when_due(host: Host) -> None:
+    """Once committed, give the host's gateway a certificate of the console's CA when it has
+    none or one that expires soon (the SSH front's users trust the gateways through it)."""
+    if ssh_authority.needs_certificate(host):
+        enqueue_on_commit("console.fleet.tasks.certify_gateway", host.pk)
+
+
+def certify_due_gateways() -> list[int]:
+    """Hand out the certificates that are due (renewals, and any a failed push left out)."""
+    if not settings.SSH_FRONT:
+        return []
+    renew_by = timezone.now() + timedelta(days=ssh_authority.RENEW_DAYS)
+    due = list(
+        Host.objects.filter(ssh_port__isnull=False)
+        .exclude(ssh_host_key="")
+        .exclude(status__in=(Host.Status.UNREACHABLE, Host.Status.RETIRED))
+        .filter(
+            Q(ssh_certificate_expires_at__isnull=True) | Q(ssh_certificate_expires_at__lt=renew_by)
+        )
+        .values_list("pk", flat=True)
+    )
+    for pk in due:
+        enqueue_on_commit("console.fleet.tasks.certify_gateway", pk)
+    return due
+
+
+def certify_gateway(host_pk: int) -> bool:
+    """Sign the gateway's key and hand the certificate to its agent (idempotent: a new one each
+    time, the same name and key). False when there is nothing to do."""
+    host = Host.objects.filter(pk=host_pk).first()
+    if host is None or host.status == Host.Status.RETIRED:
+        return False
+    if not ssh_authority.needs_certificate(host):
+        return False
+    certificate, until = ssh_authority.sign(host.ssh_host_key, host.name)
+    agent_client.put_host_certificate(host, certificate)
+    Host.objects.filter(pk=host.pk, ssh_host_key=host.ssh_host_key).update(
+        ssh_certificate_expires_at=until
+    )
+    log.info("host %s: SSH gateway certified until %s", host.name, until.isoformat())
+    return True
 
 
 @transaction.atomic
@@ -301,6 +355,8 @@ def register_host(
         ) from None
     JoinToken.objects.filter(pk=token.pk).update(host=host)
     _event(host, "", Host.Status.ACTIVE, f"registered with join token {token.prefix}…")
+    _sync_images(host, inventory)
+    certify_when_due(host)
     log.info("host %s registered in %s with %d GPU(s)", host.name, region.code, len(gpus))
     return host, secret
 
@@ -431,6 +487,7 @@ def record_heartbeat(
             updates.update(
                 _host_fields(inventory), inventory_digest=digest[:64] if complete else ""
             )
+            _sync_images(locked, inventory, updates)
         Host.objects.filter(pk=host.pk).update(**updates)
         if locked.status == Host.Status.UNREACHABLE:
             back = Host.objects.filter(pk=host.pk, status=Host.Status.UNREACHABLE).update(
@@ -448,7 +505,22 @@ def record_heartbeat(
                 _restart_failover_clocks(locked, now)
                 transaction.on_commit(lambda: host_back.send(sender=Host, host=locked))
     host.refresh_from_db()
+    if "ssh_port" in updates:
+        certify_when_due(host)
     return host
+
+
+def _sync_images(host: Host, inventory: dict, updates: dict | None = None) -> None:
+    """The images the host holds and its agent's image settings (console/fleet/images.py),
+    into `updates` (else saved now); its settings pushed when they are not what they
+    should be."""
+    fields = images.sync(host, inventory)
+    if updates is None:
+        Host.objects.filter(pk=host.pk).update(**fields)
+    else:
+        updates.update(fields)
+    host.image_settings = fields["image_settings"]
+    images.push_when_due(host)
 
 
 def _restart_failover_clocks(back: Host, now: datetime) -> None:

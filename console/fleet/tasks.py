@@ -1,11 +1,63 @@
 """Periodic fleet work (see settings.CELERY_BEAT_SCHEDULE)."""
 
 from celery import shared_task
+from django.conf import settings
 
-from console.fleet import services
+from console.fleet import images, services
+from console.fleet.agent_client import AgentUnavailable
 
 
 @shared_task(name="console.fleet.tasks.watchdog", ignore_result=True)
 def watchdog(grace_seconds: float | None = None) -> list[str]:
     """Mark hosts whose agent went silent `unreachable`; heartbeats bring them back."""
     return [host.name for host in services.mark_silent_hosts_unreachable(grace_seconds)]
+
+
+@shared_task(name="console.fleet.tasks.certify_due_gateways", ignore_result=True)
+def certify_due_gateways() -> list[int]:
+    """Renew the SSH gateways' certificates that expire soon (and retry any push that failed)."""
+    return services.certify_due_gateways()
+
+
+@shared_task(
+    name="console.fleet.tasks.certify_gateway",
+    autoretry_for=(AgentUnavailable,),
+    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
+    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
+    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
+    acks_late=True,
+)
+def certify_gateway(host_pk: int) -> bool:
+    """Give a host's SSH gateway a certificate of the console's CA (new or renewed)."""
+    return services.certify_gateway(host_pk)
+
+
+@shared_task(
+    name="console.fleet.tasks.push_image_settings",
+    autoretry_for=(AgentUnavailable,),
+    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
+    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
+    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
+    acks_late=True,
+)
+def push_image_settings(host_pk: int) -> bool:
+    """Hand a host's agent the images to pre-pull and its region's registry mirror."""
+    return images.push_settings(host_pk)
+
+
+@shared_task(name="console.fleet.tasks.push_due_image_settings", ignore_result=True)
+def push_due_image_settings() -> list[int]:
+    """Push the image settings to every host whose agent applies others (it lost its state,
+    or a push ran out of retries)."""
+    return images.push_due()
+
+
+@shared_task(
+    name="console.fleet.tasks.clean_up_images",
+    autoretry_for=(AgentUnavailable,),
+    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
+    max_retries=3,
+)
+def clean_up_images(host_pk: int, actor_label: str) -> dict | None:
+    """An operator's image clean-up of a host; its outcome is a host event."""
+    return images.clean_up(host_pk, actor_label)

@@ -10,6 +10,9 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("hosts/<int:pk>/", views.host_detail, name="host"),
     path("hosts/<int:pk>/status/", views.host_status, name="host-status"),
+    path(
+        "hosts/<int:pk>/images/clean-up/", views.host_images_clean_up, name="host-images-clean-up"
+    ),
     path("gpus/<int:pk>/mode/", views.gpu_mode, name="gpu-mode"),
     path("join-tokens/", views.join_token_create, name="join-token-create"),
     path("join-tokens/<int:pk>/revoke/", views.join_token_revoke, name="join-token-revoke"),

@@ -9,7 +9,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.guards import staff_view
 from console.catalog.models import MIG_SLICES, Mode
-from console.fleet import holders, services
+from console.fleet import holders, images, services
 from console.fleet.forms import GpuModeForm, HostStatusForm, JoinTokenForm
 from console.fleet.models import Gpu, Host, JoinToken
 
@@ -53,7 +53,7 @@ def _gpus() -> Prefetch:
 def _hosts():
     return (
         Host.objects.select_related("region")
-        .prefetch_related(_gpus())
+        .prefetch_related(_gpus(), "images")
         .order_by("region__code", "name")
     )
 
@@ -80,6 +80,7 @@ def _index(request, issued=None, form=None, status=200):
     for host in hosts:
         host.actions = host_actions(host)
         holders.attach(host)
+        images.describe(host)
     tokens = JoinToken.objects.select_related("region", "host", "created_by")[:10]
     context = {
         "hosts": hosts,
@@ -101,9 +102,12 @@ def index(request):
 
 @staff_view
 def host_detail(request, pk):
-    host = get_object_or_404(Host.objects.select_related("region").prefetch_related(_gpus()), pk=pk)
+    host = get_object_or_404(
+        Host.objects.select_related("region").prefetch_related(_gpus(), "images"), pk=pk
+    )
     host.actions = host_actions(host)
     holders.attach(host)
+    images.describe(host)
     return render(
         request,
         "fleet/host.html",
@@ -172,6 +176,22 @@ def host_status(request, pk):
         )
         messages.success(request, f"{host.name} is now {host.admin_status}{note}.")
     return _back(request)
+
+
+@require_POST
+@staff_view
+def host_images_clean_up(request, pk):
+    """Queue the host's image clean-up; its outcome is one of the host's events."""
+    host = get_object_or_404(Host, pk=pk)
+    try:
+        images.queue_clean_up(host, request.user)
+    except ValueError as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(
+            request, f"{host.name}'s image clean-up is queued: its events will say what went."
+        )
+    return redirect("fleet:host", pk=host.pk)
 
 
 @require_POST

@@ -23,6 +23,7 @@ from accounts.ssh_keys import grants_shell
 from console.catalog.models import port_errors
 from console.celery import enqueue_on_commit
 from console.errors import DomainError, ErrorCode
+from console.fleet import ssh_authority
 from console.fleet.models import Host
 from console.instances import lifecycle, locks
 from console.instances.models import Instance, State
@@ -127,9 +128,9 @@ def port_path(instance_id: int, port: int) -> str:
 
 
 def ssh_target(instance: Instance) -> dict | None:
-    """Where `ssh` reaches the running instance (its host's gateway), or None: not running,
-    or its host runs no gateway. Needs the instance's current allocation with its host
-    (prefetched as `allocations` on the instance page)."""
+    """Where `ssh` reaches the running instance, or None: not running, or its host runs no
+    gateway. Needs the instance's current allocation with its host (prefetched as
+    `allocations` on the instance page)."""
     if instance.state != State.RUNNING:
         return None
     current = next((a for a in instance.allocations.all() if a.released_at is None), None)
@@ -137,26 +138,54 @@ def ssh_target(instance: Instance) -> dict | None:
     if host is None:
         return None
     return ssh_endpoint(
-        instance.pk, host.address, host.name, host.ssh_port, host.ssh_host_key_fingerprint
+        instance.pk,
+        host.address,
+        host.name,
+        host.ssh_port,
+        host.ssh_host_key_fingerprint,
+        host.ssh_host_key,
     )
 
 
 def ssh_endpoint(
-    instance_id: int, address: str, host_name: str, ssh_port: int | None, fingerprint: str
+    instance_id: int,
+    address: str,
+    host_name: str,
+    ssh_port: int | None,
+    fingerprint: str,
+    host_key: str,
 ) -> dict | None:
-    """The `ssh` command line to a running instance through its host's gateway at `ssh_port`
-    (None: the host runs none), from the host's fields as they are."""
+    """The `ssh` command line to a running instance on a host whose gateway listens at
+    `ssh_port` (None: the host runs none), from the host's fields as they are: through the SSH
+    front when the console runs one (the same line wherever the instance runs), else straight
+    to the host's gateway. `known_hosts`: the lines that let ssh check whom it reaches."""
     if not ssh_port:
         return None
-    hostname = urlsplit(address).hostname or host_name
     user = str(instance_id)
+    if settings.SSH_FRONT:
+        front_host, front_port = ssh_authority.front_address()
+        bracketed = f"[{front_host}]" if ":" in front_host else front_host
+        jump = f"{user}@{bracketed}" + (f":{front_port}" if front_port != 22 else "")
+        return {
+            "host": ssh_authority.INSTANCE_HOST,
+            "port": 22,
+            "user": user,
+            "proxy_jump": jump,
+            "command": f"ssh -J {jump} {user}@{ssh_authority.INSTANCE_HOST}",
+            "host_key_fingerprint": ssh_authority.fingerprint(ssh_authority.front_key()),
+            "known_hosts": ssh_authority.known_hosts(),
+        }
+    hostname = urlsplit(address).hostname or host_name
     port_option = f"-p {ssh_port} " if ssh_port != 22 else ""
+    pattern = hostname if ssh_port == 22 else f"[{hostname}]:{ssh_port}"
     return {
         "host": hostname,
         "port": ssh_port,
         "user": user,
+        "proxy_jump": None,
         "command": f"ssh {port_option}{user}@{hostname}",
         "host_key_fingerprint": fingerprint,
+        "known_hosts": [f"{pattern} {host_key}"] if host_key else [],
     }
 
 

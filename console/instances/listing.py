@@ -34,7 +34,7 @@ COLUMNS = (
 )  # fmt: skip
 SPEC_FIGURES = ("spec__mode", "spec__gpu_count", "spec__mig_profile__size", "spec__milli")
 HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
-                "host__ssh_host_key_fingerprint")  # fmt: skip
+                "host__ssh_host_key_fingerprint", "host__ssh_host_key")  # fmt: skip
 
 
 # The queries of a list, compiled once (console/speedups/prepared.py): building their SQL costs

@@ -20,13 +20,15 @@ from django.utils import timezone
 from console import secret_env
 from console.catalog.models import MIG_SLICES, Mode, Spec
 from console.catalog.spec_fit import request_for
+from console.fleet import images
 from console.fleet import locks as fleet_locks
 from console.fleet.models import Gpu, Host
 from console.instances import sign_in
 from console.instances.models import Allocation, GpuClaim, Instance
+from console.scheduler import locality
 from console.scheduler import model as core
 from console.scheduler.cluster import Cluster
-from console.scheduler.policies import place
+from console.scheduler.policies import POLICIES, place
 from console.scheduler.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -182,9 +184,16 @@ def catalog_workload() -> Workload:
     return _workloads[key]
 
 
-def choose(spec: Spec, snap: Snapshot, gpu_pks: list[int] | None = None) -> Choice | None:
+def choose(
+    spec: Spec,
+    snap: Snapshot,
+    gpu_pks: list[int] | None = None,
+    holders: frozenset[int] = frozenset(),
+) -> Choice | None:
     """Where `spec` goes among the snapshot's hosts (only on `gpu_pks` when given), or None
-    when it fits nowhere now."""
+    when it fits nowhere now. `holders`: the hosts that hold the launch's image, one of which
+    is preferred where it costs at most IMAGE_LOCALITY_TOLERANCE more fragmentation
+    (console/scheduler/locality.py); none: the policy's choice as it is."""
     if gpu_pks is not None:
         snap = snap.restricted(gpu_pks)
     if not snap.hosts:
@@ -194,6 +203,10 @@ def choose(spec: Spec, snap: Snapshot, gpu_pks: list[int] | None = None) -> Choi
     placement = place(request, cluster, policy=POLICY)
     if placement is None:
         return None
+    if holders:
+        placement = locality.prefer_holders(
+            placement, cluster, holders, settings.IMAGE_LOCALITY_TOLERANCE, POLICIES[POLICY]
+        )
     return _choice(spec, snap, placement)
 
 
@@ -395,11 +408,14 @@ def allocate(
     `host_pk`/`gpu_pks` restrict the choice (a resize in place); `replacing` is an allocation
     of the instance whose slice counts as free and is released in the same commit."""
     ignore = replacing.pk if replacing else None
+    holders = frozenset()
+    if host_pk is None:  # free to choose: a host that holds the image is worth a little
+        holders = images.holders(instance.region_id, instance.image.reference)
     for _attempt in range(ATTEMPTS):
         snap = snapshot(
             instance.region_id, host_pks=[host_pk] if host_pk else None, ignore_allocation_id=ignore
         )
-        choice = choose(spec, snap, gpu_pks)
+        choice = choose(spec, snap, gpu_pks, holders)
         if choice is None:
             return None
         try:

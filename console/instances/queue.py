@@ -8,7 +8,7 @@ from django.db import transaction
 
 from console.celery import enqueue_on_commit
 from console.fleet.models import Host
-from console.instances import availability, lifecycle, locks, placement
+from console.instances import availability, lifecycle, locks, placement, pulls
 from console.instances.models import Instance, State
 
 log = logging.getLogger(__name__)
@@ -55,10 +55,9 @@ def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str
     queue its provisioning. An instance that has a disk goes only to the host that holds it
     (a disk does not move between hosts). Answers "placed", "full" (nothing fits now) or
     "busy" (other workers kept taking the slices it chose: the scheduler tries again soon)."""
+    pinned = placement.pinned_host(instance)
     try:
-        allocation = placement.allocate(
-            instance, instance.spec, host_pk=placement.pinned_host(instance)
-        )
+        allocation = placement.allocate(instance, instance.spec, host_pk=pinned)
     except placement.Busy as exc:
         log.info("%s", exc)
         kick_scheduler()
@@ -66,6 +65,8 @@ def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str
     if allocation is None:
         return "full"
     lifecycle.transition(instance, to_state, actor=actor, message=message)
+    if pulling := pulls.pull_note(instance, allocation, pinned):
+        lifecycle.note(instance, pulling)
     enqueue("provision", instance.pk)
     return "placed"
 

@@ -22,11 +22,29 @@ class DiskSerializer(serializers.Serializer):
 
 
 class SshSerializer(serializers.Serializer):
-    host = serializers.CharField()
+    host = serializers.CharField(
+        help_text="what ssh logs in to: `gpucloud` through the SSH front (proxy_jump), or the "
+        "host's gateway"
+    )
     port = serializers.IntegerField()
     user = serializers.CharField()
-    command = serializers.CharField(help_text="the exact command line to paste")
-    host_key_fingerprint = serializers.CharField(help_text="check it on first connect")
+    proxy_jump = serializers.CharField(
+        allow_null=True,
+        help_text="ssh's -J (ProxyJump) through the SSH front, which routes to the instance's "
+        "host of the moment; null: the line goes straight to the host's gateway",
+    )
+    command = serializers.CharField(
+        help_text="the exact command line to paste; through the SSH front it stays the same when "
+        "the instance moves to another host"
+    )
+    host_key_fingerprint = serializers.CharField(
+        help_text="of the key ssh checks first (the front's, or the gateway's)"
+    )
+    known_hosts = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="known_hosts lines that let ssh check whom it reaches: the front's key and "
+        "`@cert-authority gpucloud …` for every host's gateway (or the gateway's own key)",
+    )
 
 
 class PortSerializer(serializers.Serializer):

@@ -152,3 +152,35 @@ def test_ssh_replaces_a_pinned_key_only_when_the_console_reports_the_new_one(
     err = capsys.readouterr().err
     assert f"host key of [gpu-1.example]:2222 changed to {new.get_fingerprint('sha256')}" in err
     assert known_hosts.read_text() == f"{other}\n[gpu-1.example]:2222 {_key_line(new)}\n"
+
+
+def test_through_the_front_ssh_trusts_the_consoles_lines_on_both_hops(
+    cli, monkeypatch, tmp_path, settings, execs  # noqa: F811
+):  # fmt: skip
+    settings.SSH_FRONT = "ssh.example:2200"
+    settings.SSH_CA_KEY_FILE = str(tmp_path / "ca")
+    settings.SSH_FRONT_HOST_KEY_FILE = str(tmp_path / "front")
+    code, out, _ = cli("--json", "launch", "nb", "--spec", "a100-quarter")
+    pk = json.loads(out)["id"]
+    _running_on_a_gateway(pk, asyncssh.generate_private_key("ssh-ed25519"))
+    monkeypatch.setattr(cli_ssh, "scan", lambda host, port: pytest.fail("nothing to scan"))
+    known_hosts = tmp_path / "known_hosts"
+    mine = "[elsewhere.example]:22 ssh-ed25519 AAAAkept"
+    known_hosts.write_text(f"{mine}\n@cert-authority gpucloud ssh-ed25519 AAAAold-ca\n")
+    with pytest.raises(Exec):
+        cli("ssh", "nb", "-i", "~/my key", "--", "hostname")
+    pinned = ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+    jump = (
+        f"ssh -i '~/my key' -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes "
+        f"-p 2200 -l {pk} -W %h:%p ssh.example"
+    )
+    assert execs == [["ssh", "-p", "22", "-i", "~/my key", "-o", f"ProxyCommand={jump}",
+                      *pinned, f"{pk}@gpucloud", "hostname"]]  # fmt: skip
+    # the lines are the console's, the old CA line replaced
+    lines = known_hosts.read_text().splitlines()
+    assert lines[0] == mine and lines[1].startswith("[ssh.example]:2200 ssh-ed25519 ")
+    assert lines[2].startswith("@cert-authority gpucloud ssh-ed25519 ") and len(lines) == 3
+    code, out, _ = cli("show", "nb")
+    assert f"ssh: ssh -J {pk}@ssh.example:2200 {pk}@gpucloud" in out
+    assert f"ssh host key: {cli_ssh.key_fingerprint(lines[1].split()[2])}" in out
+    assert f"ssh known_hosts: {lines[2]}" in out

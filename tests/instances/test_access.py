@@ -10,8 +10,9 @@ from accounts import services as accounts_services
 from accounts.roles import Role
 from accounts.ssh_keys import add_ssh_key, delete_ssh_key
 from console.catalog.models import Mode
+from console.fleet import ssh_authority
 from console.instances import tasks
-from console.instances.models import Instance, State
+from console.instances.models import Allocation, Instance, State
 from tests.instances.fakes import FakeAgents
 from tests.instances.test_agent_events import event, push
 
@@ -180,6 +181,7 @@ class TestSshAndPorts:
     ):
         host = catalog.host(gpus=1, mode=Mode.SHARED, address="http://gpu-7.lab.example:8101")
         host.ssh_port, host.ssh_host_key_fingerprint = 2222, "SHA256:abc"
+        host.ssh_host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGateway"
         host.save()
         client = token_client(member)
         data = launch(client).json()
@@ -191,14 +193,51 @@ class TestSshAndPorts:
             "host": "gpu-7.lab.example",
             "port": 2222,
             "user": str(pk),
+            "proxy_jump": None,
             "command": f"ssh -p 2222 {pk}@gpu-7.lab.example",
             "host_key_fingerprint": "SHA256:abc",
+            "known_hosts": [
+                "[gpu-7.lab.example]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGateway"
+            ],
         }
+        assert client.get(URL).json()["results"][0]["ssh"] == ssh  # the list says the same
         viewer = token_client(make_member(tenant, Role.VIEWER))
         assert viewer.get(f"{URL}{pk}/").json()["ssh"] is None
         host.ssh_port = None  # the gateway is off
         host.save()
         assert client.get(f"{URL}{pk}/").json()["ssh"] is None
+
+    def test_through_the_ssh_front_the_line_stays_when_the_instance_moves(
+        self, catalog, member, token_client, agents, no_tasks, settings, tmp_path
+    ):
+        settings.SSH_FRONT = "ssh.lab.example:2200"
+        settings.SSH_CA_KEY_FILE = str(tmp_path / "ca")
+        settings.SSH_FRONT_HOST_KEY_FILE = str(tmp_path / "front")
+        first = catalog.host(gpus=1, mode=Mode.SHARED, address="http://gpu-7.lab.example:8101")
+        first.ssh_port = 2222
+        first.save()
+        client = token_client(member)
+        pk = launch(client).json()["id"]
+        tasks.provision.apply(args=[pk])
+        ssh = client.get(f"{URL}{pk}/").json()["ssh"]
+        front = ssh_authority.front_key()
+        assert ssh == {
+            "host": "gpucloud",
+            "port": 22,
+            "user": str(pk),
+            "proxy_jump": f"{pk}@ssh.lab.example:2200",
+            "command": f"ssh -J {pk}@ssh.lab.example:2200 {pk}@gpucloud",
+            "host_key_fingerprint": front.get_fingerprint("sha256"),
+            "known_hosts": [
+                f"[ssh.lab.example]:2200 {ssh_authority.public_line(front)}",
+                f"@cert-authority gpucloud {ssh_authority.public_line(ssh_authority.authority())}",
+            ],
+        }
+        second = catalog.host(gpus=1, mode=Mode.SHARED, address="http://gpu-8.lab.example:8101")
+        second.ssh_port = 2022
+        second.save()
+        Allocation.objects.filter(instance_id=pk).update(host=second)  # as an unshelve moves it
+        assert client.get(f"{URL}{pk}/").json()["ssh"] == ssh
 
     def test_ports_of_the_image_and_the_launch_with_their_urls(
         self, catalog, member, token_client, no_tasks

@@ -9,6 +9,7 @@ from django.test import Client
 from accounts.roles import Role
 from accounts.ssh_keys import add_ssh_key
 from console.catalog.models import Mode
+from console.fleet import ssh_authority
 from console.instances.models import Allocation, Instance, State
 from tests.instances.helpers import make_instance
 
@@ -85,6 +86,21 @@ def test_the_instance_page_shows_ssh_jupyter_and_the_terminal_to_members(member,
     assert f'href="/instances/{running.pk}/ports/8888/"' in page and "Open Jupyter" in page
     assert f'data-terminal-url="/ws/instances/{running.pk}/terminal/"' in page
     assert "vendor/xterm/xterm.js" in page and "<script>" not in page
+
+
+def test_through_the_ssh_front_the_page_gives_the_line_and_its_known_hosts(
+    member, running, settings, tmp_path
+):
+    settings.SSH_FRONT = "ssh.example:2200"
+    settings.SSH_CA_KEY_FILE = str(tmp_path / "ca")
+    settings.SSH_FRONT_HOST_KEY_FILE = str(tmp_path / "front")
+    page = signed_in(member).get(f"/instances/{running.pk}/").content.decode()
+    assert f"ssh -J {running.pk}@ssh.example:2200 {running.pk}@gpucloud" in page
+    front, ca = (ssh_authority.public_line(k) for k in (ssh_authority.front_key(),
+                                                         ssh_authority.authority()))  # fmt: skip
+    assert f"[ssh.example]:2200 {front}\n@cert-authority gpucloud {ca}\n</pre>" in page
+    assert 'data-copy-from="#known-hosts"' in page
+    assert ssh_authority.front_key().get_fingerprint("sha256") in page
 
 
 def test_a_viewer_sees_neither_ssh_nor_terminal(tenant, make_member, running):

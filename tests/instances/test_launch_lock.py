@@ -13,11 +13,11 @@ from console.instances.models import State
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
 # the quota lock, the name, the quota's usage (per spec, and those specs), the budget; the
-# instance, its creation event; the host its volumes hold it to, the region's hosts, GPUs,
-# claims and allocations, the catalog FGD plans for; the allocation (savepoint, its volumes'
-# mounts, row, claim, disk host, its volumes' host, release); its state and that event; the
-# launch's audit entry
-IN_THE_WRITE_TRANSACTION = 23
+# instance, its creation event; the host its volumes hold it to, the hosts holding its image,
+# the region's hosts, GPUs, claims and allocations, the catalog FGD plans for; the allocation
+# (savepoint, its volumes' mounts, row, claim, disk host, its volumes' host, release); its
+# state and that event; whether its host pulls images (a pull's note); the launch's audit entry
+IN_THE_WRITE_TRANSACTION = 25
 
 
 def _launch_statements(tenant, catalog, name: str) -> tuple[list[str], list[str]]:

@@ -1,0 +1,344 @@
+"""The images an `oci` host holds, and how they get there.
+
+- Inventory: every image the engine holds (its references, id, size and layers), read again
+  every IMAGE_REFRESH_SECONDS and after each pull or clean-up. The console places a launch on
+  a host that holds its image when that costs no more fragmentation than its tolerance.
+- Pulls: through the region's registry mirror first (the reference rewritten to the mirror's
+  host, then tagged as the original, so that containers and the inventory use the original
+  name), from the image's own registry when the mirror fails; one pull of a reference at a
+  time, which a launch and a pre-pull of it share.
+- Pre-pull: the references the console names (PUT /v1/images/settings, kept in the state
+  directory) are pulled in the background, at start and whenever the list changes; each
+  one's progress is in the inventory. A failed one is tried again PRE_PULL_RETRY_SECONDS later.
+- Clean-up (POST /v1/images/clean-up): removes the images the agent pulled itself that no
+  allocation here uses and the console does not want pre-pulled. Images an operator put on
+  the host otherwise (built, imported, pulled by hand) are never touched, and the engine
+  refuses to remove one a container uses.
+
+The console compares references normalized as `normalize` does (console/fleet/images.py
+does the same: the agent imports nothing of the console).
+"""
+
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from agent.errors import invalid
+from agent.pulls import PullProgress, human_size
+from agent.runtimes import LaunchError
+
+log = logging.getLogger(__name__)
+
+IMAGE_REFRESH_SECONDS = 30.0
+PRE_PULL_RETRY_SECONDS = 60.0
+MAX_IMAGES = 500  # images the inventory lists, at most
+MAX_PRE_PULL = 100
+REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+MIRROR = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?")
+
+
+def normalize(reference: str) -> str:
+    """A reference as engines store it: the registry named (Docker Hub's `docker.io`, its
+    official images under `library/`) and the tag (`latest` where none is given), unless it
+    names a digest: `ubuntu` → `docker.io/library/ubuntu:latest`."""
+    name, at, digest = reference.partition("@")
+    first, slash, rest = name.partition("/")
+    if not slash or ("." not in first and ":" not in first and first != "localhost"):
+        first, rest = "docker.io", name
+    if first == "docker.io" and "/" not in rest:
+        rest = f"library/{rest}"
+    if not at and ":" not in rest.rsplit("/", 1)[-1]:
+        rest += ":latest"
+    return f"{first}/{rest}{at}{digest}"
+
+
+def mirrored(reference: str, mirror: str) -> str | None:
+    """The reference at the mirror (`127.0.0.1:5001/team/pytorch:2.4`), or None where the
+    mirror does not serve it: no mirror, an image of this host (`localhost/`) or of the
+    mirror itself, or one named by digest (the mirror's copy could not be tagged by it)."""
+    if not mirror or "@" in reference:
+        return None
+    registry, _, path = normalize(reference).partition("/")
+    if registry in (mirror, "localhost"):
+        return None
+    return f"{mirror}/{path}"
+
+
+def split_reference(reference: str) -> tuple[str, str]:
+    """`repo[:tag]` or `repo@digest` → (repository, tag or digest)."""
+    if "@" in reference:
+        repository, _, digest = reference.partition("@")
+        return repository, digest
+    last = reference.rsplit("/", 1)[-1]
+    if ":" in last:
+        repository, _, tag = reference.rpartition(":")
+        return repository, tag
+    return reference, "latest"
+
+
+def parse_settings(body) -> tuple[list[str], str]:
+    """The body of PUT /v1/images/settings: `{"pre_pull": [reference, …], "mirror":
+    "host[:port]" or ""}` → (the references normalized, sorted and unique; the mirror)."""
+    if not isinstance(body, dict) or set(body) != {"pre_pull", "mirror"}:
+        raise invalid('the body must be {"pre_pull": [reference, …], "mirror": "host[:port]"}')
+    pre_pull, mirror = body["pre_pull"], body["mirror"]
+    if not isinstance(pre_pull, list) or len(pre_pull) > MAX_PRE_PULL:
+        raise invalid(f"pre_pull must be a list of at most {MAX_PRE_PULL} references")
+    for reference in pre_pull:
+        if not isinstance(reference, str) or not REFERENCE.fullmatch(reference):
+            raise invalid(f"not an image reference in pre_pull: {reference!r}", "invalid_reference")
+    if not isinstance(mirror, str) or (mirror and not MIRROR.fullmatch(mirror)):
+        raise invalid(f"mirror must be host[:port] or empty, not {mirror!r}", "invalid_mirror")
+    return sorted({normalize(reference) for reference in pre_pull}), mirror
+
+
+def _detail(report: str) -> str:
+    """What a pull's report says of its progress: `3 of 7 layers · 1.2 GB of 3.4 GB`."""
+    if report.startswith(("pulling ", "pulled ")):
+        return report.partition(": ")[2]
+    return report
+
+
+class ImageStore:
+    """The engine's images as the agent keeps them: see the module's docstring. Its calls
+    block (the host runs them in a worker thread); the pre-pulls run in a thread of their
+    own."""
+
+    def __init__(self, client, path: Path):
+        """`client`: the engine's docker.DockerClient; `path`: the file that keeps the
+        settings and what the agent pulled, across restarts."""
+        self.client = client
+        self.path = path
+        saved = self._load()
+        self.pre_pull: list[str] = saved.get("pre_pull", [])
+        self.mirror: str = saved.get("mirror", "")
+        self.pulled: set[str] = set(saved.get("pulled", []))  # what clean-up may remove
+        self.pulls: dict[str, dict] = {}  # pre-pull reference -> {"state", "detail"}
+        self.held: list[dict] = []
+        self._layers: dict[str, list[str]] = {}  # image id -> its layers, inspected once
+        self._lock = threading.Lock()
+        self._pulling: dict[str, threading.Lock] = {}
+        self._wanted = threading.Event()
+        self.refresh()
+        self._wanted.set()
+        threading.Thread(target=self._pre_pull_loop, name="pre-pull", daemon=True).start()
+
+    # --- what the host holds --------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read the engine's images again (an image inspected once is not inspected again)."""
+        entries = []
+        for item in self.client.api.images():
+            references = sorted(
+                {normalize(tag) for tag in item.get("RepoTags") or () if "<none>" not in tag}
+            )
+            if not references:
+                continue
+            layers = self._layers.get(item["Id"])
+            if layers is None:
+                try:
+                    inspected = self.client.api.inspect_image(item["Id"])
+                except NotFound:  # removed since the listing
+                    continue
+                layers = self._layers[item["Id"]] = (inspected.get("RootFS") or {}).get(
+                    "Layers"
+                ) or []
+            entries.append(
+                {
+                    "references": references,
+                    "id": item["Id"],
+                    "size": int(item.get("Size") or 0),
+                    "layers": layers,
+                }
+            )
+        entries.sort(key=lambda entry: entry["id"])
+        with self._lock:
+            self.held = entries[:MAX_IMAGES]
+            self._layers = {entry["id"]: entry["layers"] for entry in entries}
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self.refresh()
+        except (DockerException, requests.RequestException) as exc:
+            log.warning("cannot list the engine's images: %s", exc)
+
+    def inventory(self) -> dict:
+        """The inventory's part of images: what the host holds, the settings it applies, and
+        each pre-pull's state (waiting, pulling, pulled, failed) with its detail."""
+        with self._lock:
+            return {
+                "images": list(self.held),
+                "image_settings": {"pre_pull": list(self.pre_pull), "mirror": self.mirror},
+                "pre_pulls": [
+                    {"reference": reference, **self.pulls.get(reference, _WAITING)}
+                    for reference in self.pre_pull
+                ],
+            }
+
+    # --- pulls ----------------------------------------------------------------------------
+
+    def ensure(self, reference: str, progress) -> None:
+        """Pull `reference` unless the engine has it, reporting progress (`progress(text)`).
+        LaunchError with the reason when it cannot be had."""
+        with self._lock:
+            lock = self._pulling.setdefault(reference, threading.Lock())
+        with lock:  # a launch and a pre-pull of one image wait for one pull
+            try:
+                self.client.images.get(reference)
+                return
+            except ImageNotFound:
+                pass
+            except APIError as exc:
+                raise LaunchError(f"engine_unavailable: {exc.explanation or exc}") from exc
+            self._pull(reference, progress)
+        self._refresh_quietly()
+
+    def _pull(self, reference: str, progress) -> None:
+        mirror = self.mirror
+        source = mirrored(reference, mirror)
+        if source is not None:
+            try:
+                self._fetch(source, reference, progress, via=mirror)
+                repository, tag = split_reference(reference)
+                self.client.api.tag(source, repository, tag)
+                with contextlib.suppress(APIError):  # the original name is there: enough
+                    self.client.api.remove_image(source)
+            except (LaunchError, APIError) as exc:
+                progress(f"mirror {mirror} failed ({exc}); pulling {reference} from its registry")
+            else:
+                self._pulled(reference)
+                return
+        self._fetch(reference, reference, progress)
+        self._pulled(reference)
+
+    def _fetch(self, source: str, reference: str, progress, via: str = "") -> None:
+        """Pull `source` (the reference, or its copy at the mirror `via`)."""
+        repository, tag = split_reference(source)
+        pull = PullProgress(reference, via=via)
+        progress(pull.start())
+        try:
+            for line in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
+                if line.get("error"):
+                    raise LaunchError(f"image_pull_failed: {reference}: {line['error']}")
+                pull.feed(line)
+                if report := pull.due():
+                    progress(report)
+        except NotFound as exc:
+            raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc
+        except APIError as exc:
+            raise LaunchError(f"image_pull_failed: {reference}: {exc.explanation or exc}") from exc
+        except requests.RequestException as exc:
+            raise LaunchError(f"image_pull_failed: {reference}: {exc}") from exc
+        try:
+            image = self.client.images.get(source)
+        except ImageNotFound as exc:
+            raise LaunchError(f"image_not_found: {reference} (the pull brought nothing)") from exc
+        progress(pull.finished(image.id))
+
+    def _pulled(self, reference: str) -> None:
+        with self._lock:
+            self.pulled.add(normalize(reference))
+            self._save()
+
+    # --- pre-pulls ------------------------------------------------------------------------
+
+    def configure(self, pre_pull: list[str], mirror: str) -> dict:
+        """The console's settings (see parse_settings): kept, and the pre-pulls started.
+        Idempotent. Answers the settings as applied."""
+        with self._lock:
+            if (pre_pull, mirror) != (self.pre_pull, self.mirror):
+                self.pre_pull, self.mirror = pre_pull, mirror
+                self.pulls = {r: state for r, state in self.pulls.items() if r in pre_pull}
+                self._save()
+                log.info("images: pre-pull %s; mirror %s", pre_pull or "none", mirror or "none")
+        self._wanted.set()
+        return {"pre_pull": pre_pull, "mirror": mirror}
+
+    def _pre_pull_loop(self) -> None:
+        while True:
+            with self._lock:
+                failed = any(state["state"] == "failed" for state in self.pulls.values())
+            self._wanted.wait(PRE_PULL_RETRY_SECONDS if failed else None)
+            self._wanted.clear()
+            for reference in list(self.pre_pull):
+                if reference in self.pre_pull:  # not dropped meanwhile
+                    self._pre_pull(reference)
+
+    def _pre_pull(self, reference: str) -> None:
+        def report(text: str) -> None:
+            self._set_state(reference, "pulling", _detail(text))
+
+        try:
+            self.ensure(reference, report)
+        except LaunchError as exc:
+            log.warning("pre-pull of %s failed: %s", reference, exc)
+            self._set_state(reference, "failed", str(exc))
+        except (DockerException, requests.RequestException) as exc:
+            self._set_state(reference, "failed", f"engine_unavailable: {exc}")
+        else:
+            self._set_state(reference, "pulled", "")
+
+    def _set_state(self, reference: str, state: str, detail: str) -> None:
+        with self._lock:
+            if reference in self.pre_pull:
+                self.pulls[reference] = {"state": state, "detail": detail[:200]}
+
+    # --- clean-up -------------------------------------------------------------------------
+
+    def clean_up(self, in_use: set[str]) -> dict:
+        """Remove the images the agent pulled that neither `in_use` (the allocations' images)
+        nor the pre-pull list names; the engine keeps one a container uses. Answers what was
+        removed, what was kept and why, and the bytes freed."""
+        self.refresh()
+        keep = {normalize(reference) for reference in in_use} | set(self.pre_pull)
+        removed, kept, freed = [], [], 0
+        for entry in list(self.held):
+            names = set(entry["references"])
+            if not names & self.pulled or names & keep:
+                continue
+            if names - self.pulled:  # also named by someone else (tagged by hand): theirs too
+                kept.append({"references": sorted(names), "why": "named by others too"})
+                continue
+            try:
+                self.client.api.remove_image(entry["id"])
+            except APIError as exc:  # a container uses it (409), or it went meanwhile
+                kept.append({"references": sorted(names), "why": str(exc.explanation or exc)})
+                continue
+            removed += sorted(names)
+            freed += entry["size"]
+            with self._lock:
+                self.pulled -= names
+        with self._lock:
+            self._save()
+        self._refresh_quietly()
+        log.info("image clean-up: removed %s (%s)", removed or "nothing", human_size(freed))
+        return {"removed": removed, "kept": kept, "freed_bytes": freed}
+
+    # --- the state file ---------------------------------------------------------------------
+
+    def _load(self) -> dict:
+        try:
+            saved = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
+    def _save(self) -> None:
+        """Write the settings and what the agent pulled, atomically (the caller holds the
+        lock)."""
+        data = {"pre_pull": self.pre_pull, "mirror": self.mirror, "pulled": sorted(self.pulled)}
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        with os.fdopen(fd, "w") as file:
+            json.dump(data, file, indent=2, sort_keys=True)
+        os.replace(tmp, self.path)
+
+
+_WAITING = {"state": "waiting", "detail": ""}

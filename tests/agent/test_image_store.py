@@ -1,0 +1,220 @@
+"""The agent's images (agent/image_store.py) on a fake engine: references as engines store
+them, pulls through the region's mirror first and from the origin when it fails, clean-up that
+keeps pre-pull and in-use images and what the agent did not pull; and the control API's new
+routes: the console's credential only, their bodies checked."""
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from docker.errors import APIError, ImageNotFound
+
+from agent.api import create_app
+from agent.backends.sim import SimBackend
+from agent.gpu_models import MODELS
+from agent.host import LocalHost
+from agent.image_store import ImageStore, mirrored, normalize
+from agent.runtimes.sim import SimRuntime
+from agent.state import StateStore
+
+SECRET = "s3cret-of-the-host"
+ORIGIN = "registry.example:5000"
+MIRROR = "127.0.0.1:5001"
+
+
+class FakeEngine:
+    """What ImageStore asks of docker.DockerClient: images by reference, pulls that succeed
+    from the registries in `serving`, tags and removals."""
+
+    def __init__(self, serving=(ORIGIN,)):
+        self.serving = set(serving)
+        self.tags: dict[str, str] = {}  # reference -> image id
+        self.pulled: list[str] = []
+        self.in_use: set[str] = set()
+
+    @property
+    def client(self):
+        """As docker.DockerClient: `api` (this) and `images` (by reference)."""
+        return SimpleNamespace(api=self, images=SimpleNamespace(get=self.get))
+
+    # docker.APIClient
+    def images(self):
+        ids = {}
+        for reference, image_id in self.tags.items():
+            ids.setdefault(image_id, []).append(reference)
+        return [{"Id": i, "RepoTags": refs, "Size": 1_000_000} for i, refs in ids.items()]
+
+    def inspect_image(self, image_id):
+        return {"RootFS": {"Layers": [f"sha256:{image_id[-4:]}-layer"]}}
+
+    def pull(self, repository, tag, stream, decode):
+        reference = f"{repository}:{tag}"
+        self.pulled.append(reference)
+        if repository.split("/")[0] not in self.serving:
+            raise APIError("connection refused")
+        self.tags[reference] = f"sha256:{abs(hash(reference.split('/', 1)[1])):x}"
+        yield {"status": "Pull complete", "id": "aaaa"}
+
+    def tag(self, source, repository, tag):
+        self.tags[f"{repository}:{tag}"] = self.tags[source]
+
+    def remove_image(self, name):
+        if name in self.tags:
+            del self.tags[name]
+            return
+        if name in self.in_use:
+            raise APIError("image is in use by a container")
+        for reference in [r for r, i in self.tags.items() if i == name]:
+            del self.tags[reference]
+
+    def get(self, reference):
+        if reference not in self.tags:
+            raise ImageNotFound(reference)
+        return type("Image", (), {"id": self.tags[reference]})()
+
+
+@pytest.fixture
+def store(tmp_path):
+    engine = FakeEngine()
+    return engine, ImageStore(engine.client, tmp_path / "images.json")
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("ubuntu", "docker.io/library/ubuntu:latest"),
+        ("pytorch/pytorch:2.5", "docker.io/pytorch/pytorch:2.5"),
+        ("localhost/gpucloud/demo:latest", "localhost/gpucloud/demo:latest"),
+        ("127.0.0.1:5000/team/x", "127.0.0.1:5000/team/x:latest"),
+        ("ghcr.io/a/b@sha256:abc", "ghcr.io/a/b@sha256:abc"),
+    ],
+)
+def test_references_are_compared_as_engines_store_them(given, stored):
+    assert normalize(given) == stored
+
+
+def test_the_mirror_serves_what_it_can_cache():
+    assert mirrored("pytorch/pytorch:2.5", MIRROR) == f"{MIRROR}/pytorch/pytorch:2.5"
+    assert mirrored(f"{ORIGIN}/team/x:1", MIRROR) == f"{MIRROR}/team/x:1"
+    assert mirrored("localhost/gpucloud/demo:latest", MIRROR) is None  # this host's own
+    assert mirrored(f"{MIRROR}/team/x:1", MIRROR) is None
+    assert mirrored("ghcr.io/a/b@sha256:abc", MIRROR) is None  # a digest cannot be re-tagged
+    assert mirrored("ubuntu", "") is None
+
+
+def test_a_pull_goes_through_the_mirror_and_keeps_the_original_name(store):
+    engine, images = store
+    engine.serving.add(MIRROR)
+    images.configure([], MIRROR)
+    said = []
+    images.ensure(f"{ORIGIN}/team/x:1", said.append)
+    assert engine.pulled == [f"{MIRROR}/team/x:1"]
+    assert set(engine.tags) == {f"{ORIGIN}/team/x:1"}  # the mirror's name is gone
+    assert said[0] == f"pulling {ORIGIN}/team/x:1 (via mirror {MIRROR})"
+    assert said[-1].startswith(f"pulled {ORIGIN}/team/x:1 (via mirror {MIRROR}) in ")
+    assert images.inventory()["images"][0]["references"] == [f"{ORIGIN}/team/x:1"]
+
+
+def test_a_failing_mirror_falls_back_to_the_origin_and_says_so(store):
+    engine, images = store
+    images.configure([], MIRROR)  # the mirror serves nothing: refused
+    said = []
+    images.ensure(f"{ORIGIN}/team/x:1", said.append)
+    assert engine.pulled == [f"{MIRROR}/team/x:1", f"{ORIGIN}/team/x:1"]
+    assert any(m.startswith(f"mirror {MIRROR} failed (") for m in said), said
+    assert said[-1].startswith(f"pulled {ORIGIN}/team/x:1 in ")
+
+
+def test_pre_pulls_run_in_the_background_and_report_their_state(store):
+    engine, images = store
+    images.configure([f"{ORIGIN}/team/a:1", f"{ORIGIN}/team/missing:1"], "")
+    engine.serving.discard(ORIGIN)
+    deadline = time.monotonic() + 5
+    while any(p["state"] in ("waiting", "pulling") for p in images.inventory()["pre_pulls"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    states = {p["reference"]: p for p in images.inventory()["pre_pulls"]}
+    assert states[f"{ORIGIN}/team/a:1"]["state"] == "failed"
+    assert "image_pull_failed" in states[f"{ORIGIN}/team/a:1"]["detail"]
+
+
+def test_clean_up_keeps_pre_pull_in_use_and_what_the_agent_did_not_pull(store):
+    engine, images = store
+    for name in ("pre", "used", "busy", "junk"):
+        images.ensure(f"{ORIGIN}/team/{name}:1", lambda _: None)
+    engine.tags["localhost/built/by-hand:1"] = "sha256:hand"  # not the agent's
+    engine.in_use.add(engine.tags[f"{ORIGIN}/team/busy:1"])  # a container of it
+    images.configure([f"{ORIGIN}/team/pre:1"], "")
+    outcome = images.clean_up({f"{ORIGIN}/team/used:1"})
+    assert outcome["removed"] == [f"{ORIGIN}/team/junk:1"]
+    assert [k["references"] for k in outcome["kept"]] == [[f"{ORIGIN}/team/busy:1"]]
+    assert set(engine.tags) == {
+        f"{ORIGIN}/team/pre:1",
+        f"{ORIGIN}/team/used:1",
+        f"{ORIGIN}/team/busy:1",
+        "localhost/built/by-hand:1",
+    }
+
+
+def test_the_inventory_digest_stays_while_the_images_do(tmp_path, store):
+    engine, images = store
+    runtime = SimRuntime()
+    runtime.images = images
+    host = LocalHost("h", SimBackend("h", MODELS["l4"], ["whole"]), runtime, StateStore(tmp_path))
+    first = host.inventory()["digest"]
+    images.refresh()
+    assert host.inventory()["digest"] == first
+    images.ensure(f"{ORIGIN}/team/x:1", lambda _: None)
+    assert host.inventory()["digest"] != first
+
+
+def call(host, method, path, body=None, secret=SECRET):
+    async def go():
+        transport = httpx.ASGITransport(app=create_app(host, SECRET))
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+            return await client.request(method, path, json=body, headers=headers)
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def sim_host(tmp_path):
+    return LocalHost(
+        "h", SimBackend("h", MODELS["l4"], ["whole"]), SimRuntime(), StateStore(tmp_path)
+    )
+
+
+@pytest.mark.parametrize("secret", [None, "another-hosts-secret"])
+def test_the_image_routes_take_only_the_consoles_credential(sim_host, secret):
+    settings = call(sim_host, "PUT", "/v1/images/settings", {"pre_pull": [], "mirror": ""}, secret)
+    assert settings.status_code == 401
+    assert call(sim_host, "POST", "/v1/images/clean-up", secret=secret).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"pre_pull": []}, "invalid_body"),
+        ({"pre_pull": "ubuntu", "mirror": ""}, "invalid_body"),
+        ({"pre_pull": ["bad reference; rm -rf"], "mirror": ""}, "invalid_reference"),
+        ({"pre_pull": [], "mirror": "http://mirror/path"}, "invalid_mirror"),
+        ({"pre_pull": ["x"] * 101, "mirror": ""}, "invalid_body"),
+    ],
+)
+def test_bad_settings_are_refused_field_by_field(tmp_path, store, body, code):
+    runtime = SimRuntime()
+    runtime.images = store[1]
+    host = LocalHost("h", SimBackend("h", MODELS["l4"], ["whole"]), runtime, StateStore(tmp_path))
+    answer = call(host, "PUT", "/v1/images/settings", body)
+    assert answer.status_code == 400
+    assert answer.json()["error"] == code
+
+
+def test_a_host_without_images_says_so(sim_host):
+    answer = call(sim_host, "PUT", "/v1/images/settings", {"pre_pull": [], "mirror": ""})
+    assert answer.status_code == 409
+    assert answer.json()["error"] == "no_images"
+    assert call(sim_host, "POST", "/v1/images/clean-up").json()["error"] == "no_images"
