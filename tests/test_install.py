@@ -62,8 +62,10 @@ def test_the_distributed_sections_commands_set_up_a_console_as_written(tmp_path)
         "create_user",
         "changepassword",
         "collectstatic",
+        "ssh_front",
         "create_join_token",
     ]
+    commands = [c for c in commands if c[1] != "ssh_front"]  # a server, as uvicorn's and Celery's
     operator = dict(
         assignment.split("=", 1)
         for line in block.splitlines()
