@@ -20,7 +20,6 @@ from django.utils import timezone
 from console import secret_env
 from console.catalog.models import MIG_SLICES, Mode, Spec
 from console.catalog.spec_fit import request_for
-from console.fleet import images
 from console.fleet import locks as fleet_locks
 from console.fleet.models import Gpu, Host
 from console.instances import sign_in
@@ -400,17 +399,16 @@ def allocate(
     host_pk: int | None = None,
     gpu_pks: list[int] | None = None,
     replacing: Allocation | None = None,
+    holders: frozenset[int] = frozenset(),
 ) -> Allocation | None:
     """Place `instance` with `spec` in its region and commit the slice, or answer None when
     nothing fits (Busy when other workers kept winning the race for the slices it chose).
     Runs inside the caller's transaction (which holds the instance's lock).
 
     `host_pk`/`gpu_pks` restrict the choice (a resize in place); `replacing` is an allocation
-    of the instance whose slice counts as free and is released in the same commit."""
+    of the instance whose slice counts as free and is released in the same commit; `holders`:
+    the hosts that hold its image, one of which is worth a little (see `choose`)."""
     ignore = replacing.pk if replacing else None
-    holders = frozenset()
-    if host_pk is None:  # free to choose: a host that holds the image is worth a little
-        holders = images.holders(instance.region_id, instance.image.reference)
     for _attempt in range(ATTEMPTS):
         snap = snapshot(
             instance.region_id, host_pks=[host_pk] if host_pk else None, ignore_allocation_id=ignore

@@ -2,7 +2,6 @@
 first), an event says so, and why that host (nothing extra when the host holds it)."""
 
 from console.catalog.spec_fit import request_for
-from console.fleet import images
 from console.fleet.models import Host
 from console.instances import placement
 from console.instances.models import Allocation, Instance
@@ -11,16 +10,18 @@ from console.scheduler.policies import place
 NAMED = 3  # hosts named in the event, at most
 
 
-def pull_note(instance: Instance, allocation: Allocation, pinned: int | None) -> str:
+def pull_note(
+    instance: Instance, allocation: Allocation, pinned: int | None, holding: frozenset[int]
+) -> str:
     """The event of a placement on a host that lacks the instance's image ("" when it holds
-    it, or runs workloads without images); `pinned`: the host the instance had to go to."""
+    it, or runs workloads without images); `pinned`: the host the instance had to go to;
+    `holding`: the hosts of its region that hold the image."""
+    if allocation.host_id in holding:
+        return ""
     host = Host.objects.only("name", "image_settings").get(pk=allocation.host_id)
     if not host.image_settings:  # a runtime without images (sim, process)
         return ""
     reference = instance.image.reference
-    holding = images.holders(instance.region_id, reference)
-    if allocation.host_id in holding:
-        return ""
     pulling = f"Pulling {reference} on {host.name}"
     if pinned is not None:
         return f"{pulling}, which holds its disk"

@@ -7,6 +7,7 @@ import logging
 from django.db import transaction
 
 from console.celery import enqueue_on_commit
+from console.fleet import images
 from console.fleet.models import Host
 from console.instances import availability, lifecycle, locks, placement, pulls
 from console.instances.models import Instance, State
@@ -56,8 +57,14 @@ def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str
     (a disk does not move between hosts). Answers "placed", "full" (nothing fits now) or
     "busy" (other workers kept taking the slices it chose: the scheduler tries again soon)."""
     pinned = placement.pinned_host(instance)
+    holding = images.holders(instance.region_id, instance.image.reference)
     try:
-        allocation = placement.allocate(instance, instance.spec, host_pk=pinned)
+        allocation = placement.allocate(
+            instance,
+            instance.spec,
+            host_pk=pinned,
+            holders=holding if pinned is None else frozenset(),  # free to choose: worth a little
+        )
     except placement.Busy as exc:
         log.info("%s", exc)
         kick_scheduler()
@@ -65,7 +72,7 @@ def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str
     if allocation is None:
         return "full"
     lifecycle.transition(instance, to_state, actor=actor, message=message)
-    if pulling := pulls.pull_note(instance, allocation, pinned):
+    if pulling := pulls.pull_note(instance, allocation, pinned, holding):
         lifecycle.note(instance, pulling)
     enqueue("provision", instance.pk)
     return "placed"

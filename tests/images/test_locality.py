@@ -4,6 +4,7 @@ the chosen host has to pull it, and why that host."""
 
 import pytest
 
+from console.fleet import images
 from console.fleet.images import normalize
 from console.fleet.models import Host, HostImage
 from console.instances import services
@@ -82,5 +83,6 @@ def test_an_instance_pinned_to_the_host_of_its_disk_says_it_pulls_there(catalog,
     disk = oci_host(catalog, "disk")
     instance, _ = launch(catalog, tenant, "box")
     hold(oci_host(catalog, "other"), catalog.image.reference)
-    note = pull_note(instance, instance.current_allocation(), pinned=disk.pk)
+    holding = images.holders(instance.region_id, catalog.image.reference)
+    note = pull_note(instance, instance.current_allocation(), disk.pk, holding)
     assert note == f"Pulling {catalog.image.reference} on disk, which holds its disk"
