@@ -50,6 +50,17 @@ class AgentUnavailable(AgentError):
     transient = True
 
 
+# The Celery options of a task whose agent call may find the host away for a while: retried
+# with backoff while the agent does not answer, and acknowledged only once it ran.
+RETRIED_WHILE_UNAVAILABLE = {
+    "autoretry_for": (AgentUnavailable,),
+    "retry_backoff": settings.INSTANCE_AGENT_RETRY_BACKOFF,
+    "retry_backoff_max": settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
+    "max_retries": settings.INSTANCE_AGENT_MAX_RETRIES,
+    "acks_late": True,
+}
+
+
 class AgentRejected(AgentError):
     """The agent refused the request (4xx): retrying the same call will not help."""
 

@@ -4,7 +4,7 @@ from celery import shared_task
 from django.conf import settings
 
 from console.fleet import images, services
-from console.fleet.agent_client import AgentUnavailable
+from console.fleet.agent_client import RETRIED_WHILE_UNAVAILABLE, AgentUnavailable
 
 
 @shared_task(name="console.fleet.tasks.watchdog", ignore_result=True)
@@ -21,11 +21,7 @@ def certify_due_gateways() -> list[int]:
 
 @shared_task(
     name="console.fleet.tasks.certify_gateway",
-    autoretry_for=(AgentUnavailable,),
-    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
-    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
-    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
-    acks_late=True,
+    **RETRIED_WHILE_UNAVAILABLE,
 )
 def certify_gateway(host_pk: int) -> bool:
     """Give a host's SSH gateway a certificate of the console's CA (new or renewed)."""
@@ -34,11 +30,7 @@ def certify_gateway(host_pk: int) -> bool:
 
 @shared_task(
     name="console.fleet.tasks.push_image_settings",
-    autoretry_for=(AgentUnavailable,),
-    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
-    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
-    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
-    acks_late=True,
+    **RETRIED_WHILE_UNAVAILABLE,
 )
 def push_image_settings(host_pk: int) -> bool:
     """Hand a host's agent the images to pre-pull and its region's registry mirror."""

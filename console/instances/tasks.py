@@ -17,7 +17,12 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from console.fleet import agent_client
-from console.fleet.agent_client import AgentError, AgentRejected, AgentUnavailable
+from console.fleet.agent_client import (
+    RETRIED_WHILE_UNAVAILABLE,
+    AgentError,
+    AgentRejected,
+    AgentUnavailable,
+)
 from console.fleet.models import Host
 from console.instances import access, lifecycle, outcomes, placement, queue, recovery, restarts
 from console.instances.models import Allocation, Instance, State
@@ -227,11 +232,7 @@ def terminate(self, instance_pk: int) -> None:
 
 @shared_task(
     name="console.instances.tasks.push_ssh_keys",
-    autoretry_for=(AgentUnavailable,),
-    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
-    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
-    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
-    acks_late=True,
+    **RETRIED_WHILE_UNAVAILABLE,
 )
 def push_ssh_keys(instance_pk: int) -> bool:
     """The keys the instance grants changed (a key deleted, a member lowered to viewer or

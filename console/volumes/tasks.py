@@ -4,7 +4,7 @@ from celery import shared_task
 from django.conf import settings
 
 from console.fleet import agent_client
-from console.fleet.agent_client import AgentRejected, AgentUnavailable
+from console.fleet.agent_client import RETRIED_WHILE_UNAVAILABLE, AgentRejected
 from console.fleet.models import Host
 from console.volumes import services
 
@@ -12,11 +12,7 @@ from console.volumes import services
 @shared_task(
     bind=True,
     name="console.volumes.tasks.remove_disk",
-    autoretry_for=(AgentUnavailable,),
-    retry_backoff=settings.INSTANCE_AGENT_RETRY_BACKOFF,
-    retry_backoff_max=settings.INSTANCE_AGENT_RETRY_BACKOFF_MAX,
-    max_retries=settings.INSTANCE_AGENT_MAX_RETRIES,
-    acks_late=True,
+    **RETRIED_WHILE_UNAVAILABLE,
     reject_on_worker_lost=True,
 )
 def remove_disk(self, volume_pk: int) -> bool:
