@@ -3,8 +3,10 @@
 - `POST {server}/agent/v1/register` once, with a join token, to get the host id and secret;
 - `POST {server}/agent/v1/heartbeat` every heartbeat interval with the API's address,
   inventory and allocations;
-- `POST {server}/agent/v1/samples` with each round of samples as soon as it is read (the
-  rounds read while the console is away are buffered and sent when it is back);
+- each round of samples as soon as it is read, as a frame of the websocket
+  `{server}/agent/v1/samples/stream` (agent/sample_stream.py), or as
+  `POST {server}/agent/v1/samples` where the console has no stream (the rounds read while the
+  console is away are buffered and sent when it is back);
 - `POST {server}/agent/v1/events` as soon as something happens to a workload that the console
   did not ask for (it exited, failed, a slow launch ended, an image pull progressed).
 Each carries `Authorization: Bearer <secret>`.
@@ -21,9 +23,11 @@ import time
 from collections import deque
 
 import httpx
+import orjson
 
 from agent import AGENT_VERSION
 from agent.host import LocalHost
+from agent.sample_stream import SampleStream
 from agent.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -91,14 +95,22 @@ class Servers:
         return self.urls[0] if len(self.urls) == 1 else f"every server ({', '.join(self.urls)})"
 
 
-def _message(response: httpx.Response) -> str:
+def _answer(response: httpx.Response):
+    """The JSON of an answer, or its text when it is not JSON."""
     try:
-        body = response.json()
+        return response.json()
     except ValueError:
         return response.text.strip()[:200] or response.reason_phrase
-    if isinstance(body, dict):
-        return str(body.get("detail") or body.get("error") or body)
-    return str(body)
+
+
+def _detail(answer) -> str:
+    if isinstance(answer, dict):
+        return str(answer.get("detail") or answer.get("error") or answer)
+    return str(answer)
+
+
+def _message(response: httpx.Response) -> str:
+    return _detail(_answer(response))
 
 
 def _identity_answer(server: str, response: httpx.Response) -> dict:
@@ -195,6 +207,7 @@ class Reporter:
         self.client = httpx.AsyncClient(
             timeout=TIMEOUT_SECONDS, headers={"Authorization": f"Bearer {identity['secret']}"}
         )
+        self.stream = SampleStream(identity["secret"], TIMEOUT_SECONDS)
         self._rounds: deque[tuple[int, list[dict]]] = deque(maxlen=BUFFER_ROUNDS)
         self._serial = itertools.count(1)
         self._failures = 0
@@ -284,19 +297,26 @@ class Reporter:
         while self._rounds:
             batch = list(itertools.islice(self._rounds, ROUNDS_PER_POST))
             payload = {"host_id": self.host_id, "samples": [s for _, r in batch for s in r]}
-            try:
-                response = await self.servers.apost(self.client, SAMPLES_PATH, json=payload)
-            except httpx.HTTPError as exc:
-                self._failed(f"samples to {self.servers} failed: {exc}")
-                return
-            if response.status_code in REJECTED:
-                log.error(
-                    "samples rejected, dropped: HTTP %d: %s",
-                    response.status_code,
-                    _message(response),
-                )
-            elif not response.is_success:
-                self._failed(f"samples: HTTP {response.status_code}: {_message(response)}")
+            # a reading NVML could not give as a number (NaN) goes as null: no reading
+            body = orjson.dumps(payload)
+            answered = await self.stream.send(self.servers.current, body)
+            if answered is None:
+                try:
+                    response = await self.servers.apost(
+                        self.client,
+                        SAMPLES_PATH,
+                        content=body,
+                        headers={"Content-Type": "application/json"},
+                    )
+                except httpx.HTTPError as exc:
+                    self._failed(f"samples to {self.servers} failed: {exc}")
+                    return
+                answered = response.status_code, _answer(response)
+            status, answer = answered
+            if status in REJECTED:
+                log.error("samples rejected, dropped: HTTP %d: %s", status, _detail(answer))
+            elif not 200 <= status < 300:
+                self._failed(f"samples: HTTP {status}: {_detail(answer)}")
                 return
             sent = batch[-1][0]
             while self._rounds and self._rounds[0][0] <= sent:
@@ -321,4 +341,5 @@ class Reporter:
                 await asyncio.wait_for(self.push(), FLUSH_SECONDS)
 
     async def aclose(self) -> None:
+        await self.stream.close()
         await self.client.aclose()

@@ -6,16 +6,18 @@ GPUs, one whole-GPU instance per GPU, and tenants of 8 instances with a member t
 Redis (REDIS_URL, else the one `make run` starts: `redis-server` where installed, else the
 fakeredis server in a process of its own; `--redis embedded` or `--redis redis-server` picks
 one), and `--servers` uvicorn processes. The agents are simulated in processes of the
-bench's own (`--agents-per-process`, 250 by default): each reads a round (a `gpu` and an
-`allocation` sample per GPU) once a second and hands it to the agent's own `Reporter`
-(agent/control.py), which pushes it to /agent/v1/samples with its host's secret exactly as a
-running agent does; latency starts at the read. The viewers, in another process, are
+bench's own (`--agents-per-process`, 250 by default), on uvloop as the agent's uvicorn runs
+them: each reads a round (a `gpu` and an `allocation` sample per GPU) once a second and hands
+it to the agent's own `Reporter` (agent/control.py), which sends it over its websocket,
+/agent/v1/samples/stream, with its host's secret exactly as a running agent does; latency
+starts at the read. The viewers, in another process, are
 `websockets` clients on /ws/instances/<id>/metrics/ with a member's bearer token; latency
 ends when one receives.
 
 Per run it prints: samples in, messages expected and delivered, lost, agent-read → client-
-received latency (p50/p99/max), the CPU the server processes (and Redis) used, as cores, and
-how late the bench's own two event loops ran (p99): what of a latency is the bench's.
+received latency (p50/p99/max), the CPU the server processes, Redis and the bench's own
+processes used in the measured seconds, as cores, and how late the bench's own two event loops
+ran (p99): what of a latency is the bench's.
 The baseline (`bare`) is the target load with no agent, no push and no live window: a process
 of the bench's own PUBLISHes each GPU's sample frame straight to its instance's Redis channel,
 as the console's ingestion does, and the same servers relay it to the same viewers. No change
@@ -47,6 +49,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -257,7 +261,6 @@ class AgentsTally:
     post_seconds: list[float] = field(default_factory=list)
     expected: set = field(default_factory=set)  # (instance, ts) of watched instances
     loop_lag: list[float] = field(default_factory=list)
-    cpu: float = 0.0
 
     def merge(self, other: "AgentsTally") -> None:
         self.samples_in += other.samples_in
@@ -265,7 +268,6 @@ class AgentsTally:
         self.post_seconds += other.post_seconds
         self.expected |= other.expected
         self.loop_lag += other.loop_lag
-        self.cpu += other.cpu
 
 
 @dataclass
@@ -275,19 +277,30 @@ class ViewersTally:
     duplicates: list = field(default_factory=list)  # ts of samples received more than once
     poll_seconds: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
     loop_lag: list[tuple[float, float]] = field(default_factory=list)  # (at, lag)
-    cpu: float = 0.0
+
+
+def _readings(count: int = 256) -> list[dict]:
+    """Readings to draw from: a simulated agent's reads cost the bench a dict copy each, not a
+    draw of six random numbers (at 10,000 GPUs the bench shares the machine's two cores)."""
+    found = []
+    for _ in range(count):
+        used = random.randint(1000, 70000)
+        found.append({
+            "mig_uuid": None, "gpu_util": round(random.uniform(20, 100), 1),
+            "mem_used_mib": used, "mem_total_mib": 81920,
+            "temperature_c": round(random.uniform(40, 80), 1),
+            "power_w": round(random.uniform(80, 400), 1), "sm_clock_mhz": 1410, "ecc_errors": 0,
+            "healthy": True, "processes": [{"pid": 4242, "used_mib": used}],
+        })  # fmt: skip
+    return found
+
+
+READINGS = _readings()
 
 
 def reading(ts: float, index: int, uuid: str, alloc: str | None) -> list[dict]:
-    util = round(random.uniform(20, 100), 1)
-    used = random.randint(1000, 70000)
-    base = {
-        "ts": ts, "gpu_index": index, "gpu_uuid": uuid, "mig_uuid": None,
-        "gpu_util": util, "mem_used_mib": used, "mem_total_mib": 81920,
-        "temperature_c": round(random.uniform(40, 80), 1),
-        "power_w": round(random.uniform(80, 400), 1), "sm_clock_mhz": 1410, "ecc_errors": 0,
-        "healthy": True, "processes": [{"pid": 4242, "used_mib": used}],
-    }  # fmt: skip
+    base = {**READINGS[random.randrange(len(READINGS))], "ts": ts, "gpu_index": index,
+            "gpu_uuid": uuid}  # fmt: skip
     samples = [{**base, "kind": "gpu", "allocation": None}]
     if alloc:
         samples.append({**base, "kind": "allocation", "allocation": alloc})
@@ -343,6 +356,7 @@ async def agent(reporter, host, watched, tally: AgentsTally, window: Window, pha
                 break
             await asyncio.sleep(next_at - time.time())
             ts = time.time()
+            next_at += 1.0  # a loop that wakes a little early (uvloop's) reads once all the same
             samples = [
                 s for index, uuid, alloc, _ in host["gpus"] for s in reading(ts, index, uuid, alloc)
             ]
@@ -419,8 +433,6 @@ def viewers_process(conn, addresses, watched, tokens, watch) -> None:
     receives until the parent says "stop", and sends back its tally."""
     import httpx
 
-    began = time.process_time()
-
     async def main() -> ViewersTally:
         tally = ViewersTally()
         ready = asyncio.Semaphore(0)
@@ -450,8 +462,7 @@ def viewers_process(conn, addresses, watched, tokens, watch) -> None:
             await client.aclose()
         return tally
 
-    tally = asyncio.run(main())
-    tally.cpu = time.process_time() - began
+    tally = uvloop.run(main())  # the load generator's own cost kept low: uvloop, as uvicorn's
     conn.send(tally)
 
 
@@ -460,7 +471,6 @@ def agents_process(conn, addresses, hosts, watched, first: int, fleet: int) -> N
     Once they are set up (an HTTP client each: seconds for a thousand) it says "ready" and
     receives the window; they read from 3 s before it to its end, then flush, and the process
     sends back its tally."""
-    began = time.process_time()
 
     async def main() -> AgentsTally:
         tally = AgentsTally()
@@ -478,8 +488,7 @@ def agents_process(conn, addresses, hosts, watched, first: int, fleet: int) -> N
         tally.loop_lag = [seconds for at, seconds in lags if at in window]
         return tally
 
-    tally = asyncio.run(main())
-    tally.cpu = time.process_time() - began
+    tally = uvloop.run(main())  # the agent's loop: uvicorn runs its Reporter on uvloop
     conn.send(tally)
 
 
@@ -493,7 +502,6 @@ def publisher_process(conn, hosts, watched) -> None:
     from console import broadcast
     from console.metrics.ingest import instance_group, sample_frame
 
-    began = time.process_time()
     tally = AgentsTally()
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
     client.ping()
@@ -524,13 +532,14 @@ def publisher_process(conn, hosts, watched) -> None:
                 )
         second += 1.0
     client.close()
-    tally.cpu = time.process_time() - began
     conn.send(tally)
 
 
-def drive(world, servers, agents, viewers, watch, push, warmup, seconds, drain, per_process):
+def drive(world, servers, redis_proc, agents, viewers, watch, push, warmup, seconds, drain,
+          per_process):  # fmt: skip
     """The viewers connect; then the agents (at most `per_process` to a process) or the bare
-    publisher start, and `seconds` after `warmup` count."""
+    publisher start, and `seconds` after `warmup` count: what was read in them, and the CPU
+    the servers, Redis and the bench's own processes used in them (cores)."""
     context = multiprocessing.get_context("fork")  # the world is built here already
     hosts = world.hosts[:agents]
     watched = [inst for host in hosts for _, _, _, inst in host["gpus"]][:viewers]
@@ -562,11 +571,18 @@ def drive(world, servers, agents, viewers, watch, push, warmup, seconds, drain, 
     for end in ends:
         end.send(window)
     time.sleep(max(0.0, window.start - time.time()))
-    cpu_before = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
+    pids = {
+        "server": [proc.pid for proc, _ in servers],
+        "redis": [redis_proc.pid] if redis_proc else [],
+        "bench": [proc.pid for proc in [*procs, viewers_proc]],
+    }
+    cpu_before = {part: sum(map(cpu_seconds, found)) for part, found in pids.items()}
     wall_before = time.monotonic()
     time.sleep(max(0.0, window.end - time.time()))
-    cpu_after = {proc.pid: cpu_seconds(proc.pid) for proc, _ in servers}
+    cpu_after = {part: sum(map(cpu_seconds, found)) for part, found in pids.items()}
     wall = time.monotonic() - wall_before
+    cpu = {part: (cpu_after[part] - cpu_before[part]) / wall for part in pids}
+    cpu["redis"] = cpu["redis"] if redis_proc else None
     agents_tally = AgentsTally()
     for end, proc in zip(ends, procs, strict=True):
         agents_tally.merge(end.recv())
@@ -575,8 +591,7 @@ def drive(world, servers, agents, viewers, watch, push, warmup, seconds, drain, 
     viewers_end.send("stop")
     viewers_tally = viewers_end.recv()
     viewers_proc.join()
-    server_cpu = sum(cpu_after[p] - cpu_before[p] for p in cpu_after) / wall
-    return window, agents_tally, viewers_tally, server_cpu, wall
+    return window, agents_tally, viewers_tally, cpu, wall
 
 
 def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch, push) -> dict:
@@ -584,12 +599,11 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch, push)
 
     redis_client.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     servers = start_servers(args.servers, work)
-    redis_before = cpu_seconds(redis_proc.pid) if redis_proc else None
-    began = time.monotonic()
     try:
-        window, sent, seen, server_cpu, wall = drive(
+        window, sent, seen, cpu, wall = drive(
             world,
             servers,
+            redis_proc,
             agents,
             viewers,
             watch,
@@ -602,14 +616,12 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch, push)
     finally:
         for proc, _ in servers:
             stop(proc)
-    elapsed = time.monotonic() - began
     try:
         redis_memory = redis_client.Redis.from_url(os.environ["REDIS_URL"]).info("memory")[
             "used_memory"
         ]
     except Exception:  # fakeredis answers INFO partly
         redis_memory = None
-    redis_cpu = (cpu_seconds(redis_proc.pid) - redis_before) / elapsed if redis_proc else None
     delivered = {key: at for key, at in seen.received.items() if key in sent.expected}
     latencies = [at - ts for (_, ts), at in delivered.items()]
     if os.environ.get("BENCH_TIMELINE"):  # the worst seconds: stalls, and when
@@ -644,9 +656,9 @@ def run(name, world, work, redis_proc, args, agents, gpus, viewers, watch, push)
         "agents_lag_p99_ms": percentile(sent.loop_lag, 99) * 1000,
         "viewers_lag_p99_ms": percentile([lag for at, lag in seen.loop_lag if at in window], 99)
         * 1000,
-        "server_cpu": server_cpu,
-        "redis_cpu": redis_cpu,
-        "bench_cpu": (sent.cpu + seen.cpu) / elapsed,
+        "server_cpu": cpu["server"],
+        "redis_cpu": cpu["redis"],
+        "bench_cpu": cpu["bench"],
         "seconds": wall,
         "load": os.getloadavg()[0],
         "redis_memory_mib": redis_memory / 2**20 if redis_memory else None,

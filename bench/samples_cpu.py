@@ -85,13 +85,20 @@ def count(authorization: str, bodies: list[bytes]) -> tuple[float, float]:
 
     commands = 0
     execute = redis.client.Pipeline.execute
+    execute_command = redis.Redis.execute_command
 
     def counted(pipe, *args, **kwargs):
         nonlocal commands
         commands += len(pipe.command_stack)
         return execute(pipe, *args, **kwargs)
 
+    def counted_command(client, *args, **kwargs):  # one command, a Lua script's call included
+        nonlocal commands
+        commands += 1
+        return execute_command(client, *args, **kwargs)
+
     redis.client.Pipeline.execute = counted
+    redis.Redis.execute_command = counted_command
     connection.force_debug_cursor = True
     try:
         for body in bodies:
@@ -100,6 +107,7 @@ def count(authorization: str, bodies: list[bytes]) -> tuple[float, float]:
     finally:
         connection.force_debug_cursor = False
         redis.client.Pipeline.execute = execute
+        redis.Redis.execute_command = execute_command
     return queries / len(bodies), commands / len(bodies)
 
 

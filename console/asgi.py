@@ -16,17 +16,19 @@ django_app = WSGIMiddleware(get_wsgi_application(), workers=settings.WEB_REQUEST
 
 from accounts.websocket import TenantAuthMiddleware  # noqa: E402
 from console.instances.ports import by_host  # noqa: E402
-from console.metrics.asgi import with_samples_route  # noqa: E402
+from console.metrics.asgi import with_samples_route, with_samples_stream  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
-# The agents' sample pushes, the ports and websockets do not wait behind Django's turns. A Host
-# that names an instance's port origin (i{id}-{port}.PORTS_DOMAIN) is the port's, path and all;
-# every other Host is the console's.
+# The agents' sample pushes and streams, the ports and websockets do not wait behind Django's
+# turns. A Host that names an instance's port origin (i{id}-{port}.PORTS_DOMAIN) is the port's,
+# path and all; every other Host is the console's.
 application = by_host(
     ProtocolTypeRouter(
         {
             "http": with_samples_route(django_app),
-            "websocket": TenantAuthMiddleware(URLRouter(websocket_urlpatterns)),
+            "websocket": with_samples_stream(
+                TenantAuthMiddleware(URLRouter(websocket_urlpatterns))
+            ),
         }
     )
 )

@@ -6,18 +6,23 @@ that much ahead of the application) is taken whole, then checked with the secret
 thread hop; any other body is read only after the secret was checked, into at most
 MAX_BODY_BYTES + 1 bytes (a Content-Length over the limit is refused before any).
 
-The synchronous part (the secret's lookup, the batch's checks, the live window's pipeline:
-a few milliseconds of CPU a batch) runs in one thread of its own per process. With the
-default pool's threads the batches only took turns for the GIL, and each turn was a thread
-switch: at 1,000 GPUs the server processes switched threads about twice as often, and a
-sample waited longer in them (bench/metrics.py)."""
+The synchronous part (the secret's lookup, the batch's checks, the live window's write) runs
+in the intake's thread (console/metrics/intake.py), which writes the batches that waited
+together.
+
+Agents send their batches over a websocket, `/agent/v1/samples/stream`, when the console has it:
+the secret is checked before the socket is accepted (a wrong one gets the handshake refused),
+then each frame is one POST body and gets one answer frame, `{"status": 202, "accepted": ...}`
+or `{"status": 400, "code": ..., "detail": ...}`, in order. A POST costs the agent ~1.5 ms of
+CPU in httpx and the console a request; a frame costs a fraction of either (bench/metrics.py).
+The secret is checked again, and the host's GPUs read again, every REAUTH_SECONDS: a re-keyed
+or deleted host's socket is closed (4401) at its next frame after that."""
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+import time
+from functools import partial
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections
-
+from console.metrics.intake import intake
 from console.metrics.samples import (
     MAX_BODY_BYTES,
     BatchRefused,
@@ -27,19 +32,10 @@ from console.metrics.samples import (
 )
 
 SAMPLES_PATH = "/agent/v1/samples"
+STREAM_PATH = "/agent/v1/samples/stream"
+REAUTH_SECONDS = 10.0
+REFUSED_CLOSE_CODE = 4401
 READ_AHEAD_BYTES = 64 * 1024  # uvicorn's flow-control high-water mark
-_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-samples")
-
-
-def _in_thread(function):
-    def run(*args):
-        close_old_connections()  # what Django does around every request
-        try:
-            return function(*args)
-        finally:
-            close_old_connections()
-
-    return sync_to_async(run, thread_sensitive=False, executor=_thread)
 
 
 def authenticated_body(authorization: str, body: bytes) -> tuple[int, dict]:
@@ -50,9 +46,9 @@ def authenticated_body(authorization: str, body: bytes) -> tuple[int, dict]:
     return accept_body(host, body)
 
 
-_authenticate = _in_thread(authenticate)
-_accept_body = _in_thread(accept_body)
-_accept_request = _in_thread(authenticated_body)
+_authenticate = partial(intake.call, authenticate)
+_accept_body = partial(intake.call, accept_body)
+_accept_request = partial(intake.call, authenticated_body)
 
 
 async def _read_body(receive, limit: int) -> bytes | None:
@@ -109,5 +105,51 @@ def with_samples_route(django_app):
             return await _answer(send, refused.status, refused.answer)
         if body is not None:
             await _answer(send, *await _accept_body(host, body))
+
+    return app
+
+
+def _frame_body(message: dict) -> bytes:
+    if message.get("bytes") is not None:
+        return message["bytes"]
+    return (message.get("text") or "").encode()
+
+
+async def _stream(scope, receive, send) -> None:
+    """One agent's sample stream: checked at the handshake, then a frame in, an answer out."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+    try:
+        host = await _authenticate(authorization)
+    except BatchRefused:
+        return await send({"type": "websocket.close", "code": REFUSED_CLOSE_CODE})
+    checked = time.monotonic()
+    await send({"type": "websocket.accept"})
+    while True:
+        message = await receive()
+        if message["type"] != "websocket.receive":
+            return
+        if time.monotonic() - checked >= REAUTH_SECONDS:
+            try:
+                host = await _authenticate(authorization)
+            except BatchRefused as refused:
+                reason = refused.detail[:120]
+                return await send(
+                    {"type": "websocket.close", "code": REFUSED_CLOSE_CODE, "reason": reason}
+                )
+            checked = time.monotonic()
+        status, answer = await _accept_body(host, _frame_body(message))
+        await send({"type": "websocket.send", "text": json.dumps({"status": status, **answer})})
+
+
+def with_samples_stream(websocket_app):
+    """An ASGI websocket app that takes /agent/v1/samples/stream itself and hands all else to
+    `websocket_app`."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "websocket" and scope["path"] == STREAM_PATH:
+            return await _stream(scope, receive, send)
+        return await websocket_app(scope, receive, send)
 
     return app

@@ -188,7 +188,7 @@ class Result:
 
 
 def _values(sample: dict) -> tuple:
-    return tuple(sample.get(name) for name in live.FIELDS)
+    return tuple(map(sample.get, live.FIELDS))
 
 
 def _readings(sample: dict) -> dict:

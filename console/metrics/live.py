@@ -18,8 +18,10 @@ import json
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import orjson
 from django.conf import settings
 
 # What a window row holds after its ts, in this order.
@@ -28,9 +30,12 @@ FIELDS = ("gpu_util", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w
 # of the window is still whole.
 KEEP_EXTRA_SECONDS = 60
 TRIM_EVERY_SECONDS = 10.0
-# json.dumps(value, separators=(",", ":")) without building an encoder per call (the hot path
-# writes a few dozen JSON texts a batch).
-compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def compact_json(value) -> str:
+    """json.dumps(value, separators=(",", ":")) for what the hot path writes (a few dozen texts
+    a batch: checked samples, finite numbers), in a quarter of the time."""
+    return orjson.dumps(value).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +149,42 @@ class MemoryWindow:
             self._trimmed.clear()
 
 
+# RedisWindow.add's writes, in one command: each redis-py command of a pipeline cost ~15 µs of
+# the web process's CPU, and a batch of 8 GPUs' samples was ~30 of them; an argument each
+# value, ~1 µs each (bench/metrics.py). KEYS: the `latest` hash, the `minutes` sorted set.
+# ARGV[1]: JSON [trim bound, window lifetime, dirty set lifetime, windows: [[key, trim?,
+# [score, member, ...]], ...], latest: [series, JSON, ...], dirty sets: [[key, minute, note?,
+# [series, ...]], ...]], every number that Redis stores written as a string (Lua would write a
+# float with 14 digits); then (channel, payload) pairs to PUBLISH.
+ADD_SCRIPT = """
+local function call(command, key, items)
+  for first = 1, #items, 1000 do
+    redis.call(command, key, unpack(items, first, math.min(first + 999, #items)))
+  end
+end
+local add = cjson.decode(ARGV[1])
+local bound, window_keep, dirty_keep = add[1], add[2], add[3]
+for _, window in ipairs(add[4]) do
+  call('ZADD', window[1], window[3])
+  if window[2] then
+    redis.call('ZREMRANGEBYSCORE', window[1], '-inf', bound)
+    redis.call('EXPIRE', window[1], window_keep)
+  end
+end
+call('HSET', KEYS[1], add[5])
+for _, dirty in ipairs(add[6]) do
+  call('SADD', dirty[1], dirty[4])
+  if dirty[3] then
+    redis.call('EXPIRE', dirty[1], dirty_keep)
+    redis.call('ZADD', KEYS[2], dirty[2], dirty[2])
+  end
+end
+for i = 2, #ARGV, 2 do
+  redis.call('PUBLISH', ARGV[i], ARGV[i + 1])
+end
+"""
+
+
 class RedisWindow:
     """The window in Redis (REDIS_URL): shared by every process."""
 
@@ -152,6 +193,7 @@ class RedisWindow:
 
         self.redis = redis.Redis.from_url(url)
         self.prefix = prefix
+        self._add = self.redis.register_script(ADD_SCRIPT)
         self._trimmed: dict[str, float] = {}
         self._minutes_noted: dict[int, float] = {}
 
@@ -163,42 +205,47 @@ class RedisWindow:
         publish: Iterable[tuple[str, bytes]] = (),
     ) -> None:
         """Write the points and latest samples, then PUBLISH `publish` (channel, payload), all in
-        one round trip: the samples are in the window before anyone hears of them."""
+        one call of ADD_SCRIPT: the samples are in the window before anyone hears of them.
+        Within writes_together, the call is kept for the one at its end."""
+        group = getattr(_together, "group", None)
+        if group is not None:
+            group.append((points, latest, now, publish))
+            return
         keep = window_seconds() + KEEP_EXTRA_SECONDS
-        by_series: dict[str, dict[str, float]] = {}
+        by_series: dict[str, list] = {}
         dirty: dict[int, set[str]] = {}
         for point in points:
-            by_series.setdefault(point.series, {})[point.member()] = point.ts
+            by_series.setdefault(point.series, []).extend((repr(point.ts), point.member()))
             dirty.setdefault(minute_of(point.ts), set()).add(point.series)
-        pipe = self.redis.pipeline(transaction=False)
+        windows = []
         for series, members in by_series.items():
-            key = self.prefix + "w:" + series
-            pipe.zadd(key, members)
             # An idle series goes away by itself; a busy one is trimmed now and then.
-            if now - self._trimmed.get(series, 0.0) >= TRIM_EVERY_SECONDS:
+            trim = now - self._trimmed.get(series, 0.0) >= TRIM_EVERY_SECONDS
+            if trim:
                 self._trimmed[series] = now
-                pipe.zremrangebyscore(key, "-inf", f"({now - keep}")
-                pipe.expire(key, keep)
-        if latest:
-            pipe.hset(
-                self.prefix + "latest",
-                mapping={s: compact_json(v) for s, v in latest.items()},
-            )
-        for minute, series in dirty.items():
-            pipe.sadd(f"{self.prefix}dirty:{minute}", *series)
+            windows.append((self.prefix + "w:" + series, trim, members))
         # A minute stays in `minutes` until it leaves the window (forget_minutes_before), so
         # this process notes it, and pushes its dirty set's expiry, every TRIM_EVERY_SECONDS.
-        noted = [m for m in dirty if now - self._minutes_noted.get(m, 0.0) >= TRIM_EVERY_SECONDS]
-        for minute in noted:
-            self._minutes_noted[minute] = now
-            pipe.expire(f"{self.prefix}dirty:{minute}", keep + 60)
-        if noted:
-            pipe.zadd(self.prefix + "minutes", {str(m): m for m in noted})
-            for old in [m for m in self._minutes_noted if m < now - keep - 60]:
-                del self._minutes_noted[old]
+        dirty_sets = []
+        for minute, series in dirty.items():
+            noted = now - self._minutes_noted.get(minute, 0.0) >= TRIM_EVERY_SECONDS
+            if noted:
+                self._minutes_noted[minute] = now
+            dirty_sets.append((f"{self.prefix}dirty:{minute}", str(minute), noted, list(series)))
+        for old in [m for m in self._minutes_noted if m < now - keep - 60]:
+            del self._minutes_noted[old]
+        add = (
+            f"({now - keep!r}",
+            keep,
+            keep + 60,
+            windows,
+            [item for series, sample in latest.items() for item in (series, compact_json(sample))],
+            dirty_sets,
+        )
+        args = [orjson.dumps(add)]
         for channel, payload in publish:
-            pipe.publish(channel, payload)
-        pipe.execute()
+            args += (channel, payload)
+        self._add(keys=[self.prefix + "latest", self.prefix + "minutes"], args=args)
 
     def window(self, series: str, since: float = float("-inf"), until: float = float("inf")):
         low = "-inf" if since == float("-inf") else since
@@ -260,6 +307,29 @@ class RedisWindow:
 
 _store = None
 _store_lock = threading.Lock()
+_together = threading.local()
+
+
+@contextmanager
+def writes_together():
+    """This thread's RedisWindow.add calls within it made as one at its end (console.metrics.
+    intake): the points of all, the latest sample of each series as the last call left it,
+    then the publishes of all, in order. Nothing is written when the block raises."""
+    if getattr(_together, "group", None) is not None:
+        raise RuntimeError("writes_together does not nest")
+    group = _together.group = []
+    try:
+        yield
+    finally:
+        _together.group = None
+    if not group:
+        return
+    points, latest, publish = [], {}, []
+    for added in group:
+        points += added[0]
+        latest.update(added[1])
+        publish += added[3]
+    store().add(points, latest, max(added[2] for added in group), publish)
 
 
 def store() -> MemoryWindow | RedisWindow:

@@ -10,12 +10,12 @@ batch (`check_batch`: types, ranges, finite numbers, `ts` near now) and `ingest`
 health, then the metrics pipeline (live window, websockets, history, Prometheus). A malformed
 batch gets a 400 with {"code", "detail"}, never a 500."""
 
-import json
 import logging
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import orjson
 from django.utils import timezone
 
 from console.errors import DomainError, ErrorCode
@@ -118,6 +118,43 @@ def _sample_problems(sample: dict, now: float) -> dict[str, str]:
     return errors
 
 
+# FIELDS as the fast check reads them: (name, exact types, may be null, (low, high), length).
+_EXACT = {NUMBER: frozenset({int, float}), (int,): frozenset({int}), (str,): frozenset({str}),
+          (bool,): frozenset({bool}), (list,): frozenset({list})}  # fmt: skip
+_RULES = tuple(
+    (name, _EXACT[types], nullable, RANGES.get(name), LENGTHS.get(name))
+    for name, (types, nullable) in FIELDS.items()
+)
+_MISSING = object()
+
+
+def _sample_fine(sample: dict, now: float) -> bool:
+    """True only when `_sample_problems` finds nothing, in a fraction of its time: the check of
+    every sample of every batch (tests/metrics/test_sample_checks.py holds the two together).
+    False says nothing: `_sample_problems` tells. A number with a range is finite when in it;
+    `ts`, the one without, when near `now`."""
+    for name, types, nullable, bounds, length in _RULES:
+        value = sample.get(name, _MISSING)
+        if value is None or value is _MISSING:
+            if nullable:
+                continue
+            return False
+        if type(value) not in types:
+            return False
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            return False
+        if length is not None and len(value) > length:
+            return False
+    processes = sample.get("processes")
+    if processes is not None and (
+        len(processes) > MAX_PROCESSES or not all(type(p) is dict for p in processes)
+    ):
+        return False
+    return (
+        now - MAX_AGE_SECONDS <= sample["ts"] <= now + MAX_AHEAD_SECONDS and sample["kind"] in KINDS
+    )
+
+
 def check_batch(samples, now: float | None = None) -> dict[str, str]:
     """Field errors of a batch, keyed like `samples[3].gpu_util`; empty when it is fine. Every
     number is finite and in its range and every `ts` near `now` (the console's clock): what
@@ -129,6 +166,8 @@ def check_batch(samples, now: float | None = None) -> dict[str, str]:
     now = live.now() if now is None else now
     errors = {}
     for n, sample in enumerate(samples):
+        if type(sample) is dict and _sample_fine(sample, now):
+            continue
         where = f"samples[{n}]"
         if not isinstance(sample, dict):
             errors[where] = "must be an object"
@@ -151,10 +190,6 @@ class BatchRefused(DomainError):
     @property
     def answer(self) -> dict:
         return {"code": self.code, "detail": self.detail}
-
-
-def _not_json(constant: str):
-    raise ValueError(f"{constant} is not a number JSON allows")
 
 
 class GpuRow(NamedTuple):
@@ -211,12 +246,11 @@ def _accept(host: AgentHost, body: bytes) -> dict:
     if len(body) > MAX_BODY_BYTES:
         raise too_large()
     try:
-        data = json.loads(body, parse_constant=_not_json)
-    except ValueError as exc:
+        # orjson: a quarter of json's time; it refuses NaN and Infinity, integers past 64 bits,
+        # lone surrogates and nesting past 1,024 levels, each as not JSON
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise BatchRefused(f"The body is not JSON: {exc}", code=ErrorCode.PARSE_ERROR) from None
-    except RecursionError:
-        detail = "The body is not JSON: nested too deeply."
-        raise BatchRefused(detail, code=ErrorCode.PARSE_ERROR) from None
     if not isinstance(data, dict):
         raise BatchRefused("The body must be a JSON object.", code=ErrorCode.PARSE_ERROR)
     host_id = data.get("host_id")

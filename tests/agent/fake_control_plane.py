@@ -7,7 +7,8 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tests.agent.agents import free_port
 
@@ -16,19 +17,29 @@ HOST_SECRET = "host-secret-7"
 
 
 class FakeControlPlane:
-    def __init__(self, refuse: str | None = None, port: int | None = None):
+    def __init__(
+        self,
+        refuse: str | None = None,
+        port: int | None = None,
+        stream: bool = False,
+        stream_breaks_after: int | None = None,
+    ):
+        """`stream`: serve /agent/v1/samples/stream too; `stream_breaks_after`: drop each
+        stream's socket, unanswered, at that frame (1 = the first)."""
         self.refuse = refuse  # registration answers 403 with this detail
         self.requests: list[tuple[str, dict, dict]] = []  # (path, headers, body)
+        self.stream_breaks_after = stream_breaks_after
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = Starlette(
-            routes=[
-                Route("/agent/v1/register", self.register, methods=["POST"]),
-                Route("/agent/v1/heartbeat", self.record, methods=["POST"]),
-                Route("/agent/v1/samples", self.record, methods=["POST"]),
-                Route("/agent/v1/events", self.record, methods=["POST"]),
-            ]
-        )
+        routes = [
+            Route("/agent/v1/register", self.register, methods=["POST"]),
+            Route("/agent/v1/heartbeat", self.record, methods=["POST"]),
+            Route("/agent/v1/samples", self.record, methods=["POST"]),
+            Route("/agent/v1/events", self.record, methods=["POST"]),
+        ]
+        if stream:
+            routes.append(WebSocketRoute("/agent/v1/samples/stream", self.stream))
+        app = Starlette(routes=routes)
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -61,6 +72,21 @@ class FakeControlPlane:
     async def record(self, request: Request) -> JSONResponse:
         self.requests.append((request.url.path, dict(request.headers), await request.json()))
         return JSONResponse({"ok": True})
+
+    async def stream(self, websocket: WebSocket) -> None:
+        """Frames are recorded under the path `samples/stream`, each answered 202."""
+        await websocket.accept()
+        frames = 0
+        try:
+            while True:
+                body = await websocket.receive_json(mode="binary")
+                frames += 1
+                if frames == self.stream_breaks_after:
+                    return await websocket.close(code=1011)
+                self.requests.append(("/agent/v1/samples/stream", dict(websocket.headers), body))
+                await websocket.send_json({"status": 202, "accepted": len(body["samples"])})
+        except WebSocketDisconnect:
+            return
 
     def received(self, path: str) -> list[tuple[dict, dict]]:
         """(headers, body) of each request to `path`, in order."""
