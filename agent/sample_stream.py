@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 STREAM_PATH = "/agent/v1/samples/stream"
 RETRY_SECONDS = 60.0
 ANSWER_MAX_BYTES = 64 * 1024
+CLOSE_SECONDS = 2.0
 
 
 def stream_url(server: str) -> str:
@@ -67,6 +68,7 @@ class SampleStream:
                 stream_url(server),
                 additional_headers=self._headers,
                 open_timeout=self._timeout,
+                close_timeout=CLOSE_SECONDS,  # an agent stopping waits no longer for the console
                 compression=None,
                 max_size=ANSWER_MAX_BYTES,
             )
