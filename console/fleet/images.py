@@ -108,6 +108,15 @@ def sync(host: Host, inventory: dict) -> dict:
     }
 
 
+def note_held(host_pk: int, reference: str) -> None:
+    """A workload of `reference` runs on the host, so the host holds it now: placement prefers
+    it for the next launch at once, not from its next heartbeat (which fills in the image's id,
+    size and layers)."""
+    HostImage.objects.get_or_create(
+        host_id=host_pk, reference=normalize(reference), defaults={"image_id": ""}
+    )
+
+
 # --- what the agents should apply ----------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from console.catalog.models import Spec
+from console.fleet import images
 from console.fleet.models import Host
 from console.instances import lifecycle, locks, placement, queue, reasons, restarts
 from console.instances.models import Allocation, Instance, InstanceEvent, State
@@ -84,6 +85,8 @@ def mark_running(
             queue.enqueue("stop", instance.pk)
             return True
         lifecycle.transition(instance, S.RUNNING, message=message, at=at)
+        if instance.image.reference and allocation.host.image_settings:  # a host with images
+            images.note_held(allocation.host_id, instance.image.reference)
     return True
 
 

@@ -7,7 +7,7 @@ import pytest
 from console.fleet import images
 from console.fleet.images import normalize
 from console.fleet.models import Host, HostImage
-from console.instances import services
+from console.instances import outcomes, services
 from console.instances.pulls import pull_note
 
 pytestmark = pytest.mark.django_db
@@ -86,3 +86,27 @@ def test_an_instance_pinned_to_the_host_of_its_disk_says_it_pulls_there(catalog,
     holding = images.holders(instance.region_id, catalog.image.reference)
     note = pull_note(instance, instance.current_allocation(), disk.pk, holding)
     assert note == f"Pulling {catalog.image.reference} on disk, which holds its disk"
+
+
+def test_a_host_that_runs_the_image_holds_it_for_the_next_launch_before_its_heartbeat(
+    catalog, tenant
+):
+    """The first launch pulls; once it runs, the next launch of the image is not told of a
+    pull, whether or not the host's heartbeat has reported the image yet."""
+    oci_host(catalog, "only")
+    first, _ = launch(catalog, tenant, "cold")
+    assert pulls(first) == [
+        f"Pulling {catalog.image.reference} on only (not on any host that fits)"
+    ]
+    allocation = first.current_allocation()
+    assert outcomes.mark_running(first.pk, allocation.pk)
+    assert images.holders(first.region_id, catalog.image.reference) == {allocation.host_id}
+    second, _ = launch(catalog, tenant, "warm")
+    assert pulls(second) == []
+
+
+def test_a_workload_running_on_a_host_without_images_records_none(catalog, tenant):
+    catalog.host("simulated", gpus=1)
+    instance, _ = launch(catalog, tenant, "box")
+    assert outcomes.mark_running(instance.pk, instance.current_allocation().pk)
+    assert not HostImage.objects.exists()
