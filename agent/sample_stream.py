@@ -54,7 +54,10 @@ class SampleStream:
                 raw = await self._socket.recv()
             answer = json.loads(raw)
             status = answer.pop("status")
-        except (websockets.ConnectionClosed, TimeoutError, ValueError, KeyError) as exc:
+            if type(status) is not int:
+                raise ValueError(f"an answer's status is {status!r}")
+        except (websockets.ConnectionClosed, TimeoutError, ValueError, KeyError, TypeError,
+                AttributeError) as exc:  # fmt: skip
             log.warning("sample stream to %s broke (%s): posting", server, exc)
             await self.close()
             return None

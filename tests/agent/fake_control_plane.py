@@ -23,12 +23,15 @@ class FakeControlPlane:
         port: int | None = None,
         stream: bool = False,
         stream_breaks_after: int | None = None,
+        stream_answer=None,
     ):
         """`stream`: serve /agent/v1/samples/stream too; `stream_breaks_after`: drop each
-        stream's socket, unanswered, at that frame (1 = the first)."""
+        stream's socket, unanswered, at that frame (1 = the first); `stream_answer`: answer
+        every frame with this instead."""
         self.refuse = refuse  # registration answers 403 with this detail
         self.requests: list[tuple[str, dict, dict]] = []  # (path, headers, body)
         self.stream_breaks_after = stream_breaks_after
+        self.stream_answer = stream_answer
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         routes = [
@@ -84,7 +87,8 @@ class FakeControlPlane:
                 if frames == self.stream_breaks_after:
                     return await websocket.close(code=1011)
                 self.requests.append(("/agent/v1/samples/stream", dict(websocket.headers), body))
-                await websocket.send_json({"status": 202, "accepted": len(body["samples"])})
+                answer = {"status": 202, "accepted": len(body["samples"])}
+                await websocket.send_json(self.stream_answer or answer)
         except WebSocketDisconnect:
             return
 

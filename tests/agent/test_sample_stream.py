@@ -3,6 +3,8 @@ posts them when it has none or the socket breaks: no round is lost either way.""
 
 import asyncio
 
+import pytest
+
 from agent.backends.sim import SimBackend
 from agent.control import Reporter
 from agent.gpu_models import MODELS
@@ -64,6 +66,13 @@ def test_a_round_whose_stream_breaks_is_posted_and_the_next_streams_again(tmp_pa
     # one goes over a new socket
     assert _stamps(server, "samples") == [stamps[1], stamps[3]]
     assert _stamps(server, "samples/stream") == [stamps[0], stamps[2]]
+
+
+@pytest.mark.parametrize("junk", [[202], {"accepted": 1}, {"status": "202"}, "ok"])
+def test_a_round_answered_with_junk_is_posted(tmp_path, junk):
+    with FakeControlPlane(stream=True, stream_answer=junk) as server:
+        stamps = _push_rounds(_host(tmp_path), server, 2)
+    assert _stamps(server, "samples") == stamps
 
 
 def test_the_stream_is_a_websocket_on_the_consoles_own_address():
