@@ -195,7 +195,7 @@ def test_a_sample_in_one_deployments_live_window_is_not_in_the_others(deployment
     series, now = ingest.instance_series(1), time.time()
     become(prod)
     point = live.Point(series, now, (42.0, 1000, 81920, 60.0, 200.0, 1410))
-    live.store().add([point], {series: {"ts": now, "gpu_util": 42.0}}, now)
+    live.store().add([point], {series: '{"kind":"allocation"}'}, now)
 
     become(staging)
     assert live.store().window(series) == []

@@ -16,12 +16,17 @@ then each frame is one POST body and gets one answer frame, `{"status": 202, "ac
 or `{"status": 400, "code": ..., "detail": ...}`, in order. A POST costs the agent ~1.5 ms of
 CPU in httpx and the console a request; a frame and its answer ~0.3 ms (both measured against a
 bare uvicorn app, 2,000 in a row). The secret is checked again, and the host's GPUs read again,
-every REAUTH_SECONDS: a re-keyed or deleted host's socket is closed (4401) at its next frame
-after that."""
+within REAUTH_SECONDS of the last check: a re-keyed or deleted host's socket is closed (4401) at
+its next frame after that. Each socket's next check falls at a random moment of the period's
+last quarter: sockets opened together (every agent, after the console restarts) would otherwise
+be checked together for good, 625 checks of ~0.6 ms in the same second of a server's every
+eleven (at 10,000 GPUs: a 1 s stall, bench/metrics.py)."""
 
-import json
+import random
 import time
 from functools import partial
+
+import orjson
 
 from console.metrics.intake import intake
 from console.metrics.samples import (
@@ -78,7 +83,7 @@ async def _answer(send, status: int, answer: dict) -> None:
             "headers": [(b"content-type", b"application/json")],
         }
     )
-    await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+    await send({"type": "http.response.body", "body": orjson.dumps(answer)})
 
 
 def with_samples_route(django_app):
@@ -116,6 +121,10 @@ def _frame_body(message: dict) -> bytes:
     return (message.get("text") or "").encode()
 
 
+def _next_check() -> float:
+    return time.monotonic() + REAUTH_SECONDS * random.uniform(0.75, 1.0)  # noqa: S311 - a spread
+
+
 async def _stream(scope, receive, send) -> None:
     """One agent's sample stream: checked at the handshake, then a frame in, an answer out."""
     if (await receive())["type"] != "websocket.connect":
@@ -125,13 +134,13 @@ async def _stream(scope, receive, send) -> None:
         host = await _authenticate(authorization)
     except BatchRefused:
         return await send({"type": "websocket.close", "code": REFUSED_CLOSE_CODE})
-    checked = time.monotonic()
+    check_at = _next_check()
     await send({"type": "websocket.accept"})
     while True:
         message = await receive()
         if message["type"] != "websocket.receive":
             return
-        if time.monotonic() - checked >= REAUTH_SECONDS:
+        if time.monotonic() >= check_at:
             try:
                 host = await _authenticate(authorization)
             except BatchRefused as refused:
@@ -139,9 +148,10 @@ async def _stream(scope, receive, send) -> None:
                 return await send(
                     {"type": "websocket.close", "code": REFUSED_CLOSE_CODE, "reason": reason}
                 )
-            checked = time.monotonic()
+            check_at = _next_check()
         status, answer = await _accept_body(host, _frame_body(message))
-        await send({"type": "websocket.send", "text": json.dumps({"status": status, **answer})})
+        text = orjson.dumps({"status": status, **answer}).decode()
+        await send({"type": "websocket.send", "text": text})
 
 
 def with_samples_stream(websocket_app):

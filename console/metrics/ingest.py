@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from console import broadcast
 from console.fleet.models import Gpu, Host
@@ -191,10 +192,6 @@ def _values(sample: dict) -> tuple:
     return tuple(map(sample.get, live.FIELDS))
 
 
-def _readings(sample: dict) -> dict:
-    return {name: sample.get(name) for name in live.FIELDS}
-
-
 def sample_frame(instance_id: int, sample: dict) -> str:
     return live.compact_json(
         {
@@ -224,17 +221,28 @@ def _with_parent_readings(sample: dict, parent: dict | None, owner: Attribution)
     return filled
 
 
-def _labels(
-    host: Host, sample: dict, kind: str, owner: Attribution | None, gpu: Device, mig: str | None
-) -> dict:
+@lru_cache(maxsize=65536)
+def labels_json(
+    host_id: int,
+    hostname: str,
+    kind: str,
+    index: int,
+    uuid: str,
+    mig: str | None,
+    healthy: bool,
+    owner: Attribution | None,
+) -> str:
+    """The labels of a series' latest sample, as JSON: the same few per series, second after
+    second, so each is written once per process (live.RedisWindow.add keeps them beside the
+    sample's values)."""
     labels = {
         "kind": kind,
-        "host": host.pk,
-        "hostname": host.name,
-        "gpu": sample["gpu_index"],
-        "uuid": gpu.uuid,
+        "host": host_id,
+        "hostname": hostname,
+        "gpu": index,
+        "uuid": uuid,
         "mig_uuid": mig,
-        "healthy": sample.get("healthy", True),
+        "healthy": healthy,
     }
     if owner is not None:
         labels.update(
@@ -243,7 +251,7 @@ def _labels(
             instance=owner.instance_id,
             mode=owner.mode,
         )
-    return labels
+    return live.compact_json(labels)
 
 
 def ingest_samples(
@@ -262,14 +270,14 @@ def ingest_samples(
     gpu_readings = {(s["gpu_index"], s["ts"]): s for s in samples if s["kind"] == "gpu"}
 
     points: list[live.Point] = []
-    latest: dict[str, dict] = {}
+    latest: dict[str, str] = {}  # series -> its labels (live.RedisWindow.add)
     whole_owner: dict[int, Attribution] = {}
     mig_owner: dict[str, Attribution] = {}
     instance_frames: dict[int, list] = defaultdict(list)
     tenant_frames: dict[int, list] = defaultdict(list)
     gpu_frames: list[dict] = []
-    gpu_latest: dict[int, dict] = {}
-    mig_latest: dict[str, tuple[int, str, dict]] = {}
+    gpu_latest: dict[int, bool] = {}  # index -> healthy, as its latest sample says
+    mig_latest: dict[str, tuple[int, str, bool]] = {}
 
     for sample in samples:
         ts = sample["ts"]
@@ -291,7 +299,7 @@ def ingest_samples(
             mig = None  # an allocation's device the console does not know (yet): no label
         if kind == "gpu":
             points.append(live.Point(gpu_series(host.pk, sample["gpu_index"]), ts, _values(sample)))
-            gpu_latest[sample["gpu_index"]] = sample
+            gpu_latest[sample["gpu_index"]] = sample.get("healthy", True)
             gpu_frames.append(
                 {
                     "gpu": sample["gpu_index"],
@@ -307,7 +315,7 @@ def ingest_samples(
         elif kind == "mig":
             series = mig_series(host.pk, sample["gpu_index"], mig)
             points.append(live.Point(series, ts, _values(sample)))
-            mig_latest[series] = (sample["gpu_index"], mig, sample)
+            mig_latest[series] = (sample["gpu_index"], mig, sample.get("healthy", True))
         else:  # an allocation's own view of its slice
             owner = owners.get(sample.get("allocation") or "")
             if owner is None or owner.host_id != host.pk:
@@ -324,27 +332,23 @@ def ingest_samples(
             )
             series = instance_series(owner.instance_id)
             points.append(live.Point(series, ts, _values(sample)))
-            latest[series] = {
-                "ts": ts,
-                **_readings(sample),
-                **_labels(host, sample, "allocation", owner, gpu, mig),
-            }
+            latest[series] = labels_json(
+                host.pk, host.name, "allocation", sample["gpu_index"], gpu.uuid, mig,
+                sample.get("healthy", True), owner,
+            )  # fmt: skip
             frame = [ts, sample_frame(owner.instance_id, sample)]
             instance_frames[owner.instance_id].append(frame)
             tenant_frames[owner.tenant_id].append(frame)
 
-    for index, sample in gpu_latest.items():
-        latest[gpu_series(host.pk, index)] = {
-            "ts": sample["ts"],
-            **_readings(sample),
-            **_labels(host, sample, "gpu", whole_owner.get(index), gpus[index], None),
-        }
-    for series, (index, mig, sample) in mig_latest.items():
-        latest[series] = {
-            "ts": sample["ts"],
-            **_readings(sample),
-            **_labels(host, sample, "mig", mig_owner.get(mig), gpus[index], mig),
-        }
+    for index, healthy in gpu_latest.items():
+        latest[gpu_series(host.pk, index)] = labels_json(
+            host.pk, host.name, "gpu", index, gpus[index].uuid, None, healthy,
+            whole_owner.get(index),
+        )  # fmt: skip
+    for series, (index, mig, healthy) in mig_latest.items():
+        latest[series] = labels_json(
+            host.pk, host.name, "mig", index, gpus[index].uuid, mig, healthy, mig_owner.get(mig)
+        )
 
     result.points = len(points)
     messages = [

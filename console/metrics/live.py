@@ -9,7 +9,8 @@ Redis keys (prefix `<settings.DEPLOYMENT_NAME>:metrics:`, so that deployments sh
 windows of their own):
 - `w:<series>`      sorted set, score = ts, member = JSON `[ts, gpu_util, mem_used_mib, ...]`;
                     the same sample pushed twice is one member, so an agent's retry adds nothing
-- `latest`          hash, series -> JSON of its latest sample with its labels
+- `latest`          hash, series -> JSON `[ts, gpu_util, ..., {labels}]`: its latest sample, its
+                    window row with the series' labels after the values
 - `minutes`         sorted set of minutes (epoch seconds) that got samples
 - `dirty:<minute>`  set of the series that got samples for that minute since it was downsampled
 """
@@ -65,6 +66,34 @@ def as_dict(row: list) -> dict:
     return {"ts": row[0], **dict(zip(FIELDS, row[1:], strict=False))}
 
 
+def latest_row(member: str, labels: str) -> str:
+    """A `latest` entry: the sample's window row (`[ts, ...]`) with the series' labels (a JSON
+    object) as its last item. Both are already JSON: the hot path joins them, nothing more."""
+    return f"{member[:-1]},{labels}]"
+
+
+def decode_latest(raw: str | bytes) -> dict:
+    """A `latest` entry as one dict: ts, the readings, the labels."""
+    row = orjson.loads(raw)
+    if isinstance(row, dict):  # written whole, by a console of before 2026-12-03
+        return row
+    return {**as_dict(row[:-1]), **row[-1]}
+
+
+def _newest(points: Iterable[Point]) -> tuple[dict[str, list[str]], dict[str, tuple[float, str]]]:
+    """The points' window rows by series ([score, member, ...]), and each series' newest
+    (ts, member)."""
+    rows: dict[str, list[str]] = {}
+    newest: dict[str, tuple[float, str]] = {}
+    for point in points:
+        member = point.member()
+        rows.setdefault(point.series, []).extend((repr(point.ts), member))
+        known = newest.get(point.series)
+        if known is None or point.ts >= known[0]:
+            newest[point.series] = (point.ts, member)
+    return rows, newest
+
+
 class MemoryWindow:
     """The window in this process (no REDIS_URL)."""
 
@@ -75,21 +104,24 @@ class MemoryWindow:
         self._dirty: dict[int, set[str]] = {}
         self._trimmed: dict[str, float] = {}
 
-    def add(self, points: Iterable[Point], latest: dict[str, dict], now: float, publish=()) -> None:
+    def add(self, points: Iterable[Point], latest: dict[str, str], now: float, publish=()) -> None:
+        """As RedisWindow.add."""
         if publish:
             raise ValueError("the in-process window publishes nothing: use the channel layer")
         oldest = now - window_seconds() - KEEP_EXTRA_SECONDS
+        points = list(points)
+        rows, newest = _newest(points)
         with self._lock:
-            touched = set()
             for point in points:
-                members = self._series.setdefault(point.series, {})
-                members[point.member()] = point.ts
                 self._dirty.setdefault(minute_of(point.ts), set()).add(point.series)
-                touched.add(point.series)
-            for series, sample in latest.items():
-                self._latest[series] = compact_json(sample)
+            for series, items in rows.items():  # [score, member, ...]
+                members = self._series.setdefault(series, {})
+                members.update(zip(items[1::2], map(float, items[::2]), strict=True))
+            for series, labels in latest.items():
+                if series in newest:
+                    self._latest[series] = latest_row(newest[series][1], labels)
             # As in Redis: a busy series is trimmed now and then, not with every batch.
-            for series in touched:
+            for series in rows:
                 if now - self._trimmed.get(series, 0.0) < TRIM_EVERY_SECONDS:
                     continue
                 self._trimmed[series] = now
@@ -113,7 +145,7 @@ class MemoryWindow:
 
     def latest(self) -> dict[str, dict]:
         with self._lock:
-            return {series: json.loads(raw) for series, raw in self._latest.items()}
+            return {series: decode_latest(raw) for series, raw in self._latest.items()}
 
     def drop_latest(self, series: list[str]) -> None:
         with self._lock:
@@ -200,22 +232,24 @@ class RedisWindow:
     def add(
         self,
         points: Iterable[Point],
-        latest: dict[str, dict],
+        latest: dict[str, str],
         now: float,
         publish: Iterable[tuple[str, bytes]] = (),
     ) -> None:
-        """Write the points and latest samples, then PUBLISH `publish` (channel, payload), all in
-        one call of ADD_SCRIPT: the samples are in the window before anyone hears of them.
-        Within writes_together, the call is kept for the one at its end."""
+        """Write the points and the latest samples, then PUBLISH `publish` (channel, payload), all
+        in one call of ADD_SCRIPT: the samples are in the window before anyone hears of them.
+        `latest` gives series -> its labels (a JSON object): the series' newest point becomes
+        its latest sample, with them. Within writes_together, the call is kept for the one at
+        its end."""
         group = getattr(_together, "group", None)
         if group is not None:
             group.append((points, latest, now, publish))
             return
         keep = window_seconds() + KEEP_EXTRA_SECONDS
-        by_series: dict[str, list] = {}
+        points = list(points)
+        by_series, newest = _newest(points)
         dirty: dict[int, set[str]] = {}
         for point in points:
-            by_series.setdefault(point.series, []).extend((repr(point.ts), point.member()))
             dirty.setdefault(minute_of(point.ts), set()).add(point.series)
         windows = []
         for series, members in by_series.items():
@@ -239,7 +273,12 @@ class RedisWindow:
             keep,
             keep + 60,
             windows,
-            [item for series, sample in latest.items() for item in (series, compact_json(sample))],
+            [
+                item
+                for series, labels in latest.items()
+                if series in newest
+                for item in (series, latest_row(newest[series][1], labels))
+            ],
             dirty_sets,
         )
         args = [orjson.dumps(add)]
@@ -268,7 +307,7 @@ class RedisWindow:
 
     def latest(self) -> dict[str, dict]:
         return {
-            series.decode(): json.loads(raw)
+            series.decode(): decode_latest(raw)
             for series, raw in self.redis.hgetall(self.prefix + "latest").items()
         }
 

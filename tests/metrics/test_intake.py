@@ -103,11 +103,70 @@ def test_redis_takes_a_batch_past_the_scripts_chunks(world, settings, redis_url)
     store = live.store()
     now = time.time()
     points = [live.Point("gpu:1:0", now - k * 0.1, (1.5, 2, 3, 4, 5, 6)) for k in range(2500)]
-    latest = {f"gpu:1:{n}": {"ts": now, "gpu_util": n} for n in range(1500)}
+    points += [live.Point(f"gpu:1:{n}", now, (n, 2, 3, 4, 5, 6)) for n in range(1, 1500)]
+    latest = {f"gpu:1:{n}": f'{{"gpu":{n}}}' for n in range(1500)}
     store.add(points, latest, now)
     assert len(store.window("gpu:1:0")) == 2500
-    assert len(store.latest()) == 1500
+    found = store.latest()
+    assert len(found) == 1500
+    assert found["gpu:1:0"] == {"ts": now, **live.as_dict([now, 1.5, 2, 3, 4, 5, 6]), "gpu": 0}
+    assert found["gpu:1:1499"]["gpu_util"] == 1499
     minutes = store.minutes()
-    assert minutes and all(store.dirty(m) == {"gpu:1:0"} for m in minutes)
+    assert minutes and set().union(*map(store.dirty, minutes)) == set(latest)
     store.clear()
     live.reset_store()
+
+
+def test_a_series_latest_sample_is_its_newest_point_with_its_labels(settings, redis_url):
+    """Batches that waited together: each series' latest sample is its newest, whatever order
+    the batches came in, and carries the labels its batch gave."""
+    settings.REDIS_URL = redis_url
+    live.reset_store()
+    live.store().clear()
+    now = time.time()
+    with live.writes_together():
+        live.store().add(
+            [live.Point("gpu:7:0", now, (90.0, 2, 3, 4, 5, 6))],
+            {"gpu:7:0": '{"healthy":false}'},
+            now,
+        )
+        live.store().add(
+            [live.Point("gpu:7:0", now - 1, (10.0, 2, 3, 4, 5, 6))],
+            {"gpu:7:0": '{"healthy":false}'},
+            now,
+        )
+    assert live.store().latest()["gpu:7:0"] == {
+        "ts": now, "gpu_util": 90.0, "mem_used_mib": 2, "mem_total_mib": 3, "temperature_c": 4,
+        "power_w": 5, "sm_clock_mhz": 6, "healthy": False,
+    }  # fmt: skip
+    assert [row[1] for row in live.store().window("gpu:7:0")] == [10.0, 90.0]
+    live.store().clear()
+    live.reset_store()
+
+
+def test_a_latest_sample_written_whole_by_an_older_console_still_reads():
+    """An upgrade: the `latest` entries of the console before are whole JSON objects."""
+    assert live.decode_latest(b'{"ts": 5.0, "gpu_util": 1, "kind": "gpu"}') == {
+        "ts": 5.0, "gpu_util": 1, "kind": "gpu"
+    }  # fmt: skip
+
+
+def test_the_thread_checks_its_database_connections_once_a_second_and_after_a_failure(
+    monkeypatch,
+):
+    checks = []
+    monkeypatch.setattr(intake, "close_old_connections", lambda: checks.append(time.monotonic()))
+    monkeypatch.setattr(intake, "GATHER_SECONDS", 0.0)
+    own = intake.Intake()
+
+    async def calls(function, count):
+        return await asyncio.gather(
+            *[own.call(function) for _ in range(count)], return_exceptions=True
+        )
+
+    for _ in range(20):
+        asyncio.run(calls(lambda: 1, 1))
+    assert len(checks) == 1  # twenty groups in well under a second
+    asyncio.run(calls(lambda: 1 / 0, 1))
+    asyncio.run(calls(lambda: 1, 1))
+    assert len(checks) == 2  # the group after a failure checks first

@@ -1,6 +1,6 @@
 """/agent/v1/samples/stream: an agent's batches over a websocket, each frame a POST body with an
 answer frame of its own, in order; the secret checked before the socket is accepted and again
-every REAUTH_SECONDS."""
+within REAUTH_SECONDS."""
 
 import asyncio
 import json
@@ -131,3 +131,12 @@ def test_a_deleted_host_is_cut_off_at_the_next_check(world, monkeypatch):
     )
     assert len(answers(sent)) == 1
     assert sent[-1]["code"] == REFUSED_CLOSE_CODE
+
+
+def test_streams_opened_together_are_checked_again_at_different_moments():
+    """Within REAUTH_SECONDS, and spread: every agent reconnects together after a restart."""
+    now = time.monotonic()
+    due = sorted(asgi._next_check() - now for _ in range(200))
+    assert due[0] >= 0.75 * asgi.REAUTH_SECONDS - 0.01
+    assert due[-1] <= asgi.REAUTH_SECONDS + 0.01
+    assert due[-1] - due[0] > asgi.REAUTH_SECONDS / 8
