@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounts.models import Membership, Tenant
+from console.catalog.models import Image
 from console.speedups.prepared import Prepared, columns, instances
-from tests.factories import MembershipFactory, TenantFactory
+from tests.factories import ImageFactory, MembershipFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -174,3 +175,39 @@ def test_switched_off_it_answers_what_it_answers_on_through_plain_querysets(tena
     assert isinstance(Prepared(TENANTS).filter(slug="t3"), QuerySet)
     assert [row["slug"] for row in prepared[0][0]] == ["t4", "t5", "t6", "t3", "t7"]  # by name
     assert [role for _, role, *_ in prepared[4][0]] == ["admin", "member", "viewer"]
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(2**70), 2**70),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+).filter(lambda value: value is not None)  # a column's SQL NULL is not JSON's null
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(command=JSON, env=JSON)
+def test_json_values_are_what_the_orm_reads(tenants, command, env):
+    """orjson reads a JSON column first: integers past 64 bits (which it would read as floats),
+    floats, texts and keys within a value come back as the ORM gives them (NaN and infinities
+    are not JSON: the databases refuse them)."""
+    image = ImageFactory(name="json", command=command, env=env)
+    query = Image.objects.filter(pk=image.pk).values("id", "command", "env", "command__0")
+    assert repr(list(Prepared(query).filter(id=image.pk))) == repr(list(query))
+    image.delete()
+
+
+def test_timestamps_are_aware_as_the_orm_gives_them(tenants):
+    rows = list(Prepared(TENANTS).filter(slug="t1"))
+    assert rows == list(TENANTS.filter(slug="t1"))
+    assert rows[0]["created_at"].tzinfo is not None
+    assert rows[0]["created_at"].utcoffset() == TENANTS.get(slug="t1")["created_at"].utcoffset()

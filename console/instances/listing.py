@@ -86,14 +86,15 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
         placements = {a.instance_id: placement.describe(a) for a in current.select_related("host")}
     keys = _key_names(ids)
     figures = _spec_figures({row["spec_id"] for row in rows})
+    now = timezone.now()
     return [
         _one(row, hosts.get(row["id"]), keys[row["id"]], figures[row["spec_id"]],
-             placements.get(row["id"]), base_url, shell)
+             placements.get(row["id"]), base_url, shell, now)
         for row in rows
     ]  # fmt: skip
 
 
-def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
+def _one(row, host, keys, figures, placed, base_url, shell, now) -> dict:
     instance_id, state, restart_at = row["id"], row["state"], row["restart_at"]
     ports = access.declared_ports(row["image__ports"], row["ports"])
     queries = [_query(entry, row["app_token"], shell) for entry in ports]
@@ -119,8 +120,7 @@ def _one(row, host, keys, figures, placed, base_url, shell) -> dict:
         "on_host_loss": row["on_host_loss"],
         "restart_count": row["restart_count"],
         "restart_at": timestamp(restart_at),
-        "restarting": restarts.describe(state, row["restart_count"], restart_at, timezone.now())
-        or None,
+        "restarting": restarts.describe(state, row["restart_count"], restart_at, now) or None,
         "disk": {"size_gib": row["disk_gib"], "host": row["disk_host__name"]},
         "ssh": access.ssh_endpoint(instance_id, *host) if host else None,
         "ssh_keys": [

@@ -246,8 +246,9 @@ def _accept(host: AgentHost, body: bytes) -> dict:
     if len(body) > MAX_BODY_BYTES:
         raise too_large()
     try:
-        # orjson: a quarter of json's time; it refuses NaN and Infinity, integers past 64 bits,
-        # lone surrogates and nesting past 1,024 levels, each as not JSON
+        # orjson: a quarter of json's time. It refuses NaN, Infinity, numbers past a double's
+        # range, lone surrogates and nesting past 1,024 levels, each as not JSON; an integer
+        # past 64 bits it reads as a float, which no field's check lets through
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BatchRefused(f"The body is not JSON: {exc}", code=ErrorCode.PARSE_ERROR) from None

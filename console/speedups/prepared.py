@@ -19,12 +19,17 @@ same rows in the same order and of the same types, built by the ORM on every cal
 holding an integer no column can hold is then the database's to refuse).
 """
 
+import re
 import threading
+from datetime import datetime
 from itertools import count
 
+import orjson
 from django.conf import settings
 from django.db import connections, router
-from django.db.models import Model, QuerySet
+from django.db.backends.sqlite3.operations import DatabaseOperations as SqliteOperations
+from django.db.models import JSONField, Model, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.db.models.query import ValuesIterable
 
 # Stand-in values no real filter holds.
@@ -32,6 +37,7 @@ _INT_BASE = -(2**62)
 _STRING_MARK = "\x00prepared-"
 _SMALLEST, _LARGEST = -(2**63), 2**63 - 1
 _NOTHING = object()  # a filter's value that no row holds
+_LONG_DIGITS = re.compile(r"[0-9]{19}")  # 2**63 has 19 digits
 
 
 class Prepared:
@@ -120,7 +126,65 @@ class Prepared:
         if set(slot_of.values()) - {(name, index) for name, index, _ in slots}:
             raise ValueError(f"a filter of {filters} is not among the SQL's parameters")
         fields = [column[0] for column in compiler.select[: compiler.col_count]]
-        return compiler, sql, slots, compiler.get_converters(fields)
+        converters = _quicker(compiler.get_converters(fields), compiler.connection)
+        return compiler, sql, slots, converters
+
+
+def _quicker(converters: dict, connection) -> dict:
+    """Django's converters of each column, with two of them quicker, each giving the same
+    values (tests/test_prepared.py): a list page's 50 rows hold 250 JSON values and 200
+    timestamps, and their converters were a third of its CPU.
+    - A JSON column's own (json.loads through its field's decoder class, ~4 µs a value) reads
+      with orjson first. orjson reads an integer past 64 bits as a float, so a text with 19
+      digits in a row (where such an integer would be), what orjson refuses, and any field
+      with a decoder of its own go to the field's converter.
+    - SQLite's timestamps (settings.USE_TZ through the lazy settings, is_aware and make_aware,
+      for each value) get the connection's time zone as make_aware gives it (a text that
+      datetime.fromisoformat reads first); anything else goes to Django's converter."""
+    faster = {}
+    for index, (functions, expression) in converters.items():
+        quicker = []
+        for function in functions:
+            method = getattr(function, "__func__", None)
+            if (
+                method is JSONField.from_db_value
+                and function.__self__.decoder is None
+                and not isinstance(expression, KeyTransform)
+            ):
+                function = _orjson_first(function)
+            elif method is SqliteOperations.convert_datetimefield_value and settings.USE_TZ:
+                function = _aware_first(function, connection.timezone)
+            quicker.append(function)
+        faster[index] = (quicker, expression)
+    return faster
+
+
+def _orjson_first(field_converter):
+    def convert(value, expression, connection):
+        if value is None:
+            return None
+        if type(value) is not str or _LONG_DIGITS.search(value):
+            return field_converter(value, expression, connection)
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return field_converter(value, expression, connection)
+
+    return convert
+
+
+def _aware_first(sqlite_converter, zone):
+    def convert(value, expression, connection):
+        if type(value) is str:  # a column SQLite has no converter for
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                return sqlite_converter(value, expression, connection)
+        elif type(value) is not datetime:
+            return sqlite_converter(value, expression, connection)
+        return value if value.tzinfo is not None else value.replace(tzinfo=zone)
+
+    return convert
 
 
 class PreparedRows:
