@@ -27,7 +27,6 @@ from itertools import count
 import orjson
 from django.conf import settings
 from django.db import connections, router
-from django.db.backends.sqlite3.operations import DatabaseOperations as SqliteOperations
 from django.db.models import JSONField, Model, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.db.models.query import ValuesIterable
@@ -141,6 +140,9 @@ def _quicker(converters: dict, connection) -> dict:
     - SQLite's timestamps (settings.USE_TZ through the lazy settings, is_aware and make_aware,
       for each value) get the connection's time zone as make_aware gives it (a text that
       datetime.fromisoformat reads first); anything else goes to Django's converter."""
+    sqlite_timestamps = (
+        type(connection.ops).convert_datetimefield_value if connection.vendor == "sqlite" else None
+    )
     faster = {}
     for index, (functions, expression) in converters.items():
         quicker = []
@@ -152,7 +154,7 @@ def _quicker(converters: dict, connection) -> dict:
                 and not isinstance(expression, KeyTransform)
             ):
                 function = _orjson_first(function)
-            elif method is SqliteOperations.convert_datetimefield_value and settings.USE_TZ:
+            elif method is not None and method is sqlite_timestamps and settings.USE_TZ:
                 function = _aware_first(function, connection.timezone)
             quicker.append(function)
         faster[index] = (quicker, expression)
