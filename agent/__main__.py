@@ -18,6 +18,7 @@ from agent.control import RegistrationError, Reporter, Servers, ensure_identity
 from agent.firewall import EGRESS, FirewallError
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
+from agent.image_store import DISK_HIGH_PERCENT, DISK_LOW_PERCENT
 from agent.runtimes.oci import OciRuntime
 from agent.runtimes.process import ProcessRuntime
 from agent.runtimes.sim import SimRuntime
@@ -34,6 +35,13 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
     return value
+
+
+def _percents(text: str) -> tuple[int, int]:
+    high, _, low = text.partition(":")
+    if not (high.isdigit() and low.isdigit() and 0 < int(low) < int(high) <= 100):
+        raise argparse.ArgumentTypeError(f"must be HIGH:LOW, 0 < LOW < HIGH <= 100, not {text}")
+    return int(high), int(low)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,6 +122,15 @@ def _parser() -> argparse.ArgumentParser:
         "--unbounded-layers",
         action="store_true",
         help="oci: run containers even where the engine cannot bound their writable layer",
+    )
+    p.add_argument(
+        "--images-disk",
+        type=_percents,
+        default=(DISK_HIGH_PERCENT, DISK_LOW_PERCENT),
+        metavar="HIGH:LOW",
+        help="oci: when the engine's disk is HIGH%% full, remove the images the agent pulled "
+        "that nothing uses or pre-pulls, least recently launched first, until LOW%% "
+        f"(default {DISK_HIGH_PERCENT}:{DISK_LOW_PERCENT}, as kubelet)",
     )
     p.add_argument("--state-dir", type=Path, default=Path("/var/lib/gpucloud-agent"))
     p.add_argument(
@@ -204,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
                 mps_dir=args.state_dir / "mps" if args.backend == "nvml" else None,
                 gpus=len(backend.gpus()),
                 unbounded_layers=args.unbounded_layers,
+                images_disk=args.images_disk,
             )
         except DockerException as exc:
             sys.exit(f"gpucloud-agent: container engine: {exc}")

@@ -87,6 +87,9 @@ class LocalHost:
         self.listeners: list = []
         self.key_listeners: list = []  # called with (instance, keys) when its keys change
         self._launches: dict[str, asyncio.Task] = {}
+        images = getattr(runtime, "images", None)
+        if images is not None:
+            images.in_use = self._images_in_use  # never removed to make room
 
     def inventory(self) -> dict:
         inventory = {
@@ -117,18 +120,22 @@ class LocalHost:
         mirror): kept, and the pre-pulls started; ApiError 409 on a runtime without images."""
         return self._image_store().configure(*parse_settings(body))
 
+    def _images_in_use(self) -> set[str]:
+        return {a.spec["image"] for a in list(self.allocations.values()) if a.spec.get("image")}
+
     async def clean_up_images(self) -> dict:
         """Remove the images the agent pulled that no allocation here uses and that are not
         to be pre-pulled (agent/image_store.py)."""
         images = self._image_store()
-        in_use = {a.spec["image"] for a in self.allocations.values() if a.spec.get("image")}
-        return await asyncio.to_thread(images.clean_up, in_use)
+        return await asyncio.to_thread(images.clean_up, self._images_in_use())
 
     async def refresh_images(self) -> None:
-        """Read the engine's images again, outside the event loop (none to read: nothing)."""
+        """Read the engine's images again, and make room on its disk when it is short
+        (agent/image_store.py), outside the event loop (none to read: nothing)."""
         images = getattr(self.runtime, "images", None)
         if images is not None:
             await asyncio.to_thread(images.refresh)
+            await asyncio.to_thread(images.make_room)
 
     def views(self) -> list[dict]:
         return [alloc.view() for alloc in self.allocations.values()]

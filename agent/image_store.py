@@ -14,6 +14,11 @@
   allocation here uses and the console does not want pre-pulled. Images an operator put on
   the host otherwise (built, imported, pulled by hand) are never touched, and the engine
   refuses to remove one a container uses.
+- Room on the disk, as kubelet's image garbage collection makes it: when the filesystem of
+  the engine's storage is `high` percent full or more (checked every IMAGE_REFRESH_SECONDS and
+  before each pull), the images a clean-up may remove go, the least recently launched first,
+  until it is `low` percent full or none is left. The last such clean-up is in the inventory
+  (the console makes it a host event).
 
 The console compares references normalized as `normalize` does (console/fleet/images.py
 does the same: the agent imports nothing of the console).
@@ -24,8 +29,11 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -41,6 +49,9 @@ IMAGE_REFRESH_SECONDS = 30.0
 PRE_PULL_RETRY_SECONDS = 60.0
 MAX_IMAGES = 500  # images the inventory lists, at most
 MAX_PRE_PULL = 100
+# Kubelet's defaults for its image garbage collection (imageGCHigh/LowThresholdPercent).
+DISK_HIGH_PERCENT = 85
+DISK_LOW_PERCENT = 80
 REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 MIRROR = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?")
 
@@ -112,15 +123,29 @@ class ImageStore:
     block (the host runs them in a worker thread); the pre-pulls run in a thread of their
     own."""
 
-    def __init__(self, client, path: Path):
+    def __init__(
+        self,
+        client,
+        path: Path,
+        disk_percents: tuple[int, int] = (DISK_HIGH_PERCENT, DISK_LOW_PERCENT),
+    ):
         """`client`: the engine's docker.DockerClient; `path`: the file that keeps the
-        settings and what the agent pulled, across restarts."""
+        settings and what the agent pulled, across restarts; `disk_percents`: (high, low),
+        how full the engine's disk may get before images go to make room, and until when."""
         self.client = client
         self.path = path
+        self.high, self.low = disk_percents
+        # the images the host's allocations use (LocalHost sets it): never removed for room
+        self.in_use: Callable[[], set[str]] = set
+        self.disk_usage = shutil.disk_usage
         saved = self._load()
         self.pre_pull: list[str] = saved.get("pre_pull", [])
         self.mirror: str = saved.get("mirror", "")
         self.pulled: set[str] = set(saved.get("pulled", []))  # what clean-up may remove
+        self.launched: dict[str, float] = saved.get("launched", {})  # reference -> when last
+        self.last_room: dict | None = saved.get("last_room")  # the last clean-up for room
+        self._storage: str | None = None
+        self._removing = threading.Lock()
         self.pulls: dict[str, dict] = {}  # pre-pull reference -> {"state", "detail"}
         self.held: list[dict] = []
         self._layers: dict[str, list[str]] = {}  # image id -> its layers, inspected once
@@ -181,6 +206,11 @@ class ImageStore:
                     {"reference": reference, **self.pulls.get(reference, _WAITING)}
                     for reference in self.pre_pull
                 ],
+                "image_disk": {
+                    "high_percent": self.high,
+                    "low_percent": self.low,
+                    "last_clean_up": self.last_room,
+                },
             }
 
     # --- pulls ----------------------------------------------------------------------------
@@ -198,8 +228,16 @@ class ImageStore:
                 pass
             except APIError as exc:
                 raise LaunchError(f"engine_unavailable: {exc.explanation or exc}") from exc
+            self.make_room()
             self._pull(reference, progress)
         self._refresh_quietly()
+
+    def launching(self, reference: str) -> None:
+        """A workload of `reference` starts: the least recently launched images go first when
+        room is made."""
+        with self._lock:
+            self.launched[normalize(reference)] = time.time()
+            self._save()
 
     def _pull(self, reference: str, progress) -> None:
         mirror = self.mirror
@@ -297,30 +335,94 @@ class ImageStore:
         """Remove the images the agent pulled that neither `in_use` (the allocations' images)
         nor the pre-pull list names; the engine keeps one a container uses. Answers what was
         removed, what was kept and why, and the bytes freed."""
-        self.refresh()
-        keep = {normalize(reference) for reference in in_use} | set(self.pre_pull)
-        removed, kept, freed = [], [], 0
-        for entry in list(self.held):
-            names = set(entry["references"])
-            if not names & self.pulled or names & keep:
-                continue
-            if names - self.pulled:  # also named by someone else (tagged by hand): theirs too
-                kept.append({"references": sorted(names), "why": "named by others too"})
-                continue
-            try:
-                self.client.api.remove_image(entry["id"])
-            except APIError as exc:  # a container uses it (409), or it went meanwhile
-                kept.append({"references": sorted(names), "why": str(exc.explanation or exc)})
-                continue
-            removed += sorted(names)
-            freed += entry["size"]
-            with self._lock:
-                self.pulled -= names
+        outcome = self._remove(in_use)
+        log.info(
+            "image clean-up: removed %s (%s)",
+            outcome["removed"] or "nothing",
+            human_size(outcome["freed_bytes"]),
+        )
+        return outcome
+
+    def disk_percent(self) -> float | None:
+        """How full the filesystem of the engine's storage is, in percent, as `df` shows it
+        (used of used and available: the root's reserve left out); None when the agent cannot
+        see it (an engine on another machine, or in another mount namespace)."""
+        if self._storage is None:
+            info = self.client.info()
+            self._storage = info.get("DockerRootDir") or (info.get("Store") or {}).get(
+                "GraphRoot", ""
+            )
+        try:
+            usage = self.disk_usage(self._storage)
+        except OSError:
+            return None
+        return 100.0 * usage.used / (usage.used + usage.free) if usage.used + usage.free else None
+
+    def make_room(self) -> dict | None:
+        """When the engine's disk is `high` percent full or more: remove what a clean-up may
+        remove, the least recently launched first, until it is `low` percent full. The
+        outcome as clean_up's, with when and how full the disk was before and after (kept
+        for the inventory); None when there is room (or no disk to read)."""
+        try:
+            before = self.disk_percent()
+            if before is None or before < self.high:
+                return None
+            outcome = self._remove(
+                self.in_use(), enough=lambda: (self.disk_percent() or 0.0) <= self.low
+            )
+        except (DockerException, requests.RequestException) as exc:  # a pull may still fit
+            log.warning("could not make room for images: %s", exc)
+            return None
+        after = self.disk_percent()
+        outcome.update(
+            at=round(time.time()),
+            percent_before=round(before, 1),
+            percent_after=round(after, 1) if after is not None else None,
+        )
         with self._lock:
+            self.last_room = outcome
             self._save()
-        self._refresh_quietly()
-        log.info("image clean-up: removed %s (%s)", removed or "nothing", human_size(freed))
+        log.warning(
+            "images: the disk was %.1f%% full (at most %d%%): removed %s (%s); %s%% now",
+            before,
+            self.high,
+            outcome["removed"] or "nothing",
+            human_size(outcome["freed_bytes"]),
+            outcome["percent_after"],
+        )
+        return outcome
+
+    def _remove(self, in_use: set[str], enough: Callable[[], bool] | None = None) -> dict:
+        """Clean-up's removals, the least recently launched first, until `enough()`."""
+        with self._removing:
+            self.refresh()
+            keep = {normalize(reference) for reference in in_use} | set(self.pre_pull)
+            removed, kept, freed = [], [], 0
+            for entry in sorted(self.held, key=self._last_launched):
+                names = set(entry["references"])
+                if not names & self.pulled or names & keep:
+                    continue
+                if enough is not None and enough():
+                    break
+                if names - self.pulled:  # also named by someone else (tagged by hand): theirs
+                    kept.append({"references": sorted(names), "why": "named by others too"})
+                    continue
+                try:
+                    self.client.api.remove_image(entry["id"])
+                except APIError as exc:  # a container uses it (409), or it went meanwhile
+                    kept.append({"references": sorted(names), "why": str(exc.explanation or exc)})
+                    continue
+                removed += sorted(names)
+                freed += entry["size"]
+                with self._lock:
+                    self.pulled -= names
+            with self._lock:
+                self._save()
+            self._refresh_quietly()
         return {"removed": removed, "kept": kept, "freed_bytes": freed}
+
+    def _last_launched(self, entry: dict) -> float:
+        return max((self.launched.get(name, 0.0) for name in entry["references"]), default=0.0)
 
     # --- the state file ---------------------------------------------------------------------
 
@@ -334,7 +436,13 @@ class ImageStore:
     def _save(self) -> None:
         """Write the settings and what the agent pulled, atomically (the caller holds the
         lock)."""
-        data = {"pre_pull": self.pre_pull, "mirror": self.mirror, "pulled": sorted(self.pulled)}
+        data = {
+            "pre_pull": self.pre_pull,
+            "mirror": self.mirror,
+            "pulled": sorted(self.pulled),
+            "launched": {name: at for name, at in self.launched.items() if name in self.pulled},
+            "last_room": self.last_room,
+        }
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
         with os.fdopen(fd, "w") as file:
             json.dump(data, file, indent=2, sort_keys=True)

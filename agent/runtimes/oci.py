@@ -41,7 +41,7 @@ from docker.types import DeviceRequest, LogConfig
 from agent.allocations import Allocation
 from agent.cpu import cgroup_seconds
 from agent.errors import ApiError
-from agent.image_store import ImageStore
+from agent.image_store import DISK_HIGH_PERCENT, DISK_LOW_PERCENT, ImageStore
 from agent.mps import CLIENT_PIPE, MpsDaemons
 from agent.networks import TenantNetworks
 from agent.runtimes import Exit, LaunchError
@@ -305,6 +305,7 @@ class OciRuntime:
         mps_dir: Path | None = None,
         gpus: int = 1,
         unbounded_layers: bool = False,
+        images_disk: tuple[int, int] = (DISK_HIGH_PERCENT, DISK_LOW_PERCENT),
     ):
         """`cdi`: hand GPUs to containers (hosts with real GPUs) as CDI devices, or on a Docker
         without CDI as device requests for the NVIDIA runtime (`gpu_path`); without it the
@@ -312,7 +313,9 @@ class OciRuntime:
         MPS daemons of shared GPUs keep their pipes (real GPUs only). `install`, `egress`: the
         tenant networks' names and what their containers may reach (agent/networks.py).
         `gpus`: how many the host has (the pids ceiling shares the host's among the containers
-        they may hold). Disks are made beside `log_dir`, in `disks/`. Refuses
+        they may hold). `images_disk`: how full the engine's disk may get before images go
+        to make room, and until when (agent/image_store.py). Disks are made beside `log_dir`,
+        in `disks/`. Refuses
         (DockerException) an engine that would run containers in the host's user namespace,
         and one that cannot bound a container's writable layer unless `unbounded_layers`."""
         self.engine_url = engine_url or self._find_engine()
@@ -339,7 +342,7 @@ class OciRuntime:
         self._exits: dict[str, Exit] = {}  # allocation id -> how its workload ended
         self._stopping: set[str] = set()
         self._images: set[str] = set()  # references seen here: a launch of one looks no more
-        self.images = ImageStore(self.client, log_dir.with_name("images.json"))
+        self.images = ImageStore(self.client, log_dir.with_name("images.json"), images_disk)
         self._lock = threading.Lock()
         log.info(
             "oci runtime: %s %s at %s; GPUs %s; at most %d pids a container; writable layers %s",
@@ -402,8 +405,9 @@ class OciRuntime:
 
     def _ensure_image(self, reference: str, progress) -> None:
         """Pull the image unless the engine has it (agent/image_store.py: through the
-        region's mirror first)."""
+        region's mirror first, after making room on its disk if it is short)."""
         self.images.ensure(reference, progress)
+        self.images.launching(reference)
 
     # --- containers -----------------------------------------------------------------------
 

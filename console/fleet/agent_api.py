@@ -145,6 +145,25 @@ class PrePullSerializer(serializers.Serializer):
     detail = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
 
 
+class RoomMadeSerializer(serializers.Serializer):
+    """The agent's last clean-up for room on the engine's disk."""
+
+    at = serializers.IntegerField(min_value=0, max_value=2**40)
+    removed = serializers.ListField(child=serializers.CharField(max_length=255), max_length=1000)
+    freed_bytes = serializers.IntegerField(min_value=0)
+    percent_before = serializers.FloatField(min_value=0, max_value=100)
+    percent_after = serializers.FloatField(min_value=0, max_value=100, allow_null=True)
+
+
+class ImageDiskSerializer(serializers.Serializer):
+    """How full the agent lets the engine's disk get before it removes images, and the last
+    time it did."""
+
+    high_percent = serializers.IntegerField(min_value=1, max_value=100)
+    low_percent = serializers.IntegerField(min_value=0, max_value=100)
+    last_clean_up = RoomMadeSerializer(allow_null=True, required=False, default=None)
+
+
 class InventorySerializer(serializers.Serializer):
     hostname = serializers.CharField(max_length=100, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True)
@@ -158,6 +177,7 @@ class InventorySerializer(serializers.Serializer):
     images = HeldImageSerializer(many=True, required=False, default=list, max_length=1000)
     image_settings = ImageSettingsSerializer(required=False, default=None, allow_null=True)
     pre_pulls = PrePullSerializer(many=True, required=False, default=list, max_length=100)
+    image_disk = ImageDiskSerializer(required=False, default=None, allow_null=True)
     digest = serializers.CharField(max_length=64, required=False, allow_blank=True)
 
     def validate_gpus(self, gpus):

@@ -9,12 +9,14 @@ agent/image_store.py).
   joins, when the catalog's pre-pull set or a region's mirror changes, and by the beat to any
   host whose reported settings drifted from them (an agent that lost its state).
 - An operator's clean-up asks the agent to remove what it pulled that nothing uses and no
-  pre-pull wants; the outcome is a host event.
+  pre-pull wants; the outcome is a host event. An agent also cleans up by itself when the
+  engine's disk is short (its inventory's `image_disk`): that is a host event too, once.
 """
 
 import hashlib
 import json
 import logging
+from datetime import UTC, datetime
 
 from django.core.cache import cache
 from django.db import transaction
@@ -101,11 +103,37 @@ def sync(host: Host, inventory: dict) -> dict:
             HostImage.objects.create(host=host, reference=reference, **fields)
         elif any(getattr(row, name) != value for name, value in fields.items()):
             HostImage.objects.filter(pk=row.pk).update(**fields)
+    _note_room_made(host, inventory.get("image_disk"))
     settings = inventory.get("image_settings")
     return {
         "image_settings": settings if isinstance(settings, dict) else {},
         "pre_pulls": _pre_pulls(inventory),
     }
+
+
+def _note_room_made(host: Host, disk: dict | None) -> None:
+    """The agent's last clean-up for room on its disk (agent/image_store.py), as a host event
+    the first time the inventory reports it."""
+    made = (disk or {}).get("last_clean_up")
+    if not made:
+        return
+    at = datetime.fromtimestamp(made["at"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    removed = made["removed"]
+    text = (
+        f"image clean-up by the agent at {at}: its disk was {made['percent_before']:.0f}% full "
+        f"(at most {disk['high_percent']}%); removed "
+        + (f"{len(removed)} ({made['freed_bytes'] / 1e9:.1f} GB)" if removed else "none")
+    )
+    if made.get("percent_after") is not None:
+        text += f"; {made['percent_after']:.0f}% full now"
+    if removed:
+        text += ": " + ", ".join(removed)
+    text = text[:300]
+    if not HostEvent.objects.filter(host=host, message=text).exists():
+        HostEvent.objects.create(
+            host=host, actor_label="agent", from_status=host.status, to_status=host.status,
+            message=text,
+        )  # fmt: skip
 
 
 def note_held(host_pk: int, reference: str) -> None:

@@ -33,11 +33,16 @@ class FakeEngine:
         self.tags: dict[str, str] = {}  # reference -> image id
         self.pulled: list[str] = []
         self.in_use: set[str] = set()
+        self.root = "/nonexistent/engine-storage"  # a disk the agent cannot see, unless set
 
     @property
     def client(self):
-        """As docker.DockerClient: `api` (this) and `images` (by reference)."""
-        return SimpleNamespace(api=self, images=SimpleNamespace(get=self.get))
+        """As docker.DockerClient: `api` (this), `images` (by reference) and `info`."""
+        return SimpleNamespace(
+            api=self,
+            images=SimpleNamespace(get=self.get),
+            info=lambda: {"DockerRootDir": self.root},
+        )
 
     # docker.APIClient
     def images(self):
@@ -218,3 +223,75 @@ def test_a_host_without_images_says_so(sim_host):
     assert answer.status_code == 409
     assert answer.json()["error"] == "no_images"
     assert call(sim_host, "POST", "/v1/images/clean-up").json()["error"] == "no_images"
+
+
+def short_disk(engine, base_gb: int, total_gb: int = 100):
+    """disk_usage of an engine's disk holding `base_gb` besides 5 GB an image."""
+
+    def usage(path):
+        assert path == engine.root
+        used = base_gb + 5 * len(set(engine.tags.values()))
+        return SimpleNamespace(total=total_gb, used=used, free=total_gb - used)
+
+    return usage
+
+
+def test_a_short_disk_loses_the_least_recently_launched_images_until_it_has_room(store):
+    """As kubelet's image garbage collection: at 85% full, images go (oldest launch first, one
+    never launched before any) until 80%; in-use, pre-pull and others' images stay."""
+    engine, images = store
+    engine.root = "/var/lib/containers/storage"
+    for name in ("old", "recent", "never", "used", "pre"):
+        images.ensure(f"{ORIGIN}/team/{name}:1", lambda _: None)
+    engine.tags["localhost/built/by-hand:1"] = "sha256:hand"
+    images.launching(f"{ORIGIN}/team/old:1")
+    images.launching(f"{ORIGIN}/team/recent:1")
+    images.configure([f"{ORIGIN}/team/pre:1"], "")
+    images.in_use = lambda: {f"{ORIGIN}/team/used:1"}
+    images.disk_usage = short_disk(engine, base_gb=54)  # 6 images: 84% full
+    assert images.make_room() is None
+
+    engine.tags["localhost/built/another:1"] = "sha256:another"  # 89%
+    outcome = images.make_room()
+    assert outcome["removed"] == [f"{ORIGIN}/team/never:1", f"{ORIGIN}/team/old:1"]
+    assert (outcome["percent_before"], outcome["percent_after"]) == (89.0, 79.0)
+    assert f"{ORIGIN}/team/recent:1" in engine.tags
+    assert images.inventory()["image_disk"] == {
+        "high_percent": 85, "low_percent": 80, "last_clean_up": outcome
+    }  # fmt: skip
+    again = ImageStore(engine.client, images.path)  # a restarted agent still reports it
+    assert again.inventory()["image_disk"]["last_clean_up"] == outcome
+
+
+def test_a_pull_onto_a_short_disk_makes_room_first(store):
+    engine, images = store
+    engine.root = "/var/lib/containers/storage"
+    images.ensure(f"{ORIGIN}/team/old:1", lambda _: None)
+    images.disk_usage = short_disk(engine, base_gb=85)
+    images.ensure(f"{ORIGIN}/team/new:1", lambda _: None)
+    assert f"{ORIGIN}/team/old:1" not in engine.tags
+    assert f"{ORIGIN}/team/new:1" in engine.tags
+    assert images.last_room["removed"] == [f"{ORIGIN}/team/old:1"]
+
+
+def test_a_disk_the_agent_cannot_see_removes_nothing(store):
+    engine, images = store
+    images.ensure(f"{ORIGIN}/team/old:1", lambda _: None)
+    assert images.make_room() is None
+    assert f"{ORIGIN}/team/old:1" in engine.tags
+
+
+@pytest.mark.parametrize(
+    ("given", "ok"),
+    [("90:75", (90, 75)), ("85:80", (85, 80)), ("80:85", None), ("101:80", None),
+     ("85", None), ("85:0", None), ("x:y", None)],
+)  # fmt: skip
+def test_the_agent_takes_its_disk_percents_as_high_colon_low(given, ok, capsys):
+    from agent.__main__ import _parser
+
+    if ok is None:
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["--images-disk", given])
+        assert "HIGH:LOW" in capsys.readouterr().err
+    else:
+        assert _parser().parse_args(["--images-disk", given]).images_disk == ok

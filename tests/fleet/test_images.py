@@ -188,3 +188,51 @@ def test_a_heartbeat_with_a_bad_image_list_is_refused_field_by_field(register, i
     )
     assert response.status_code == 400
     assert where in response.json()["detail"]
+
+
+ROOM_MADE = {
+    "at": 1796313600, "removed": [REF], "freed_bytes": 3_400_000_000,
+    "percent_before": 91.2, "percent_after": 78.4,
+}  # fmt: skip
+
+
+def test_the_agents_clean_up_for_room_is_a_host_event_once(register):
+    host, secret = register("host-x", 2)
+    agent = agent_client_for(secret)
+    disk = {"high_percent": 85, "low_percent": 80, "last_clean_up": ROOM_MADE}
+    for held in ([], [f"{REF}-other"]):  # a later inventory still reports the same clean-up
+        inventory = oci_inventory(held=held)
+        inventory = with_digest({**inventory, "image_disk": disk})
+        answer = post_json(
+            agent, "/agent/v1/heartbeat", {"host_id": host.pk, "inventory": inventory}
+        )
+        assert answer.status_code == 200, answer.content
+    made = [e.message for e in host.events.all() if e.actor_label == "agent"]
+    assert made == [
+        "image clean-up by the agent at 2026-12-03 16:00:00 UTC: its disk was 91% full (at most "
+        f"85%); removed 1 (3.4 GB); 78% full now: {REF}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("disk", "where"),
+    [
+        ({"high_percent": 185, "low_percent": 80}, "inventory.image_disk.high_percent"),
+        (
+            {"high_percent": 85, "low_percent": 80, "last_clean_up": {**ROOM_MADE, "at": "now"}},
+            "inventory.image_disk.last_clean_up.at",
+        ),
+        ("full", "inventory.image_disk"),
+    ],
+)
+def test_a_heartbeat_with_a_bad_image_disk_is_refused_field_by_field(register, disk, where):
+    host, secret = register("host-x", 2)
+    inventory = {**oci_inventory(), "image_disk": disk}
+    response = post_json(
+        agent_client_for(secret),
+        "/agent/v1/heartbeat",
+        {"host_id": host.pk, "inventory": inventory},
+    )
+    assert response.status_code == 400
+    assert where in response.json()["detail"]
+    assert not host.events.filter(actor_label="agent").exists()
