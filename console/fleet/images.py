@@ -99,8 +99,8 @@ def sync(host: Host, inventory: dict) -> dict:
         HostImage.objects.filter(pk__in=gone).delete()
     for reference, fields in reported.items():
         row = held.get(reference)
-        if row is None:
-            HostImage.objects.create(host=host, reference=reference, **fields)
+        if row is None:  # unless a launch noted it meanwhile (note_held)
+            HostImage.objects.update_or_create(host=host, reference=reference, defaults=fields)
         elif any(getattr(row, name) != value for name, value in fields.items()):
             HostImage.objects.filter(pk=row.pk).update(**fields)
     _note_room_made(host, inventory.get("image_disk"))
