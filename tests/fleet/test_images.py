@@ -170,26 +170,7 @@ def test_pre_pull_is_an_operators_field_in_the_admin(staff_client, client):
     assert not Image.objects.get(pk=image.pk).pre_pull
 
 
-@pytest.mark.parametrize(
-    ("images_field", "where"),
-    [
-        ([{"references": [REF], "id": "sha256:1", "size": -1}], "inventory.images[0].size"),
-        ([{"references": [], "id": "sha256:1", "size": 1}], "inventory.images[0].references"),
-        ("all of them", "inventory.images"),
-    ],
-)
-def test_a_heartbeat_with_a_bad_image_list_is_refused_field_by_field(register, images_field, where):
-    host, secret = register("host-x", 2)
-    inventory = {**oci_inventory(), "images": images_field}
-    response = post_json(
-        agent_client_for(secret),
-        "/agent/v1/heartbeat",
-        {"host_id": host.pk, "inventory": inventory},
-    )
-    assert response.status_code == 400
-    assert where in response.json()["detail"]
-
-
+DISK = {"high_percent": 85, "low_percent": 80}
 ROOM_MADE = {
     "at": 1796313600, "removed": [REF], "freed_bytes": 3_400_000_000,
     "percent_before": 91.2, "percent_after": 78.4,
@@ -199,7 +180,7 @@ ROOM_MADE = {
 def test_the_agents_clean_up_for_room_is_a_host_event_once(register):
     host, secret = register("host-x", 2)
     agent = agent_client_for(secret)
-    disk = {"high_percent": 85, "low_percent": 80, "last_clean_up": ROOM_MADE}
+    disk = {**DISK, "last_clean_up": ROOM_MADE}
     for held in ([], [f"{REF}-other"]):  # a later inventory still reports the same clean-up
         inventory = oci_inventory(held=held)
         inventory = with_digest({**inventory, "image_disk": disk})
@@ -215,24 +196,27 @@ def test_the_agents_clean_up_for_room_is_a_host_event_once(register):
 
 
 @pytest.mark.parametrize(
-    ("disk", "where"),
+    ("field", "value", "where"),
     [
-        ({"high_percent": 185, "low_percent": 80}, "inventory.image_disk.high_percent"),
-        (
-            {"high_percent": 85, "low_percent": 80, "last_clean_up": {**ROOM_MADE, "at": "now"}},
-            "inventory.image_disk.last_clean_up.at",
-        ),
-        ("full", "inventory.image_disk"),
+        ("images", [{"references": [REF], "id": "sha256:1", "size": -1}], "images[0].size"),
+        ("images", [{"references": [], "id": "sha256:1", "size": 1}], "images[0].references"),
+        ("images", "all of them", "images"),
+        ("image_disk", {**DISK, "high_percent": 185}, "image_disk.high_percent"),
+        ("image_disk", {**DISK, "last_clean_up": {**ROOM_MADE, "at": "now"}},
+         "image_disk.last_clean_up.at"),
+        ("image_disk", "full", "image_disk"),
     ],
-)
-def test_a_heartbeat_with_a_bad_image_disk_is_refused_field_by_field(register, disk, where):
+)  # fmt: skip
+def test_a_heartbeat_with_a_bad_image_report_is_refused_field_by_field(
+    register, field, value, where
+):
     host, secret = register("host-x", 2)
-    inventory = {**oci_inventory(), "image_disk": disk}
+    inventory = {**oci_inventory(), field: value}
     response = post_json(
         agent_client_for(secret),
         "/agent/v1/heartbeat",
         {"host_id": host.pk, "inventory": inventory},
     )
     assert response.status_code == 400
-    assert where in response.json()["detail"]
+    assert f"inventory.{where}" in response.json()["detail"]
     assert not host.events.filter(actor_label="agent").exists()
