@@ -352,8 +352,9 @@ _together = threading.local()
 @contextmanager
 def writes_together():
     """This thread's RedisWindow.add calls within it made as one at its end (console.metrics.
-    intake): the points of all, the latest sample of each series as the last call left it,
-    then the publishes of all, in order. Nothing is written when the block raises."""
+    intake): the points of all, each series' newest point as its latest sample (with the
+    labels the last call gave it), then the publishes of all, in order. Nothing is written
+    when the block raises."""
     if getattr(_together, "group", None) is not None:
         raise RuntimeError("writes_together does not nest")
     group = _together.group = []
