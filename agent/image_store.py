@@ -361,8 +361,10 @@ class ImageStore:
     def make_room(self) -> dict | None:
         """When the engine's disk is `high` percent full or more: remove what a clean-up may
         remove, the least recently launched first, until it is `low` percent full. The
-        outcome as clean_up's, with when and how full the disk was before and after (kept
-        for the inventory); None when there is room (or no disk to read)."""
+        outcome as clean_up's, with when and how full the disk was before and after; None when
+        there is room (or no disk to read). The inventory keeps the last outcome that removed
+        something, or a first that removed nothing: a disk that stays full of what may not go
+        is reported once, not every IMAGE_REFRESH_SECONDS (each a host event)."""
         try:
             before = self.disk_percent()
             if before is None or before < self.high:
@@ -380,8 +382,10 @@ class ImageStore:
             percent_after=round(after, 1) if after is not None else None,
         )
         with self._lock:
-            self.last_room = outcome
-            self._save()
+            last = self.last_room
+            if outcome["removed"] or last is None or last["removed"]:  # not "none" again
+                self.last_room = outcome
+                self._save()
         log.warning(
             "images: the disk was %.1f%% full (at most %d%%): removed %s (%s); %s%% now",
             before,

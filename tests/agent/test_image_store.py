@@ -295,3 +295,20 @@ def test_the_agent_takes_its_disk_percents_as_high_colon_low(given, ok, capsys):
         assert "HIGH:LOW" in capsys.readouterr().err
     else:
         assert _parser().parse_args(["--images-disk", given]).images_disk == ok
+
+
+def test_a_disk_that_stays_full_of_what_may_not_go_is_reported_once(store):
+    """Checked every 30 s: the inventory (a host event each change) keeps the first 'removed
+    none', not one per check, and a later clean-up that removes something replaces it."""
+    engine, images = store
+    engine.root = "/var/lib/containers/storage"
+    images.ensure(f"{ORIGIN}/team/used:1", lambda _: None)
+    images.in_use = lambda: {f"{ORIGIN}/team/used:1"}
+    images.disk_usage = short_disk(engine, base_gb=90)
+    first = images.make_room()
+    assert first["removed"] == []
+    assert images.make_room()["removed"] == []
+    assert images.inventory()["image_disk"]["last_clean_up"] is first
+    images.in_use = set
+    assert images.make_room()["removed"] == [f"{ORIGIN}/team/used:1"]
+    assert images.inventory()["image_disk"]["last_clean_up"]["removed"] == [f"{ORIGIN}/team/used:1"]
