@@ -4,9 +4,12 @@ Hosts are indexed by the state of their GPUs: for each (region, mode, model) a b
 state (see fragmentation.State) holding the hosts that have a GPU in that state, sorted by
 (free milli-GPU, free vCPU, free RAM, host order) — the order best-fit wants, and the
 tie-break of fgd. A bucket keeps apart the hosts with stranded GPU capacity under the
-workload snapshot last tracked, most free vCPU first: only there can a placement lower the
-stranded part of fragmentation, and a request's scan of them ends where the vCPU runs out.
-Placement looks buckets up; it never scans all GPUs.
+workload snapshot last tracked: only there can a placement lower the stranded part of
+fragmentation. Those it keeps by kind, what they have free (a Kind), since hosts of one kind
+score alike and the lowest-ordered wins their ties: most of a cluster's hosts strand
+something for its vCPU-heavy requests, and they come in far fewer kinds (a tenth, on the
+Alibaba trace). The kinds are sorted most free vCPU first, so that a request's scan of them
+ends where the vCPU runs out. Placement looks buckets up; it never scans all GPUs.
 
 For fgd, each request shape keeps its candidate GPU states ranked by how much the shape
 raises their fragmentation (a Ranking), under the workload snapshot last tracked: a state
@@ -16,7 +19,7 @@ grows with the number of distinct fractions the workload asks for).
 """
 
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from console.scheduler.fragmentation import State, gpu_state, stranded, unused_counts
@@ -25,14 +28,15 @@ from console.scheduler.workload import Distribution, Workload
 
 # (free milli-GPU, free vCPU milli, free RAM MiB, host order, host id)
 Entry = tuple[int, int, int, int, Hashable]
+Kind = tuple[int, int, int]  # an Entry's first three: what a host has free
 GroupKey = tuple[str, str, str]  # (region, mode, model)
 LOG_MIN = 1024  # buckets created before the rankings may be started again
 
 
-def by_cpu(entry: Entry) -> tuple[int, Entry]:
-    """The order of a bucket's hosts with stranded capacity: most free vCPU first, so that
-    a scan stops at the first host that lacks the vCPU."""
-    return -entry[1], entry
+def by_cpu(kind: Kind) -> tuple[int, Kind]:
+    """The order of a bucket's kinds of hosts with stranded capacity: most free vCPU first,
+    so that a scan stops at the first kind that lacks the vCPU."""
+    return -kind[1], kind
 
 
 # A candidate of a Ranking: (rise, free milli-GPU left on the GPU, MIG start, group, state)
@@ -52,26 +56,57 @@ class Ranking:
 
 @dataclass
 class Bucket:
-    """Hosts with a GPU in one state, in two sorted lists: those with no stranded capacity
-    under the tracked workload snapshot (in Entry order) and those with some (by_cpu)."""
+    """Hosts with a GPU in one state: those with no stranded capacity under the tracked
+    workload snapshot in Entry order (`slack`), and those with some by kind (`kinds`: their
+    (host order, host id), lowest first), the kinds sorted by_cpu (`starved`)."""
 
     slack: list[Entry] = field(default_factory=list)
-    starved: list[Entry] = field(default_factory=list)
+    starved: list[Kind] = field(default_factory=list)
+    kinds: dict[Kind, list[tuple[int, Hashable]]] = field(default_factory=dict)
 
     def add(self, entry: Entry, starved: bool) -> None:
-        if starved:
-            insort(self.starved, entry, key=by_cpu)
-        else:
+        if not starved:
             insort(self.slack, entry)
+            return
+        kind, host = entry[:3], entry[3:]
+        hosts = self.kinds.get(kind)
+        if hosts is None:
+            self.kinds[kind] = [host]
+            insort(self.starved, kind, key=by_cpu)
+        else:
+            insort(hosts, host)
 
     def remove(self, entry: Entry) -> None:
         i = bisect_left(self.slack, entry)
         if i < len(self.slack) and self.slack[i] == entry:
             del self.slack[i]
             return
-        i = bisect_left(self.starved, by_cpu(entry), key=by_cpu)
-        if i < len(self.starved) and self.starved[i] == entry:
-            del self.starved[i]
+        kind = entry[:3]
+        hosts = self.kinds[kind]
+        hosts.remove(entry[3:])
+        if not hosts:
+            del self.kinds[kind]
+            del self.starved[bisect_left(self.starved, by_cpu(kind), key=by_cpu)]
+
+    def first(self, kind: Kind) -> Entry:
+        """The lowest-ordered host of a kind of the starved ones."""
+        return (*kind, *self.kinds[kind][0])
+
+    def entries(self) -> list[Entry]:
+        """Every host, in Entry order."""
+        starved = [(*kind, *host) for kind, hosts in self.kinds.items() for host in hosts]
+        return sorted(self.slack + starved)
+
+    def sort(self, starved: Callable[[Entry], bool]) -> None:
+        """Keep apart again the hosts with stranded capacity, as `starved` says."""
+        entries = self.entries()
+        self.slack, self.kinds = [], {}
+        for entry in entries:
+            if starved(entry):
+                self.kinds.setdefault(entry[:3], []).append(entry[3:])
+            else:
+                self.slack.append(entry)
+        self.starved = sorted(self.kinds, key=by_cpu)
 
 
 class Cluster:
@@ -115,9 +150,7 @@ class Cluster:
         self.created, self.rankings = [], {}
         self.stranded = {host_id: self._stranded(e) for host_id, e in self._entries.items()}
         for bucket in self._buckets():
-            entries = sorted(bucket.slack + bucket.starved)
-            bucket.slack = [e for e in entries if not self.stranded[e[4]]]
-            bucket.starved = sorted((e for e in entries if self.stranded[e[4]]), key=by_cpu)
+            bucket.sort(lambda entry: self.stranded[entry[4]] > 0)
 
     def apply(self, placement: Placement) -> None:
         """Commit `placement`; ValueError (and nothing changed) when it does not fit."""

@@ -15,7 +15,7 @@
   snapshot and request shape, into the shape's ranking (cluster.Ranking), read least rise
   first until no state can beat the best so far; hosts come from the index, and within a
   bucket only hosts that can lower the stranded part are looked at beyond the first that
-  leaves it unchanged.
+  leaves it unchanged, one of each kind (what it has free).
 """
 
 import itertools
@@ -24,7 +24,14 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 
 from console.scheduler.cluster import Bucket, Cluster, GroupKey, Option, Ranking
-from console.scheduler.fragmentation import State, fed, gpu_waste, sets_used, state_units
+from console.scheduler.fragmentation import (
+    State,
+    gpu_waste,
+    least_change,
+    sets_used,
+    state_units,
+    stranded,
+)
 from console.scheduler.mig import free_starts
 from console.scheduler.model import MIG, SHARED, Node, Placement, Request
 from console.scheduler.workload import Distribution
@@ -135,8 +142,9 @@ def best_fit(request: Request, cluster: Cluster) -> Placement | None:
     for group, state, bucket in _candidates(request, cluster):
         left = milli_left(request, group, state)
         slack = next((e for e in bucket.slack if e[1] >= cpu and e[2] >= ram), None)
-        fed_ = itertools.takewhile(lambda e: e[1] >= cpu, bucket.starved)  # most vCPU first
-        starved = min((e for e in fed_ if e[2] >= ram), default=None)
+        fed = itertools.takewhile(lambda kind: kind[1] >= cpu, bucket.starved)  # most vCPU first
+        kind = min((kind for kind in fed if kind[2] >= ram), default=None)
+        starved = None if kind is None else bucket.first(kind)
         for entry in (slack, starved):
             if entry is not None:
                 key = (left, entry[0] - units, entry[1] - cpu, entry[2] - ram, entry[3])
@@ -150,20 +158,18 @@ def best_fit(request: Request, cluster: Cluster) -> Placement | None:
 
 def fgd(request: Request, cluster: Cluster) -> Placement | None:
     """The least (score, best-fit's key) by bucket, the buckets in order of their rise: in
-    each, every host with stranded capacity (the request may lower it) and the vCPU and
-    RAM, and of the others, in order, those up to the first that the request leaves without
-    stranded capacity; no bucket after the first whose rise cannot beat the best so far."""
+    each, every kind of host with stranded capacity (the request may lower it) and the vCPU
+    and RAM, by its lowest-ordered host, and of the others, in order, those up to the first
+    that the request leaves without stranded capacity; no bucket after the first whose rise
+    cannot beat the best so far."""
     dist = cluster.workload.snapshot()
     cluster.track(dist)
     shape = replace(request, cpu_milli=0, ram_mib=0)
     units, cpu, ram = request.gpu_units, request.cpu_milli, request.ram_mib
-    per_cpu, per_ram = dist.cpu_per_unit, dist.ram_per_unit
-
     groups = cluster.groups
     options = _ranked(shape, cluster, dist) if request.gpu_count else [NO_GPU]
-    # the stranded part falls by at most this much (the vCPU and RAM taken feed this much)
-    floor = -max(0.0, units - fed(cpu, ram, dist))
-    stranded = cluster.stranded
+    floor = least_change(units, cpu, ram, dist)  # the stranded part falls by at most this
+    before = cluster.stranded
     best = None  # (key, host, group, state, MIG start, rise)
     for rise, left, start, group, state in options:
         if best is not None and rise + floor > best[0][0] + EPSILON:
@@ -173,19 +179,21 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
             continue
         if best is not None and not bucket.starved and rise > best[0][0] + EPSILON:
             continue
-        # hosts with stranded capacity, most vCPU first: all that have the vCPU and RAM;
-        # a score is rounded only when it may tie or beat the least so far (`value`)
+        # kinds of hosts with stranded capacity, most vCPU first: all that have the vCPU
+        # and RAM, each by its lowest-ordered host; a score is rounded only when it may tie
+        # or beat the least so far (`value`)
         found, value, value_raw = None, INFINITY if best is None else best[0][0], None
-        for free, free_cpu, free_ram, order, host_id in bucket.starved:
+        for kind in bucket.starved:
+            free, free_cpu, free_ram = kind
             if free_cpu < cpu:
                 break
             if free_ram < ram:
                 continue
-            # stranded(after) - stranded(before), inlined (no min()): the hot loop
-            by_cpu = (free_cpu - cpu) / per_cpu if per_cpu else INFINITY
-            by_ram = (free_ram - ram) / per_ram if per_ram else INFINITY
-            after = free - units - (by_cpu if by_cpu < by_ram else by_ram)
-            raw = rise + ((after if after > 0.0 else 0.0) - stranded[host_id])
+            order, host_id = bucket.kinds[kind][0]
+            if rise - before[host_id] > value + EPSILON:  # the stranded part falls at most to 0
+                continue
+            after = stranded(free - units, free_cpu - cpu, free_ram - ram, dist)
+            raw = rise + (after - before[host_id])
             if raw > value + EPSILON:
                 continue
             key = (
@@ -204,10 +212,8 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
             for free, free_cpu, free_ram, order, host_id in bucket.slack:
                 if free_cpu < cpu or free_ram < ram:
                     continue
-                by_cpu = (free_cpu - cpu) / per_cpu if per_cpu else INFINITY
-                by_ram = (free_ram - ram) / per_ram if per_ram else INFINITY
-                after = free - units - (by_cpu if by_cpu < by_ram else by_ram)
-                score = round(rise + (after if after > 0.0 else 0.0), 6)
+                after = stranded(free - units, free_cpu - cpu, free_ram - ram, dist)
+                score = round(rise + after, 6)
                 key = (score, left, free - units, free_cpu - cpu, free_ram - ram, order)
                 if found is None or key < found[0]:
                     found = (key, host_id)

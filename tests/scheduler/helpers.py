@@ -134,11 +134,11 @@ def taken(host: Node, placement: Placement) -> Node:
 def index_view(cluster: Cluster) -> dict:
     """The cluster's index as plain data, to compare with a fresh one."""
     view = {
-        (group, state): sorted(bucket.slack + bucket.starved)
+        (group, state): bucket.entries()
         for group, states in cluster.groups.items()
         for state, bucket in states.items()
     }
-    view["everyone"] = sorted(cluster.everyone.slack + cluster.everyone.starved)
+    view["everyone"] = cluster.everyone.entries()
     view["gpus"] = {host_id: cluster.states_of(host_id) for host_id in cluster.hosts}
     return view
 

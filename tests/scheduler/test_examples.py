@@ -88,6 +88,33 @@ def test_fgd_feeds_gpus_stranded_for_vcpu_with_a_light_request():
     assert place(light, cluster(hosts, *expected)).host_id == "starved"
 
 
+def test_fgd_keeps_vcpu_rich_hosts_for_the_vcpu_heavy_half_of_the_workload():
+    """Half the workload brings 2 vCPU milli per milli-GPU, half 30 (11.3 on average).
+    "lean" feeds its two GPUs at the average but less than one at the heavy half's ratio: a
+    light request there uses GPU capacity the heavy half could not, and "rich" keeps its GPU
+    and vCPU for a heavy one. With light requests alone expected nothing is stranded
+    anywhere, and the tighter host wins, as with best-fit."""
+    hosts = [shared_host("rich", [0]), shared_host("lean", [0, 0], cpu=24000)]
+    light = Request(SHARED, milli=500, cpu_milli=1000)
+    heavy = Request(SHARED, milli=250, cpu_milli=7500)
+    assert place(light, cluster(hosts, light, heavy), "best-fit").host_id == "rich"
+    assert place(light, cluster(hosts, light, heavy)).host_id == "lean"
+    assert place(light, cluster(hosts, light)).host_id == "rich"
+
+
+def test_the_workload_cuts_its_shapes_into_ratio_classes_of_equal_share():
+    """Lightest first, each at its shapes' combined vCPU and RAM per milli-GPU; a shape
+    falls in the class where the middle of its share falls."""
+    heavy = [Request(SHARED, milli=100, cpu_milli=8000, ram_mib=8192)] * 3
+    light = [Request(SHARED, milli=500, cpu_milli=2000, ram_mib=4096)] * 2
+    middle = [Request(SHARED, milli=250, cpu_milli=2000, ram_mib=4096)]
+    ratios = Workload(heavy + light + middle, learn=False).snapshot().ratios
+    # light (2/6, 4 and ~8.2 per milli) and middle (1/6, 8 and ~16.4): middle's share
+    # spans 2/6..3/6, its middle below one half
+    assert ratios == ((0.5, 6000 / 1250, 12288 / 1250), (0.5, 80.0, 81.92))
+    assert Workload([], learn=False).snapshot().ratios == ()
+
+
 def test_a_vcpu_only_request_goes_where_no_gpu_needs_the_vcpu():
     hosts = [shared_host("gpus", [0, 0], cpu=16000), shared_host("full", [1000], cpu=16000)]
     request = Request(SHARED, gpu_count=0, cpu_milli=8000)
@@ -105,7 +132,7 @@ def test_the_workload_learns_from_arrivals_over_its_prior():
     assert learned.version == prior.version + 1
     (p300,) = [p for shape, p in learned.shapes[SHARED] if shape.milli == 300]
     assert p300 > 0.5
-    assert learned.cpu_per_unit > 0 and learned.ram_per_unit > 0
+    assert all(cpu > 0 and ram > 0 for _, cpu, ram in learned.ratios[-1:])
     fixed = Workload([Request(SHARED, milli=300)], learn=False)
     fixed.observe(Request(SHARED, milli=700))
     assert [s.milli for s, _ in fixed.snapshot().shapes[SHARED]] == [300]

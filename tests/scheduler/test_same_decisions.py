@@ -2,6 +2,7 @@
 state, the same score and tie-breaks (helpers.fgd_everywhere)."""
 
 import copy
+import itertools
 import random
 
 import pytest
@@ -62,11 +63,24 @@ def replay(all_hosts: list[Node], prior: list[Request], steps: list[tuple[Reques
         reference.workload.observe(request)
         chosen = place(request, cluster)
         assert chosen == fgd_everywhere(request, reference)
+        assert_kinds_kept(cluster)
         if chosen is not None:
             apply(chosen, cluster)
             held.append(chosen)
         if held and pick == 0:
             release(held.pop(len(held) // 2), cluster)
+
+
+def assert_kinds_kept(cluster: Cluster) -> None:
+    """Each bucket's hosts with stranded capacity are all under their kind, lowest order
+    first, and its kinds are listed once each, most free vCPU first."""
+    buckets = [states.values() for states in cluster.groups.values()]
+    for bucket in [cluster.everyone, *itertools.chain(*buckets)]:
+        assert bucket.starved == sorted(bucket.kinds, key=lambda kind: (-kind[1], kind))
+        for members in bucket.kinds.values():
+            assert members and members == sorted(members)
+            assert all(cluster.stranded[host_id] > 0 for _, host_id in members)
+        assert all(cluster.stranded[entry[4]] == 0 for entry in bucket.slack)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -129,4 +143,27 @@ def test_fgd_decides_as_the_straightforward_search_on_mixes_of_eleven_fractions(
             ram_mib=draw.choice((4096, 16384, 32768)),
         )
         steps.append((request, draw.randint(0, 2)))
+    replay(all_hosts, [], steps)
+
+
+def test_fgd_decides_as_the_straightforward_search_on_a_fleet_of_one_host_type():
+    """Forty hosts alike, as a fleet bought in one order: most of them share a kind (what
+    they have free) while they fill, and a kind's lowest-ordered host must win its ties
+    as the straightforward search has them, while hosts leave and rejoin kinds."""
+    draw = random.Random(7)
+    all_hosts = [
+        Node(f"h{i}", "eu", True, 96000, 393216, [Gpu(j, "t4", SHARED, 0) for j in range(8)])
+        for i in range(40)
+    ]
+    steps = []
+    for _ in range(400):
+        count = draw.choice((0, 1, 1, 1, 1, 1, 2, 4))
+        request = Request(
+            SHARED,
+            gpu_count=count,
+            milli=draw.choice(MIXES[0]) if count == 1 else MILLI if count else 0,
+            cpu_milli=draw.choice((1000, 4000, 8000, 16000)),
+            ram_mib=draw.choice((4096, 16384, 65536)),
+        )
+        steps.append((request, draw.randint(0, 3)))
     replay(all_hosts, [], steps)
