@@ -180,9 +180,10 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
         if best is not None and not bucket.starved and rise > best[0][0] + EPSILON:
             continue
         # kinds of hosts with stranded capacity, most vCPU first: all that have the vCPU
-        # and RAM, each by its lowest-ordered host; a score is rounded only when it may tie
-        # or beat the least so far (`value`)
-        found, value, value_raw = None, INFINITY if best is None else best[0][0], None
+        # and RAM, each by its lowest-ordered host; of their scores, only those that may tie
+        # the least (and the best so far) are rounded and compared in full
+        limit = INFINITY if best is None else best[0][0] + EPSILON
+        near = []
         for kind in bucket.starved:
             free, free_cpu, free_ram = kind
             if free_cpu < cpu:
@@ -190,22 +191,19 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
             if free_ram < ram:
                 continue
             order, host_id = bucket.kinds[kind][0]
-            if rise - before[host_id] > value + EPSILON:  # the stranded part falls at most to 0
+            if rise - before[host_id] > limit:  # the stranded part falls at most to 0
                 continue
             after = stranded(free - units, free_cpu - cpu, free_ram - ram, dist)
             raw = rise + (after - before[host_id])
-            if raw > value + EPSILON:
-                continue
-            key = (
-                value if raw == value_raw else round(raw, 6),
-                left,
-                free - units,
-                free_cpu - cpu,
-                free_ram - ram,
-                order,
-            )
-            if found is None or key < found[0]:
-                found, value, value_raw = (key, host_id), key[0], raw
+            if raw <= limit:
+                near.append((raw, kind, order, host_id))
+                limit = min(limit, raw + EPSILON)
+        found = None
+        for raw, (free, free_cpu, free_ram), order, host_id in near:
+            if raw <= limit:
+                key = (round(raw, 6), left, free - units, free_cpu - cpu, free_ram - ram, order)
+                if found is None or key < found[0]:
+                    found = (key, host_id)
         # the others in Entry order, up to the first left without stranded capacity
         least = round(rise, 6)
         if found is None or found[0][0] >= least:
