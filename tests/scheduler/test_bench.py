@@ -38,6 +38,17 @@ def test_the_replay_reports_every_policy(tmp_path, capsys):
         assert result["decisions_per_cpu_s"] > 0
 
 
+def test_a_repeated_replay_places_alike_and_keeps_the_fastest(tmp_path, capsys):
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    main = runpy.run_path(str(BENCH))["main"]
+    files = ["--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv")]
+    main([*files, "--json", "--policies", "fgd", "--repeat", "3"])
+    (result,) = json.loads(capsys.readouterr().out).values()
+    assert result["allocated_gpus"] == 3.0 and result["requests"] == 4
+    assert result["decisions_per_cpu_s"] > 0
+
+
 def test_fractions_redraw_only_the_fractional_requests(tmp_path):
     (tmp_path / "pods.csv").write_text(PODS)
     read_requests = runpy.run_path(str(BENCH))["read_requests"]
