@@ -132,17 +132,14 @@ def test_fgd_decides_as_the_straightforward_search_on_mixes_of_eleven_fractions(
         )
         for i in range(30)
     ]
-    steps = []
-    for _ in range(300):
-        count = draw.choice((0, 1, 1, 1, 1, 1, 1, 2))
-        request = Request(
-            SHARED,
-            gpu_count=count,
-            milli=draw.choice(fractions) if count == 1 else MILLI if count else 0,
-            cpu_milli=draw.choice((1000, 2000, 4000, 8000)),
-            ram_mib=draw.choice((4096, 16384, 32768)),
-        )
-        steps.append((request, draw.randint(0, 2)))
+    steps = drawn_steps(
+        draw,
+        300,
+        (0, 1, 1, 1, 1, 1, 1, 2),
+        fractions,
+        (1000, 2000, 4000, 8000),
+        (4096, 16384, 32768),
+    )
     replay(all_hosts, [], steps)
 
 
@@ -155,15 +152,36 @@ def test_fgd_decides_as_the_straightforward_search_on_a_fleet_of_one_host_type()
         Node(f"h{i}", "eu", True, 96000, 393216, [Gpu(j, "t4", SHARED, 0) for j in range(8)])
         for i in range(40)
     ]
+    steps = drawn_steps(
+        draw,
+        400,
+        (0, 1, 1, 1, 1, 1, 2, 4),
+        MIXES[0],
+        (1000, 4000, 8000, 16000),
+        (4096, 16384, 65536),
+    )
+    replay(all_hosts, [], steps)
+
+
+def drawn_steps(
+    draw: random.Random,
+    length: int,
+    counts: tuple[int, ...],
+    fractions: tuple[int, ...],
+    cpus: tuple[int, ...],
+    rams: tuple[int, ...],
+) -> list[tuple[Request, int]]:
+    """`length` shared requests of GPU counts, fractions, vCPU and RAM drawn from those
+    given, each with a pick of 0-2 for replay (0: an earlier one is released)."""
     steps = []
-    for _ in range(400):
-        count = draw.choice((0, 1, 1, 1, 1, 1, 2, 4))
+    for _ in range(length):
+        count = draw.choice(counts)
         request = Request(
             SHARED,
             gpu_count=count,
-            milli=draw.choice(MIXES[0]) if count == 1 else MILLI if count else 0,
-            cpu_milli=draw.choice((1000, 4000, 8000, 16000)),
-            ram_mib=draw.choice((4096, 16384, 65536)),
+            milli=draw.choice(fractions) if count == 1 else MILLI if count else 0,
+            cpu_milli=draw.choice(cpus),
+            ram_mib=draw.choice(rams),
         )
-        steps.append((request, draw.randint(0, 3)))
-    replay(all_hosts, [], steps)
+        steps.append((request, draw.randint(0, 2)))
+    return steps
