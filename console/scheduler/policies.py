@@ -191,10 +191,11 @@ def fgd(request: Request, cluster: Cluster) -> Placement | None:
             if free_ram < ram:
                 continue
             order, host_id = bucket.kinds[kind][0]
-            if rise - before[host_id] > limit:  # the stranded part falls at most to 0
+            had = before[host_id]
+            if rise - had > limit:  # the stranded part falls at most to 0
                 continue
             after = stranded(free - units, free_cpu - cpu, free_ram - ram, dist)
-            raw = rise + (after - before[host_id])
+            raw = rise + (after - had)
             if raw <= limit:
                 near.append((raw, kind, order, host_id))
                 limit = min(limit, raw + EPSILON)

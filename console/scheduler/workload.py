@@ -113,12 +113,14 @@ class Workload:
             middle = (before + count / 2) / arrivals
             classes[min(RATIO_CLASSES - 1, int(middle * RATIO_CLASSES))].append(shape)
             before += count
-        return tuple(
-            (
-                sum(self._counts[s] for s in members) / arrivals,
-                sum(self._cpu[s] for s in members) / sum(units[s] for s in members),
-                sum(self._ram[s] for s in members) / sum(units[s] for s in members),
+        ratios = []
+        for members in filter(None, classes):
+            members_units = sum(units[s] for s in members)
+            ratios.append(
+                (
+                    sum(self._counts[s] for s in members) / arrivals,
+                    sum(self._cpu[s] for s in members) / members_units,
+                    sum(self._ram[s] for s in members) / members_units,
+                )
             )
-            for members in classes
-            if members
-        )
+        return tuple(ratios)
