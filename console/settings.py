@@ -544,23 +544,61 @@ INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 4096)
 INSTANCE_LAYER_GIB = env_int("INSTANCE_LAYER_GIB", 20)
 
 
-def _snapshot_password() -> str:
-    password = env_str("SNAPSHOT_PASSWORD")
-    if password:
-        return password
+def _legacy_snapshot_password() -> str:
+    """The password of the shared repository from before the store was split per tenant: the
+    old SNAPSHOT_PASSWORD (or its file in var/); empty on an install that never had one."""
     path = VAR_DIR / "snapshot-password"
+    return env_str("SNAPSHOT_PASSWORD") or (path.read_text().strip() if path.exists() else "")
+
+
+def _generated_once(path: Path) -> str:
+    """A random secret in `path` (0600), made by whichever process starting alongside others
+    comes first: written aside, then linked into place, so none reads it half-written."""
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(32))
-        path.chmod(0o600)
+        aside = path.with_name(f".{path.name}.{os.getpid()}")
+        with os.fdopen(os.open(aside, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600), "w") as f:
+            f.write(secrets.token_urlsafe(32))
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass  # another process made it first: its secret is the one
+        finally:
+            os.unlink(aside)
     return path.read_text().strip()
 
 
-# Snapshots (console/snapshots): the restic repository every host agent writes volumes'
-# snapshots to and restores them from (a local path, sftp:…, s3:…, rest:…; a path must be one
-# every host sees), and its password (generated into var/ when unset: every console machine
-# needs the same one). Sent to the agents with each job, shown to no tenant, never logged.
+def _snapshot_master_secret(legacy: str) -> str:
+    """The secret every tenant's store password is derived from (console/snapshots/store.py):
+    set on every console machine of a deployment, generated into var/ for one machine."""
+    secret = env_str("SNAPSHOT_MASTER_SECRET")
+    if not secret:
+        if env_str("SNAPSHOT_PASSWORD"):
+            raise ImproperlyConfigured(
+                "SNAPSHOT_PASSWORD is set but SNAPSHOT_MASTER_SECRET is not: a deployment sets "
+                "the same new master secret on every console machine (README: The snapshot "
+                "store)."
+            )
+        secret = _generated_once(VAR_DIR / "snapshot-master-secret")
+    if len(secret) < 32:
+        raise ImproperlyConfigured("SNAPSHOT_MASTER_SECRET must be at least 32 characters.")
+    if secret == legacy:
+        raise ImproperlyConfigured(
+            "SNAPSHOT_MASTER_SECRET must be a new secret, not SNAPSHOT_PASSWORD: the shared "
+            "store's password went to every host with its jobs."
+        )
+    return secret
+
+
+# Snapshots (console/snapshots): the restic repositories every host agent writes volumes'
+# snapshots to and restores them from, one per tenant under SNAPSHOT_REPOSITORY (a local path,
+# sftp:…, s3:…, rest:…, b2:…, azure:…, gs:…, swift:…, rclone:…; a path must be one every host
+# sees), each with its own password derived from SNAPSHOT_MASTER_SECRET. SNAPSHOT_PASSWORD
+# opens the shared repository of the snapshots taken before the split (SNAPSHOT_REPOSITORY
+# itself). A job carries its one tenant's repository and password (or the shared one's, for a
+# snapshot from before the split); shown to no tenant, never logged.
 SNAPSHOT_REPOSITORY = env_str("SNAPSHOT_REPOSITORY", str(VAR_DIR / "snapshots"))
-SNAPSHOT_PASSWORD = _snapshot_password()
+SNAPSHOT_PASSWORD = _legacy_snapshot_password()
+SNAPSHOT_MASTER_SECRET = _snapshot_master_secret(SNAPSHOT_PASSWORD)
 # How often a running snapshot or restore is polled for its progress (seconds)
 SNAPSHOT_POLL_SECONDS = env_float("SNAPSHOT_POLL_SECONDS", 1.0)
 

@@ -1,6 +1,8 @@
-"""Snapshots of volumes in the operator's restic repository, their restores, their schedules,
-and shelved instances (whose volumes live only as snapshots while they are shelved)."""
+"""Snapshots of volumes in the operator's snapshot store (a restic repository per tenant),
+their restores, their schedules, and shelved instances (whose volumes live only as snapshots
+while they are shelved)."""
 
+import uuid
 from decimal import Decimal
 
 from django.conf import settings
@@ -39,6 +41,20 @@ class Progress(models.Model):
         if self.state == self.State.DONE:
             return 100
         return int(100 * self.bytes_done / self.bytes_total) if self.bytes_total else 0
+
+
+class TenantStore(models.Model):
+    """A tenant's own repository in the snapshot store, named by `key` (its path under
+    SNAPSHOT_REPOSITORY, and the context its password is derived with: console/snapshots/
+    store.py). The key never changes and is never given to another tenant: the row outlives
+    nothing it names (its tenant cannot be deleted while it exists)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.PROTECT, related_name="snapshot_store")
+    key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"the snapshot store of {self.tenant}"
 
 
 class Shelf(models.Model):
@@ -102,15 +118,19 @@ class Schedule(models.Model):
 
 
 class Snapshot(Progress):
-    """A snapshot of an instance's disk or of a volume, taken on its host into the restic
-    repository. Billed
-    for `bytes_stored` (the new data it added to the repository) from `finished_at` until
+    """A snapshot of an instance's disk or of a volume, taken on its host into its tenant's
+    repository (or, taken before the store was split per tenant, the shared one). Billed
+    for `bytes_stored` (the new data it added to that repository) from `finished_at` until
     `deleted_at`."""
 
     class Kind(models.TextChoices):
         ON_DEMAND = "on_demand", "On demand"
         SCHEDULED = "scheduled", "Scheduled"
         SHELVE = "shelve", "Shelve"
+
+    class Store(models.TextChoices):
+        TENANT = "tenant", "Its tenant's repository"
+        LEGACY = "legacy", "The shared repository (taken before the split)"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="snapshots")
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="snapshots")
@@ -128,6 +148,10 @@ class Snapshot(Progress):
     shelf = models.ForeignKey(
         Shelf, on_delete=models.SET_NULL, null=True, blank=True, related_name="snapshots"
     )
+    store = models.CharField(
+        max_length=8, choices=Store.choices, default=Store.TENANT,
+        help_text="the repository that holds it: its restores and forget go there",
+    )  # fmt: skip
     restic_id = models.CharField(max_length=64, blank=True)
     bytes_stored = models.BigIntegerField(default=0)
     # The region's price when it was taken: what its stored data is billed at until deleted.

@@ -7,7 +7,6 @@ new volume, on any host of its region, made by console.volumes.services.create_v
 
 import logging
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
@@ -38,11 +37,6 @@ AGENT_DISK_GIB = 10  # the size of a disk its instance did not size (agent/volum
 
 class SnapshotError(DomainError):
     code = ErrorCode.INVALID_STATE
-
-
-def store() -> dict:
-    """The operator's snapshot store, as each agent job carries it (never shown or logged)."""
-    return {"repository": settings.SNAPSHOT_REPOSITORY, "password": settings.SNAPSHOT_PASSWORD}
 
 
 def follow(kind: str, pk: int, countdown: float | None = None) -> None:

@@ -14,6 +14,7 @@ from console.fleet.agent_client import AgentRejected, AgentUnavailable
 from console.fleet.models import Host
 from console.instances.models import Instance
 from console.snapshots import services
+from console.snapshots import store as stores
 from console.snapshots.models import Restore, Schedule, Snapshot
 from console.volumes.models import Volume
 
@@ -35,7 +36,7 @@ ASKS_AN_AGENT = {
 def _backup(snapshot: Snapshot) -> tuple[Host | None, str, dict]:
     body = {
         "kind": "backup",
-        "store": services.store(),
+        "store": stores.for_snapshot(snapshot),
         "volume": snapshot.disk_name,
         "tags": [f"tenant={snapshot.tenant_id}", f"snapshot={snapshot.pk}"],
     }
@@ -48,7 +49,7 @@ def _restore(restore: Restore) -> tuple[Host | None, str, dict]:
     size = volume.size_gib if volume else max(snapshot.size_gib, restore.instance.disk_gib)
     body = {
         "kind": "restore",
-        "store": services.store(),
+        "store": stores.for_snapshot(snapshot),
         "volume": restore.disk_name,
         "snapshot": snapshot.restic_id,
         "instance": volume.owner if volume else str(restore.instance_id),
@@ -59,13 +60,18 @@ def _restore(restore: Restore) -> tuple[Host | None, str, dict]:
 
 
 def _forget(snapshot: Snapshot) -> tuple[Host | None, str, dict]:
-    """Any host of the snapshot's region that answers may forget it (the store is shared):
-    the one it was taken on first."""
+    """Any host of the snapshot's region that answers may forget it, with its tenant's store
+    (or the shared one of before the split): the one it was taken on first. One job per
+    snapshot, so one tenant's store per job."""
     hosts = Host.objects.filter(region_id=snapshot.region_id).exclude(
         Q(status__in=(Host.Status.UNREACHABLE, Host.Status.RETIRED))
     )
     host = hosts.filter(pk=snapshot.host_id).first() or hosts.order_by("pk").first()
-    body = {"kind": "forget", "store": services.store(), "snapshots": [snapshot.restic_id]}
+    body = {
+        "kind": "forget",
+        "store": stores.for_snapshot(snapshot),
+        "snapshots": [snapshot.restic_id],
+    }
     return host, f"forget-{snapshot.pk}", body
 
 
@@ -108,7 +114,11 @@ def follow(self, kind: str, pk: int) -> None:
     row = read(pk)
     if row is None:
         return
-    host, job_id, body = job(row)
+    try:
+        host, job_id, body = job(row)
+    except stores.StoreUnavailable as exc:
+        failed(pk, str(exc))
+        return
     if host is None:
         failed(pk, "no host of its region answers")
         return

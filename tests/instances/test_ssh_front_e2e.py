@@ -38,7 +38,7 @@ def stack_env(tmp_path):
         "SSH_CA_KEY_FILE": str(tmp_path / "ssh-ca-key"),
         "SSH_FRONT_HOST_KEY_FILE": str(tmp_path / "ssh-front-host-key"),
         "SNAPSHOT_REPOSITORY": str(tmp_path / "restic"),
-        "SNAPSHOT_PASSWORD": "e2e-restic-password",
+        "SNAPSHOT_MASTER_SECRET": "e2e-snapshot-master-secret-of-32-characters-at-least",
     }
 
 

@@ -7,12 +7,22 @@ from agent.devtools.engine import DEMO_IMAGE
 from tests.factories import ImageFactory
 from tests.instances.e2e import api_client, make_catalog, make_tenant, start_agent
 
+SNAPSHOT_MASTER_SECRET = "e2e-snapshot-master-secret-of-32-characters-at-least"
+SNAPSHOT_PASSWORD = "e2e-restic-password"  # the shared store's, of before the split
+
 
 @pytest.fixture
-def snapshot_store(tmp_path, monkeypatch):
-    """The console processes' restic repository: a folder of this test's."""
-    monkeypatch.setenv("SNAPSHOT_REPOSITORY", str(tmp_path / "restic"))
-    monkeypatch.setenv("SNAPSHOT_PASSWORD", "e2e-restic-password")
+def snapshot_store(tmp_path, monkeypatch, settings):
+    """The console processes' snapshot store: a folder of this test's, the same for this
+    process (console.snapshots.store gives each tenant's repository and password)."""
+    store = {
+        "SNAPSHOT_REPOSITORY": str(tmp_path / "restic"),
+        "SNAPSHOT_PASSWORD": SNAPSHOT_PASSWORD,
+        "SNAPSHOT_MASTER_SECRET": SNAPSHOT_MASTER_SECRET,
+    }
+    for name, value in store.items():
+        monkeypatch.setenv(name, value)
+        setattr(settings, name, value)
     return tmp_path / "restic"
 
 
