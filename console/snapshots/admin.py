@@ -16,9 +16,9 @@ class ReadOnly(admin.ModelAdmin):
 
 @admin.register(Snapshot)
 class SnapshotAdmin(ReadOnly):
-    list_display = ("id", "tenant", "source_name", "kind", "state", "bytes_stored", "host",
-                    "created_at", "deleted_at")  # fmt: skip
-    list_filter = ("state", "kind")
+    list_display = ("id", "tenant", "source_name", "kind", "state", "store", "bytes_stored",
+                    "host", "created_at", "deleted_at")  # fmt: skip
+    list_filter = ("state", "kind", "store")
     search_fields = ("source_name", "restic_id")
 
 
