@@ -35,7 +35,8 @@ SAME_BYTES = sum(len(f"{n}\n") for n in range(1, 300001))
 def _restic(store: dict, *args: str, cwd=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "RESTIC_REPOSITORY": store["repository"],
            "RESTIC_PASSWORD": store["password"]}  # fmt: skip
-    return subprocess.run(["restic", "--no-cache", *args], env=env, cwd=cwd, capture_output=True, text=True)
+    command = ["restic", "--no-cache", *args]
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True)
 
 
 def _store(base: str, key) -> dict:
@@ -173,7 +174,8 @@ def test_two_tenants_storing_the_same_data_each_store_it_and_legacy_snapshots_re
     wrong = _restic({**mine, "password": theirs["password"]}, "snapshots")
     assert wrong.returncode != 0 and "wrong password" in wrong.stderr
 
-    # acme's snapshot of before the split restores from the shared repository
+    # acme's snapshot of before the split restores from the shared repository, and is
+    # forgotten there
     legacy = Snapshot.objects.create(
         tenant=rows["a"].tenant, region=rows["a"].region, source_name="old",
         disk_name="gpucloud-old", size_gib=1, host=host, state=Snapshot.State.DONE,
@@ -184,3 +186,9 @@ def test_two_tenants_storing_the_same_data_each_store_it_and_legacy_snapshots_re
     restored = _ended(acme, f"/snapshot-restores/{restore.json()['id']}/", stack)
     assert restored["state"] == "done", restored
     assert restored["bytes_total"] == len(b"taken before the split\n") * 4096
+    assert acme.delete(f"/snapshots/{legacy.pk}/").status_code == 204
+    wait_for(
+        lambda: Snapshot.objects.filter(pk=legacy.pk, forgotten=True).exists(),
+        timeout=60, what="the legacy snapshot forgotten", stack=stack,
+    )  # fmt: skip
+    assert json.loads(_restic(shared, "snapshots", "--json").stdout) == []
