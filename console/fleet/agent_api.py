@@ -304,7 +304,9 @@ class RegisterView(APIView):
                 inventory=data["inventory"],
             )
         except services.RegistrationRefused as refused:
-            return Response({"code": refused.code, "detail": refused.detail}, refused.status)
+            errors = {"errors": {refused.field: [refused.detail]}} if refused.field else {}
+            body = {"code": refused.code, "detail": refused.detail, **errors}
+            return Response(body, refused.status)
         return Response(
             {
                 "host_id": host.pk,

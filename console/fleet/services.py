@@ -55,9 +55,14 @@ def heartbeat_interval() -> float:
 
 
 class RegistrationRefused(DomainError):
-    """Why an agent may not join; `status` and `code` are what the agent API answers."""
+    """Why an agent may not join; `status` and `code` are what the agent API answers, and
+    `field` the field of the request it is about (none: the request as a whole)."""
 
     status = 400
+
+    def __init__(self, detail: str, *, field: str = "", **kwargs) -> None:
+        super().__init__(detail, **kwargs)
+        self.field = field
 
 
 def _event(host: Host, from_status: str, to_status: str, message: str, actor=None) -> HostEvent:
@@ -164,7 +169,7 @@ def _check_address(address: str, remote_addr: str) -> str:
     problem = address_problem(address, local=is_loopback(remote_addr))
     if problem:
         detail = f"address {address!r}: {problem}"
-        raise RegistrationRefused(detail, code=ErrorCode.INVALID_ADDRESS)
+        raise RegistrationRefused(detail, code=ErrorCode.INVALID_ADDRESS, field="address")
     return address.rstrip("/")
 
 
