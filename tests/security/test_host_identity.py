@@ -212,6 +212,15 @@ def test_a_revoke_cuts_the_old_secret_at_once(register, pushed):
 
 
 @pytest.mark.django_db
+def test_the_admin_revokes_a_secret(register, pushed, staff_client):
+    host, old = register()
+    body = {"action": "revoke_secret", "_selected_action": [host.pk]}
+    assert staff_client.post("/admin/fleet/host/", body).status_code == 302
+    assert pushed[0][2] == 0 and heartbeat(old, host) == 401
+    assert host.events.filter(message__contains="revoked", actor_label="operator").exists()
+
+
+@pytest.mark.django_db
 def test_an_agent_that_did_not_answer_keeps_its_secret(register, monkeypatch, staff_client):
     host, old = register()
 
