@@ -10,6 +10,7 @@ which alone receives the new one."""
 
 import json
 import os
+import socket
 import stat
 import time
 from datetime import timedelta
@@ -18,12 +19,14 @@ from pathlib import Path
 import httpx
 import pytest
 from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
 from agent.errors import ApiError
 from agent.identity import HostSecret
 from agent.state import StateStore
+from console import launcher
 from console.audit.models import AuditEntry
 from console.fleet import agent_client, identity, services
 from console.fleet.models import Host, HostEvent
@@ -402,3 +405,26 @@ def test_rotate_and_revoke_through_the_real_agent(stack, transactional_db, setti
     host.refresh_from_db()
     assert host.address.startswith("http://127.0.0.1:")  # the thief's heartbeats moved nothing
     assert json.loads(kept.read_text())["secret"] == host.secret
+
+
+@pytest.mark.django_db
+def test_the_management_command_changes_an_address_by_the_same_rules(oci_host):
+    host, _ = oci_host
+    with pytest.raises(CommandError, match="a network of containers"):
+        call_command("set_host_address", "oci-1", TENANT_CONTAINER)
+    call_command("set_host_address", "oci-1", "http://127.0.0.1:9102")
+    host.refresh_from_db()
+    assert host.address == "http://127.0.0.1:9102"
+
+
+def test_make_run_keeps_a_demo_agents_port_and_says_when_it_must_change(tmp_path, monkeypatch):
+    told = []
+    monkeypatch.setattr(launcher, "manage", lambda *args, env: told.append(args))
+    first = launcher._agent_port("host-a", tmp_path, False, {})
+    assert launcher._agent_port("host-a", tmp_path, True, {}) == first and told == []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        moved = launcher._agent_port("host-a", tmp_path, True, {})
+    assert moved != first
+    assert told == [("set_host_address", "host-a", f"http://127.0.0.1:{moved}")]
