@@ -113,20 +113,31 @@ def rotate_secret(host: Host, actor=None, *, revoke: bool = False) -> Host:
     saying what happened when the agent does not take it: the old secret stays in use."""
     verb = "revoke" if revoke else "rotation"
     grace = 0.0 if revoke else settings.HOST_SECRET_GRACE_SECONDS
-    new = secrets.token_urlsafe(32)
-    hashed = hash_secret(new)
     with transaction.atomic():
         locked = locks.host(host.pk)
         if locked.status == Host.Status.RETIRED:
             raise ValidationError(f"{locked.name} is retired: its agent is gone.")
-        Host.objects.filter(pk=locked.pk).update(
-            pending_sealed_secret=seal_secret(new), pending_secret_hash=hashed
-        )
+        # A pending secret may be with the agent already (a push whose answer was lost, or a
+        # rotation running beside this one): hand that one again rather than another.
+        if locked.pending_secret_hash:
+            new = open_secret(locked.pending_sealed_secret)
+        else:
+            new = secrets.token_urlsafe(32)
+            Host.objects.filter(pk=locked.pk).update(
+                pending_sealed_secret=seal_secret(new), pending_secret_hash=hash_secret(new)
+            )
+    hashed = hash_secret(new)
     try:
         agent_client.put_host_secret(locked, new, grace)
     except agent_client.AgentRejected as exc:
-        _drop_pending(locked.pk, hashed)
         _event(locked, f"secret {verb} refused by the agent: {exc.message}", actor)
+        if exc.status == 401:  # it holds another secret: the pending one, most likely
+            raise ValidationError(
+                f"The agent of {locked.name} no longer takes the current secret: it holds the "
+                "new one already, most likely, and the console takes it at the agent's next "
+                "call. Look at the host's events in a minute."
+            ) from exc
+        _drop_pending(locked.pk, hashed)
         raise ValidationError(
             f"The agent of {locked.name} refused the new secret ({exc.message}); the old one "
             "stays in use. An agent older than this console cannot take one: upgrade it."

@@ -258,6 +258,31 @@ def test_an_agent_that_refused_leaves_nothing_pending(register, monkeypatch):
 
 
 @pytest.mark.django_db
+def test_a_rotation_after_a_lost_answer_hands_the_same_secret_again(register, monkeypatch):
+    host, old = register()
+    handed = []
+
+    def lost(host, secret, grace):
+        handed.append(secret)
+        raise agent_client.AgentUnavailable(host, "PUT /v1/identity/secret: ReadTimeout")
+
+    def holds_it(host, secret, grace):  # it took the first one: the current one is refused
+        handed.append(secret)
+        raise agent_client.AgentRejected(host, "PUT /v1/identity/secret: unauthorized", 401)
+
+    monkeypatch.setattr(agent_client, "put_host_secret", lost)
+    with pytest.raises(ValidationError, match="did not answer"):
+        identity.rotate_secret(host, revoke=True)
+    monkeypatch.setattr(agent_client, "put_host_secret", holds_it)
+    with pytest.raises(ValidationError, match="holds the new one already"):
+        identity.rotate_secret(host, revoke=True)
+    assert handed[0] == handed[1]
+    assert heartbeat(handed[0], host) == 200  # the agent is never locked out
+    host.refresh_from_db()
+    assert host.secret == handed[0]
+
+
+@pytest.mark.django_db
 def test_the_schedule_rotates_the_secrets_that_are_due(register, pushed, settings):
     settings.HOST_SECRET_ROTATION_DAYS = 30
     due, _ = register("old-1")
