@@ -18,6 +18,7 @@ from agent.control import RegistrationError, Reporter, Servers, ensure_identity
 from agent.firewall import EGRESS, FirewallError
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
+from agent.identity import HostSecret
 from agent.image_store import DISK_HIGH_PERCENT, DISK_LOW_PERCENT
 from agent.runtimes.oci import OciRuntime
 from agent.runtimes.process import ProcessRuntime
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
         gateway = Gateway(host, args.state_dir, *args.ssh)
 
     reporter = None
-    secret = args.secret
+    secret = HostSecret(args.secret) if args.secret else None
     sample_interval = args.sample_interval or DEFAULT_SAMPLE_INTERVAL
     if args.servers:
         servers = Servers(args.servers)
@@ -257,14 +258,14 @@ def main(argv: list[str] | None = None) -> None:
             identity = ensure_identity(store, servers, args.join_token, registration)
         except RegistrationError as exc:
             sys.exit(f"gpucloud-agent: {exc}")
-        secret = identity["secret"]
+        secret = HostSecret.of_identity(store, identity)
         sample_interval = (
             args.sample_interval or identity["sample_interval"] or DEFAULT_SAMPLE_INTERVAL
         )
         heartbeat_interval = (
             args.heartbeat_interval or identity["heartbeat_interval"] or DEFAULT_HEARTBEAT_INTERVAL
         )
-        reporter = Reporter(host, identity, heartbeat_interval, args.advertise_url, servers)
+        reporter = Reporter(host, identity, heartbeat_interval, args.advertise_url, servers, secret)
         host.listeners.append(reporter.add_event)
 
     app = create_app(host, secret, lifespan(host, sample_interval, reporter, gateway))

@@ -5,7 +5,8 @@ backend) fault injection, and the data plane a tenant's requests pass through: t
 web ports and terminals.
 
 Two planes, two credentials, checked on the route a request matched:
-- control routes take only `Authorization: Bearer <host secret>`;
+- control routes take only `Authorization: Bearer <host secret>` (the one the console handed
+  last, or the one before while its grace lasts: agent/identity.py);
 - data-plane routes (ports, terminal) take only `Authorization: Grant <grant>` (agent/grants.py)
   whose scope names that route's instance and port: never the host secret.
 /v1/healthz is open. A refusal is 401 (a websocket is closed 4401 before it opens). JSON in and
@@ -13,7 +14,6 @@ out; errors are `{"error": code, "detail": text}`.
 """
 
 import contextlib
-import hmac
 import json
 
 from starlette.applications import Starlette
@@ -27,6 +27,7 @@ from agent import grants
 from agent.backends.sim import FAULTS
 from agent.errors import ApiError, invalid
 from agent.host import LocalHost
+from agent.identity import HostSecret
 from agent.ports import PortProxy
 from agent.shell import Shell, until_either_ends
 from agent.snapshots import SnapshotJobs
@@ -57,16 +58,16 @@ async def _refuse(connection: HTTPConnection, scheme: str, detail: str) -> Respo
 
 
 class Planes:
-    """Wraps each route's endpoint in the check of its plane's credential."""
+    """Wraps each route's endpoint in the check of its plane's credential: the host secret as
+    it is now (agent/identity.py), and the one before it while its grace lasts."""
 
-    def __init__(self, secret: str):
-        self.secret = secret.encode()
-        self.key = grants.data_key(secret)
+    def __init__(self, secret: HostSecret):
+        self.secret = secret
 
     def control(self, endpoint):
         async def guarded(request: Request) -> Response:
             token = _credential(request, "bearer")
-            if token is None or not hmac.compare_digest(token.encode("latin-1"), self.secret):
+            if token is None or not self.secret.accepts(token):
                 return await _refuse(
                     request, "bearer", "this call needs 'Authorization: Bearer <host secret>'"
                 )
@@ -82,7 +83,9 @@ class Planes:
             params = connection.path_params
             scope = (kind, params["instance"], *([params["port"]] if kind == "port" else []))
             token = _credential(connection, "grant")
-            if token is None or not grants.valid(self.key, scope, token):
+            if token is None or not any(
+                grants.valid(key, scope, token) for key in self.secret.data_keys()
+            ):
                 return await _refuse(
                     connection,
                     "grant",
@@ -110,7 +113,7 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     )
 
 
-def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
+def create_app(host: LocalHost, secret: HostSecret, lifespan=None) -> Starlette:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
@@ -212,6 +215,9 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
     async def snapshot_job(request: Request) -> JSONResponse:
         return JSONResponse(snapshot_jobs.get(request.path_params["job"]).view())
 
+    async def put_secret(request: Request) -> JSONResponse:
+        return JSONResponse(secret.rotate(await _json_body(request)))
+
     proxy = PortProxy(host)
     planes = Planes(secret)
     control = planes.control
@@ -228,6 +234,7 @@ def create_app(host: LocalHost, secret: str, lifespan=None) -> Starlette:
         Route("/v1/instances/{instance}/logs", control(instance_logs), methods=["GET"]),
         Route("/v1/instances/{instance}", control(delete_instance), methods=["DELETE"]),
         Route("/v1/instances/{instance}/ssh-keys", control(put_ssh_keys), methods=["PUT"]),
+        Route("/v1/identity/secret", control(put_secret), methods=["PUT"]),
         Route("/v1/ssh/host-certificate", control(put_host_certificate), methods=["PUT"]),
         Route("/v1/gpus/{index:int}/mode", control(set_mode), methods=["PUT"]),
         Route("/v1/volumes/{name}/owner", control(adopt_volume), methods=["PUT"]),

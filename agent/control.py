@@ -9,7 +9,11 @@
   console is away are buffered and sent when it is back);
 - `POST {server}/agent/v1/events` as soon as something happens to a workload that the console
   did not ask for (it exited, failed, a slow launch ended, an image pull progressed).
-Each carries `Authorization: Bearer <secret>`.
+Each carries `Authorization: Bearer <secret>`: the secret as it is now, which the console may
+rotate (agent/identity.py).
+
+The heartbeat says where the agent's API is, but that never moves the host: the console keeps
+calling the address the host joined with (only its operator or a new join changes it).
 
 `{server}` is one of the console's web processes (`--server` given several times): requests
 stay with the one that answers and move to the next when it cannot be reached (Servers).
@@ -27,6 +31,7 @@ import orjson
 
 from agent import AGENT_VERSION
 from agent.host import LocalHost
+from agent.identity import HostSecret
 from agent.sample_stream import SampleStream
 from agent.state import StateStore
 
@@ -187,6 +192,17 @@ def ensure_identity(
     return identity
 
 
+class _Bearer(httpx.Auth):
+    """The host secret as it is at each request."""
+
+    def __init__(self, secret: HostSecret):
+        self.secret = secret
+
+    def auth_flow(self, request: httpx.Request):
+        request.headers["Authorization"] = f"Bearer {self.secret.current}"
+        yield request
+
+
 class Reporter:
     """Heartbeats and sample pushes of a registered host."""
 
@@ -197,17 +213,18 @@ class Reporter:
         heartbeat_interval: float,
         address: str,
         servers: Servers | None = None,
+        secret: HostSecret | None = None,
     ):
-        """`servers`: the console's web processes (default: the one that registered it)."""
+        """`servers`: the console's web processes (default: the one that registered it);
+        `secret`: the host secret, which the console may rotate (default: the identity's)."""
         self.host = host
         self.address = address
         self.servers = servers or Servers([identity["server"]])
         self.host_id = identity["host_id"]
         self.heartbeat_interval = heartbeat_interval
-        self.client = httpx.AsyncClient(
-            timeout=TIMEOUT_SECONDS, headers={"Authorization": f"Bearer {identity['secret']}"}
-        )
-        self.stream = SampleStream(identity["secret"], TIMEOUT_SECONDS)
+        self.secret = secret or HostSecret(identity["secret"])
+        self.client = httpx.AsyncClient(timeout=TIMEOUT_SECONDS, auth=_Bearer(self.secret))
+        self.stream = SampleStream(lambda: self.secret.current, TIMEOUT_SECONDS)
         self._rounds: deque[tuple[int, list[dict]]] = deque(maxlen=BUFFER_ROUNDS)
         self._serial = itertools.count(1)
         self._failures = 0
@@ -279,7 +296,7 @@ class Reporter:
         payload = {
             "host_id": self.host_id,
             "agent_version": AGENT_VERSION,
-            "address": self.address,  # where the API is now: it may move between restarts
+            "address": self.address,  # where the API is now: a change is the operator's to make
             "inventory_digest": inventory["digest"],
             "inventory": inventory,
             "allocations": self.host.views(),

@@ -105,6 +105,9 @@ class LocalHost:
         images = getattr(self.runtime, "images", None)  # the oci runtime's (agent/image_store.py)
         if images is not None:
             inventory.update(images.inventory())
+        networks = getattr(self.runtime, "networks", None)  # the oci runtime's (agent/networks.py)
+        if networks is not None:
+            inventory["container_networks"] = sorted(networks.subnets)
         return {**inventory, "digest": digest(inventory)}
 
     def _image_store(self):

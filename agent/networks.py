@@ -6,6 +6,10 @@ host share a name or a bridge), labelled `gpucloud.install` and `gpucloud.tenant
 the tenant's first launch and kept for its next ones. agent/firewall.py keeps the install's
 nftables rules in step with its bridges: set up at start for the networks found by label, and
 again whenever a network is added, before any container is on it.
+
+The subnets of these networks (and of the engine's default one) go to the console with the
+inventory (`container_networks`): no host may have an address in one, so that a tenant's
+container can never be taken for a host (console/fleet/addresses.py).
 """
 
 import hashlib
@@ -17,6 +21,12 @@ from agent.runtimes import LaunchError
 LABEL_INSTALL = "gpucloud.install"
 LABEL_TENANT = "gpucloud.tenant"
 BRIDGE_OPTION = "com.docker.network.bridge.name"
+DEFAULT_NETWORKS = ("bridge", "podman")  # Docker's default network, Podman's
+
+
+def _subnets(network) -> set[str]:
+    configs = ((network.attrs or {}).get("IPAM") or {}).get("Config") or []
+    return {c["Subnet"] for c in configs if isinstance(c, dict) and c.get("Subnet")}
 
 
 class TenantNetworks:
@@ -30,6 +40,8 @@ class TenantNetworks:
         self.options = {"isolate": "true"} if podman else {}
         found = client.networks.list(filters={"label": f"{LABEL_INSTALL}={install}"})
         self._bridges = {self._bridge(n.attrs["Labels"][LABEL_TENANT]) for n in found}
+        defaults = [n for n in client.networks.list() if n.name in DEFAULT_NETWORKS]
+        self.subnets = set().union(*map(_subnets, [*found, *defaults]))
         self._lock = threading.Lock()
         firewall.apply(install, sorted(self._bridges), egress)
 
@@ -49,12 +61,14 @@ class TenantNetworks:
         with self._lock:
             wanted = [f"{key}={value}" for key, value in labels.items()]
             if not self.client.networks.list(filters={"label": wanted}):
-                self.client.networks.create(
+                created = self.client.networks.create(
                     name,
                     driver="bridge",
                     labels=labels,
                     options={BRIDGE_OPTION: bridge, **self.options},
                 )
+                created.reload()  # the subnet the engine chose
+                self.subnets |= _subnets(created)
             if bridge not in self._bridges:
                 try:
                     firewall.apply(self.install, sorted(self._bridges | {bridge}), self.egress)

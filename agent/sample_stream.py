@@ -4,7 +4,7 @@ A batch posted costs the agent ~1.5 ms of CPU in httpx and the console a whole r
 websocket it is one frame each way, ~0.3 ms (console/metrics/asgi.py). Each frame is a POST
 body; the console answers each with `{"status": ..., **the POST's answer}`, in order. The
 socket is opened with the host's secret in the Authorization header, to the server the agent's
-requests go to now.
+requests go to now, and opened again with the new one when the console rotates it.
 
 When the console cannot take a stream (an older console, a proxy without websockets, a refused
 secret: the handshake fails), `send` answers None and the caller posts the batch; a stream is
@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 
 import websockets
 
@@ -33,8 +34,10 @@ def stream_url(server: str) -> str:
 
 
 class SampleStream:
-    def __init__(self, secret: str, timeout: float):
-        self._headers = {"Authorization": f"Bearer {secret}"}
+    def __init__(self, secret: Callable[[], str], timeout: float):
+        """`secret`: the host secret as it is now (agent/identity.py)."""
+        self._secret = secret
+        self._opened_with = ""
         self._timeout = timeout
         self._socket = None
         self._server: str | None = None
@@ -43,7 +46,7 @@ class SampleStream:
     async def send(self, server: str, body: bytes) -> tuple[int, dict] | None:
         """The console's (HTTP status, answer) to `body` sent to `server`'s stream, or None when
         no stream carried it: the caller posts it instead."""
-        if self._server != server:
+        if self._server != server or self._opened_with != self._secret():
             await self.close()
         if self._socket is None and not await self._open(server):
             return None
@@ -67,10 +70,11 @@ class SampleStream:
     async def _open(self, server: str) -> bool:
         if time.monotonic() < self._retry_at:
             return False
+        secret = self._secret()
         try:
             self._socket = await websockets.connect(
                 stream_url(server),
-                additional_headers=self._headers,
+                additional_headers={"Authorization": f"Bearer {secret}"},
                 open_timeout=self._timeout,
                 close_timeout=CLOSE_SECONDS,  # an agent stopping waits no longer for the console
                 compression=None,
@@ -80,7 +84,7 @@ class SampleStream:
             self._retry_at = time.monotonic() + RETRY_SECONDS
             log.info("no sample stream at %s (%s): posting", server, exc)
             return False
-        self._server = server
+        self._server, self._opened_with = server, secret
         return True
 
     async def close(self) -> None:

@@ -71,6 +71,22 @@ def manage(*args: str, env: dict[str, str]) -> str:
     return result.stdout
 
 
+def _agent_port(hostname: str, var_dir: Path, joined: bool, env: dict[str, str]) -> int:
+    """The port of a demo agent's API: the one it had (a heartbeat never moves a host), else a
+    free one, which the console is told of as an operator would (set_host_address)."""
+    kept = var_dir / "agents" / f"{hostname}.port"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    before = int(kept.read_text()) if kept.exists() else 0
+    port = processes.port_or_free(before) if before else processes.free_port()
+    kept.write_text(str(port))
+    if joined and port != before:
+        try:
+            manage("set_host_address", hostname, f"http://127.0.0.1:{port}", env=env)
+        except subprocess.CalledProcessError:
+            print(f"{hostname}: its new address was refused (see above)", file=sys.stderr)
+    return port
+
+
 def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]:
     """(runtime, engine URL, what to tell the user): a running engine's socket, else Podman's
     API started here (supervised with the other children, the demo image built), else
@@ -180,7 +196,7 @@ def serve(port: int, var_dir: Path, children: list) -> int:
                 .strip()
                 .splitlines()[-1]
             )
-        listen = f"127.0.0.1:{processes.free_port()}"
+        listen = f"127.0.0.1:{_agent_port(hostname, var_dir, token is None, env)}"
         start(
             f"agent-{hostname}",
             processes.agent_cmd(

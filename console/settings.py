@@ -323,6 +323,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "console.fleet.tasks.certify_due_gateways",
         "schedule": 3600.0,
     },
+    "fleet-rotate-host-secrets": {
+        "task": "console.fleet.tasks.rotate_due_host_secrets",
+        "schedule": 3600.0,
+    },
     "instances-schedule-pending": {
         "task": "console.instances.tasks.schedule_pending",
         "schedule": 5.0,
@@ -517,7 +521,15 @@ AGENT_ALLOWED_NETWORKS = env_networks(
     "AGENT_ALLOWED_NETWORKS",
     "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
 )
+# Never an agent's address, whatever AGENT_ALLOWED_NETWORKS says, beside the subnets the agents
+# report for their containers: ranges an engine may give containers that no agent reported yet
+# (an engine's address pools, if the operator set them).
+AGENT_REFUSED_NETWORKS = env_networks("AGENT_REFUSED_NETWORKS", "")
 JOIN_TOKEN_TTL_HOURS = env_int("JOIN_TOKEN_TTL_HOURS", 24)
+# A host's secret is rotated this often (0: only on demand); the one it replaces stays valid
+# this long on both sides, for the calls in flight (a revoke leaves it none).
+HOST_SECRET_ROTATION_DAYS = env_float("HOST_SECRET_ROTATION_DAYS", 30.0)
+HOST_SECRET_GRACE_SECONDS = env_float("HOST_SECRET_GRACE_SECONDS", 300.0)
 # Image locality: among the placements whose fragmentation rise (milli-GPU that the workload
 # is expected to leave unusable, console/scheduler/fragmentation.py) is within this much of
 # the least, placement prefers a host that holds the launch's image (no pull). 0: only on a tie.

@@ -6,7 +6,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from console.catalog.models import Mode
-from console.fleet import services
+from console.fleet import identity, services
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken
 
 
@@ -76,8 +76,40 @@ class HostEventInline(admin.TabularInline):
         return super().get_queryset(request).order_by("-at")
 
 
+def _secret_action(revoke: bool):
+    def action(modeladmin, request, queryset):
+        _apply(
+            modeladmin,
+            request,
+            queryset,
+            lambda host: identity.rotate_secret(host, request.user, revoke=revoke),
+            "Secrets revoked (the old ones no longer work)" if revoke else "Secrets rotated",
+        )
+
+    action.__name__ = "revoke_secret" if revoke else "rotate_secret"
+    label = "Revoke the secret of" if revoke else "Rotate the secret of"
+    return admin.action(description=f"{label} selected hosts")(action)
+
+
+class HostForm(forms.ModelForm):
+    """The one field an operator edits here: the agent's address (console/fleet/identity.py)."""
+
+    class Meta:
+        model = Host
+        fields = ["address"]
+
+    def clean_address(self):
+        address = self.cleaned_data["address"].strip().rstrip("/")
+        if address != self.instance.address:
+            problem = identity.address_refusal(self.instance, address)
+            if problem:
+                raise ValidationError(problem)
+        return address
+
+
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
+    form = HostForm
     list_display = [
         "name", "region", "status_badge", "admin_status", "gpu_count", "agent_version",
         "last_heartbeat_at", "address",
@@ -87,9 +119,10 @@ class HostAdmin(admin.ModelAdmin):
     date_hierarchy = "registered_at"
     # Status goes through the actions (services.set_host_status); the rest is the agent's.
     readonly_fields = [
-        "name", "region", "address", "agent_version", "backend", "runtime", "vcpus", "ram_mib",
+        "name", "region", "agent_version", "backend", "runtime", "vcpus", "ram_mib",
         "status", "admin_status", "operator_note", "status_changed_at", "last_heartbeat_at",
-        "unreachable_since", "inventory_digest", "registered_at",
+        "unreachable_since", "inventory_digest", "registered_at", "reported_address",
+        "secret_rotated_at", "container_networks",
     ]  # fmt: skip
     inlines = [GpuInline, HostEventInline]
     actions = [
@@ -98,7 +131,15 @@ class HostAdmin(admin.ModelAdmin):
         _status_action(Host.Status.DRAINING, "Drain"),
         _status_action(Host.Status.MAINTENANCE, "Maintenance for"),
         _status_action(Host.Status.RETIRED, "Retire"),
+        _secret_action(revoke=False),
+        _secret_action(revoke=True),
     ]
+
+    def save_model(self, request, obj, form, change):
+        """Only the address changes here, through identity.change_address (event, audit): the
+        rest of the row is the agent's and the actions', never written back as read."""
+        if "address" in form.changed_data:
+            identity.change_address(Host.objects.get(pk=obj.pk), obj.address, request.user)
 
     def has_add_permission(self, request):
         return False  # hosts join through their agent, with a join token

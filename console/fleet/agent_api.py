@@ -2,6 +2,8 @@
 (with the host's secret). Every answer is JSON; a refusal is `{"code", "detail"}` (+
 `errors`). Samples (console/metrics) and events (console/instances) come the same way."""
 
+import ipaddress
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -179,6 +181,19 @@ class InventorySerializer(serializers.Serializer):
     pre_pulls = PrePullSerializer(many=True, required=False, default=list, max_length=100)
     image_disk = ImageDiskSerializer(required=False, default=None, allow_null=True)
     digest = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    # the subnets of the networks the agent's engine gives containers: no host's address may
+    # lie in one (console/fleet/addresses.py)
+    container_networks = serializers.ListField(
+        child=serializers.CharField(max_length=50), required=False, default=list, max_length=1024
+    )
+
+    def validate_container_networks(self, subnets):
+        for subnet in subnets:
+            try:
+                ipaddress.ip_network(subnet, strict=False)
+            except ValueError:
+                raise serializers.ValidationError(f"{subnet!r} is not a network") from None
+        return subnets
 
     def validate_gpus(self, gpus):
         for key in ("index", "uuid"):
@@ -208,7 +223,8 @@ class HeartbeatSerializer(serializers.Serializer):
         max_length=64, required=False, allow_blank=True, default=""
     )
     inventory = InventorySerializer(required=False, allow_null=True, default=None)
-    # Optional: an agent that moved (restarted on another port or address) says where it is.
+    # Where the agent says its API is: it never moves the host (only the operator or a new join
+    # does); another address than the host's is a host event.
     address = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
     def validate_address(self, address):
@@ -282,12 +298,15 @@ class RegisterView(APIView):
                 join_token=data["join_token"],
                 hostname=data["hostname"],
                 address=data["address"],
+                remote_addr=request.META.get("REMOTE_ADDR") or "",
                 region_code=data["region"],
                 agent_version=data["agent_version"],
                 inventory=data["inventory"],
             )
         except services.RegistrationRefused as refused:
-            return Response({"code": refused.code, "detail": refused.detail}, refused.status)
+            errors = {"errors": {refused.field: [refused.detail]}} if refused.field else {}
+            body = {"code": refused.code, "detail": refused.detail, **errors}
+            return Response(body, refused.status)
         return Response(
             {
                 "host_id": host.pk,
@@ -302,17 +321,13 @@ class RegisterView(APIView):
 class HeartbeatView(AgentView):
     def post(self, request):
         data = validated(HeartbeatSerializer, request)
-        host = self.speaking_host(request, data["host_id"])
-        try:
-            host = services.record_heartbeat(
-                host,
-                agent_version=data["agent_version"],
-                inventory_digest=data["inventory_digest"],
-                inventory=data["inventory"],
-                address=data["address"],
-            )
-        except services.RegistrationRefused as refused:
-            return Response({"code": refused.code, "detail": refused.detail}, refused.status)
+        host = services.record_heartbeat(
+            self.speaking_host(request, data["host_id"]),
+            agent_version=data["agent_version"],
+            inventory_digest=data["inventory_digest"],
+            inventory=data["inventory"],
+            address=data["address"],
+        )
         return Response(
             {
                 "status": host.status,

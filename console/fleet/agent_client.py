@@ -238,6 +238,13 @@ def set_gpu_mode(host: Host, gpu_index: int, mode: str) -> dict:
     return _request(host, "PUT", f"/v1/gpus/{_number(gpu_index)}/mode", {"mode": mode}).json()
 
 
+def put_host_secret(host: Host, secret: str, grace_seconds: float) -> dict:
+    """Hand the agent its new secret (console/fleet/identity.py), with the current one: it
+    takes calls with the old one `grace_seconds` more (0: none, a revoke)."""
+    body = {"secret": secret, "grace_seconds": grace_seconds}
+    return _request(host, "PUT", "/v1/identity/secret", body).json()
+
+
 def set_ssh_keys(host: Host, instance_pk: int, keys: list[dict]) -> dict:
     """Replace the keys that open the instance's shells on that host (idempotent; an empty
     list lets no one in). Each key: {"name", "fingerprint", "public_key"}."""

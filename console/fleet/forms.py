@@ -91,5 +91,12 @@ class HostStatusForm(forms.Form):
     )
 
 
+class HostAddressForm(forms.Form):
+    address = forms.CharField(
+        max_length=Host._meta.get_field("address").max_length,
+        help_text="the agent's API, as its --advertise-url says",
+    )
+
+
 class GpuModeForm(forms.Form):
     mode = forms.ChoiceField(choices=Mode.choices)

@@ -75,6 +75,24 @@ class Host(models.Model):
     # sha256 of the secret: how an agent's bearer secret finds its host (then compared in
     # constant time with `secret`).
     secret_hash = models.CharField(max_length=64, db_index=True, blank=True, editable=False)
+    # The secret before the last rotation, valid until `previous_secret_until` for the calls
+    # in flight (a revoke leaves none), and a new one handed to the agent whose push did not
+    # answer: the console takes it as the current one once the agent uses it
+    # (console/fleet/identity.py).
+    previous_sealed_secret = models.TextField(blank=True, editable=False)
+    previous_secret_hash = models.CharField(
+        max_length=64, db_index=True, blank=True, editable=False
+    )
+    previous_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
+    pending_sealed_secret = models.TextField(blank=True, editable=False)
+    pending_secret_hash = models.CharField(max_length=64, db_index=True, blank=True, editable=False)
+    secret_rotated_at = models.DateTimeField(default=timezone.now, editable=False)
+    # An address the agent reported that is not `address` (which only the operator or a new
+    # join changes): kept so that it is a host event once, not at every heartbeat.
+    reported_address = models.CharField(max_length=200, blank=True, editable=False)
+    # The subnets of the agent's container networks (its inventory's `container_networks`):
+    # no host's address may lie in one (console/fleet/addresses.py).
+    container_networks = models.JSONField(default=list, blank=True)
     agent_version = models.CharField(max_length=40, blank=True)
     backend = models.CharField(max_length=16, blank=True)
     runtime = models.CharField(max_length=16, blank=True)
@@ -123,6 +141,7 @@ class Host(models.Model):
     def set_secret(self, raw: str) -> None:
         self.sealed_secret = seal_secret(raw)
         self.secret_hash = hash_secret(raw)
+        self.secret_rotated_at = timezone.now()
 
     def can_become(self, status: str) -> bool:
         return status in self.TRANSITIONS.get(self.admin_status, set())

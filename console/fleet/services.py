@@ -2,7 +2,6 @@
 heartbeats, host status, GPU modes. The agent API, the fleet page, the admin, the management
 command and the watchdog call them and stay thin."""
 
-import hmac
 import logging
 import re
 import secrets
@@ -19,9 +18,9 @@ from console.audit import recorder as audit
 from console.catalog.models import GpuModel, Mode, Region
 from console.celery import enqueue_on_commit
 from console.errors import DomainError, ErrorCode
-from console.fleet import agent_client, images, locks, ssh_authority
-from console.fleet.addresses import address_problem
-from console.fleet.models import Gpu, Host, HostEvent, JoinToken, hash_secret, open_secret
+from console.fleet import agent_client, identity, images, locks, ssh_authority
+from console.fleet.addresses import address_problem, is_loopback
+from console.fleet.models import Gpu, Host, HostEvent, JoinToken
 from console.fleet.signals import host_back
 from console.notices import notice
 
@@ -35,12 +34,11 @@ SAMPLE_INTERVAL_SECONDS = 1.0
 
 
 def host_for_secret(secret: str) -> Host | None:
-    """The host whose agent holds this secret: found by the secret's hash, then the secret
-    itself compared in constant time."""
-    for host in Host.objects.filter(secret_hash=hash_secret(secret))[:1]:
-        if hmac.compare_digest(host.secret.encode(), secret.encode()):
-            return host
-    return None
+    """The host whose agent holds this secret (console/fleet/identity.py: its current one, the
+    one before it while its grace lasts, or a new one it was handed): found by the secret's
+    hash, then the secret itself compared in constant time."""
+    rows = identity.rows_for_secret(secret)
+    return Host.objects.filter(pk=rows[0][0]).first() if rows else None
 
 
 def host_rows_for_secret(secret: str, *fields: str) -> list[tuple]:
@@ -48,16 +46,8 @@ def host_rows_for_secret(secret: str, *fields: str) -> list[tuple]:
     `host_for_secret`, in one query of only those columns: a field across a relation
     (`gpus__uuid`) gives a row per related row (one of Nones when there is none), as
     `values_list` does. Empty: no host holds it. Read from the database every time, so a
-    deleted or re-keyed host's old secret never passes."""
-    rows = list(
-        Host.objects.filter(secret_hash=hash_secret(secret)).values_list(
-            "pk", "sealed_secret", "name", *fields
-        )
-    )
-    if not rows or not hmac.compare_digest(open_secret(rows[0][1]).encode(), secret.encode()):
-        return []
-    pk = rows[0][0]
-    return [(pk, *row[2:]) for row in rows if row[0] == pk]
+    deleted, re-keyed or revoked host's old secret never passes."""
+    return identity.rows_for_secret(secret, "name", *fields)
 
 
 def heartbeat_interval() -> float:
@@ -65,9 +55,14 @@ def heartbeat_interval() -> float:
 
 
 class RegistrationRefused(DomainError):
-    """Why an agent may not join; `status` and `code` are what the agent API answers."""
+    """Why an agent may not join; `status` and `code` are what the agent API answers, and
+    `field` the field of the request it is about (none: the request as a whole)."""
 
     status = 400
+
+    def __init__(self, detail: str, *, field: str = "", **kwargs) -> None:
+        super().__init__(detail, **kwargs)
+        self.field = field
 
 
 def _event(host: Host, from_status: str, to_status: str, message: str, actor=None) -> HostEvent:
@@ -168,12 +163,13 @@ def valid_address(address: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-def _check_address(address: str) -> str:
-    """The agent's base URL, if the console may call it there (console.fleet.addresses)."""
-    problem = address_problem(address)
+def _check_address(address: str, remote_addr: str) -> str:
+    """The agent's base URL, if the console may call it there (console.fleet.addresses); a
+    loopback one only for a registration that came from loopback."""
+    problem = address_problem(address, local=is_loopback(remote_addr))
     if problem:
         detail = f"address {address!r}: {problem}"
-        raise RegistrationRefused(detail, code=ErrorCode.INVALID_ADDRESS)
+        raise RegistrationRefused(detail, code=ErrorCode.INVALID_ADDRESS, field="address")
     return address.rstrip("/")
 
 
@@ -207,6 +203,7 @@ def _host_fields(inventory: dict) -> dict:
         "runtime": (inventory.get("runtime") or "")[:16],
         "vcpus": inventory.get("cpu_count") or 0,
         "ram_mib": inventory.get("memory_mib") or 0,
+        "container_networks": list(inventory.get("container_networks") or []),
         **_ssh_fields(inventory.get("ssh")),
     }
 
@@ -282,12 +279,15 @@ def register_host(
     join_token: str,
     hostname: str,
     address: str,
+    remote_addr: str,
     region_code: str = "",
     agent_version: str = "",
     inventory: dict,
 ) -> tuple[Host, str]:
     """Consume the join token and create the host and its GPUs; answer the host and the secret
-    it shares with its agent. Any refusal rolls everything back, the token included."""
+    it shares with its agent. `remote_addr`: where the registration came from (a loopback
+    address is the agent's only when it came from loopback). Any refusal rolls everything
+    back, the token included."""
     now = timezone.now()
     token_hash = JoinToken.hash(join_token)
     # One UPDATE consumes the token: of two agents racing with it, exactly one changes the row.
@@ -308,7 +308,7 @@ def register_host(
             f"hostname must match {HOSTNAME_RE.pattern}, not {hostname!r}",
             code=ErrorCode.INVALID_HOSTNAME,
         )
-    address = _check_address(address)
+    address = _check_address(address, remote_addr)
     gpus, _ = _readable(hostname, inventory)  # an unreadable GPU gets its row once read
     models = _gpu_models(gpus)
     unknown = sorted({gpu["model"] for gpu in gpus} - set(models))
@@ -466,19 +466,14 @@ def record_heartbeat(
     address: str = "",
 ) -> Host:
     """An agent is alive: note it, sync its GPUs when its inventory changed, and bring an
-    unreachable host back to the status its operator chose. An agent that moved to an address
-    the console may not call is refused (RegistrationRefused): it is not reachable."""
+    unreachable host back to the status its operator chose. The address it reports never moves
+    the host (only the operator or a new join does, console/fleet/identity.py): another one is
+    a host event, once."""
     now = timezone.now()
-    if address and address.rstrip("/") != host.address:
-        address = _check_address(address)
     with transaction.atomic():
         locked = locks.host(host.pk)
         updates: dict = {"last_heartbeat_at": now}
-        if address:
-            address = address.rstrip("/")
-            if address != locked.address:
-                log.info("host %s moved: %s -> %s", locked.name, locked.address, address)
-                updates["address"] = address
+        updates.update(_reported_address(locked, address.rstrip("/")))
         if agent_version:
             updates["agent_version"] = agent_version[:40]
         digest = inventory_digest or (inventory or {}).get("digest") or ""
@@ -508,6 +503,22 @@ def record_heartbeat(
     if "ssh_port" in updates:
         certify_when_due(host)
     return host
+
+
+def _reported_address(host: Host, address: str) -> dict:
+    """The host's fields after its agent reported `address` (empty: none): the first report of
+    an address that is not the host's is a host event for the operator, not a move."""
+    if not address or address == host.reported_address:
+        return {}
+    if address == host.address:
+        return {"reported_address": ""}
+    report(
+        host,
+        f"the agent reports the address {address[:120]}, not {host.address}: the console keeps "
+        "calling it at its own (an operator changes it on the host's page, or the host joins "
+        "again)",
+    )
+    return {"reported_address": address[:200]}
 
 
 def _sync_images(host: Host, inventory: dict, updates: dict | None = None) -> None:

@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from console.fleet import images, services
+from console.fleet import identity, images, services
 from console.fleet.agent_client import RETRIED_WHILE_UNAVAILABLE, AgentUnavailable
 
 
@@ -53,3 +53,19 @@ def push_due_image_settings() -> list[int]:
 def clean_up_images(host_pk: int, actor_label: str) -> dict | None:
     """An operator's image clean-up of a host; its outcome is a host event."""
     return images.clean_up(host_pk, actor_label)
+
+
+@shared_task(name="console.fleet.tasks.rotate_due_host_secrets", ignore_result=True)
+def rotate_due_host_secrets() -> list[int]:
+    """Queue the rotation of every host secret older than HOST_SECRET_ROTATION_DAYS."""
+    due = identity.due_for_rotation()
+    for pk in due:
+        rotate_host_secret.delay(pk)
+    return due
+
+
+@shared_task(name="console.fleet.tasks.rotate_host_secret", ignore_result=True)
+def rotate_host_secret(host_pk: int) -> bool:
+    """The schedule's rotation of one host's secret (a failure is a host event; the next round
+    tries again)."""
+    return identity.rotate_scheduled(host_pk)

@@ -13,6 +13,19 @@ urlpatterns = [
     path(
         "hosts/<int:pk>/images/clean-up/", views.host_images_clean_up, name="host-images-clean-up"
     ),
+    path("hosts/<int:pk>/address/", views.host_address, name="host-address"),
+    path(
+        "hosts/<int:pk>/secret/rotate/",
+        views.host_secret,
+        {"revoke": False},
+        name="host-secret-rotate",
+    ),
+    path(
+        "hosts/<int:pk>/secret/revoke/",
+        views.host_secret,
+        {"revoke": True},
+        name="host-secret-revoke",
+    ),
     path("gpus/<int:pk>/mode/", views.gpu_mode, name="gpu-mode"),
     path("join-tokens/", views.join_token_create, name="join-token-create"),
     path("join-tokens/<int:pk>/revoke/", views.join_token_revoke, name="join-token-revoke"),

@@ -9,8 +9,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.guards import staff_view
 from console.catalog.models import MIG_SLICES, Mode
-from console.fleet import holders, images, services
-from console.fleet.forms import GpuModeForm, HostStatusForm, JoinTokenForm
+from console.fleet import holders, identity, images, services
+from console.fleet.forms import GpuModeForm, HostAddressForm, HostStatusForm, JoinTokenForm
 from console.fleet.models import Gpu, Host, JoinToken
 
 # The button of each status an operator may choose, in this order.
@@ -102,6 +102,10 @@ def index(request):
 
 @staff_view
 def host_detail(request, pk):
+    return _host_page(request, pk)
+
+
+def _host_page(request, pk, address_form: HostAddressForm | None = None, status: int = 200):
     host = get_object_or_404(
         Host.objects.select_related("region").prefetch_related(_gpus(), "images"), pk=pk
     )
@@ -118,8 +122,44 @@ def host_detail(request, pk):
             "modes": Mode.choices,
             "back_url": reverse("fleet:host", args=[host.pk]),
             "waiting": holders.waiting(host),
+            "address_form": address_form or HostAddressForm(initial={"address": host.address}),
         },
+        status=status,
     )
+
+
+@require_POST
+@staff_view
+def host_secret(request, pk, revoke: bool):
+    """Rotate the host's secret (the old one works a grace period more), or revoke it (it
+    stops working at once): the agent gets the new one at the host's address."""
+    host = get_object_or_404(Host, pk=pk)
+    try:
+        identity.rotate_secret(host, request.user, revoke=revoke)
+    except ValidationError as error:
+        messages.error(request, _error_text(error))
+    else:
+        old = "no longer works" if revoke else "works for a few minutes more"
+        messages.success(request, f"{host.name}'s agent has its new secret; the old one {old}.")
+    return redirect("fleet:host", pk=host.pk)
+
+
+@require_POST
+@staff_view
+def host_address(request, pk):
+    """The operator moves the host: the console calls its agent there from now on. A refused
+    address is shown on the page, at its field (400)."""
+    host = get_object_or_404(Host, pk=pk)
+    form = HostAddressForm(request.POST)
+    if form.is_valid():
+        try:
+            host = identity.change_address(host, form.cleaned_data["address"], request.user)
+        except ValidationError as error:
+            form.add_error(None, error)
+    if not form.is_valid():
+        return _host_page(request, pk, form, status=400)
+    messages.success(request, f"The console calls {host.name}'s agent at {host.address}.")
+    return redirect("fleet:host", pk=host.pk)
 
 
 def _page(target: str) -> str:

@@ -15,6 +15,7 @@ from agent.api import create_app
 from agent.backends.sim import SimBackend
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
+from agent.identity import HostSecret
 from agent.image_store import ImageStore, mirrored, normalize
 from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
@@ -177,7 +178,7 @@ def test_the_inventory_digest_stays_while_the_images_do(tmp_path, store):
 
 def call(host, method, path, body=None, secret=SECRET):
     async def go():
-        transport = httpx.ASGITransport(app=create_app(host, SECRET))
+        transport = httpx.ASGITransport(app=create_app(host, HostSecret(SECRET)))
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
             return await client.request(method, path, json=body, headers=headers)

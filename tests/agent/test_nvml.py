@@ -15,6 +15,7 @@ from agent.api import create_app
 from agent.errors import ApiError
 from agent.gpu_models import mig_profiles
 from agent.host import LocalHost
+from agent.identity import HostSecret
 from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 from tests.agent.fake_nvml import MIB, compute_instance, gpu, gpu_instance, mig_device
@@ -319,7 +320,7 @@ def test_read_only_without_manage_mig(nvml):
 def test_api_on_nvml_has_no_fault_injection(nvml, tmp_path):
     _, backend = nvml([gpu(0)])
     host = LocalHost("gpu-host", backend, SimRuntime(), StateStore(tmp_path))
-    transport = httpx.ASGITransport(app=create_app(host, "s3cret"))
+    transport = httpx.ASGITransport(app=create_app(host, HostSecret("s3cret")))
 
     async def calls():
         async with httpx.AsyncClient(

@@ -29,6 +29,7 @@ def register():
             join_token=raw,
             hostname=hostname,
             address="http://127.0.0.1:9101",
+            remote_addr="127.0.0.1",
             region_code=region.code,
             agent_version="0.1.0",
             inventory=make_inventory(hostname, 2),

@@ -117,19 +117,18 @@ def test_an_operator_chooses_the_networks_but_never_metadata(region, a100, setti
     assert "outside AGENT_ALLOWED_NETWORKS" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("address", ["http://169.254.169.254/", "http://8.8.8.8:9101"])
-def test_an_agent_cannot_move_to_a_forbidden_address(register, address):
+@pytest.mark.parametrize(
+    "address", ["http://169.254.169.254/", "http://8.8.8.8:9101", "http://10.0.0.4:9200"]
+)
+def test_a_heartbeat_never_moves_the_host(register, address):
+    """Whatever it says (tests/security/test_host_identity.py: what a thief would make of it)."""
     host, secret = register()
     body = {"host_id": host.pk, "inventory_digest": host.inventory_digest, "address": address}
     response = post_json(agent_client_for(secret), "/agent/v1/heartbeat", body)
-    assert response.status_code == 400, response.content
-    assert response.json()["code"] == "invalid_address"
+    assert response.status_code == 200, response.content
     host.refresh_from_db()
     assert host.address == "http://127.0.0.1:9101"
-    body["address"] = "http://10.0.0.4:9200"
-    assert post_json(agent_client_for(secret), "/agent/v1/heartbeat", body).status_code == 200
-    host.refresh_from_db()
-    assert host.address == "http://10.0.0.4:9200"
+    assert host.reported_address == address.rstrip("/")
 
 
 def test_a_bad_network_in_the_setting_fails_at_startup(monkeypatch):

@@ -68,6 +68,7 @@ def test_an_oci_host_that_joins_is_handed_the_pre_pull_list_and_a_sim_host_is_no
         _, raw = services.create_join_token(region)
         services.register_host(
             join_token=raw, hostname=hostname, address="http://127.0.0.1:9101",
+            remote_addr="127.0.0.1",
             inventory=inventory,
         )  # fmt: skip
     oci = Host.objects.get(name="oci-1")

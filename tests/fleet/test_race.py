@@ -25,6 +25,7 @@ def test_join_token_single_use_under_race(region, a100):
                     join_token=raw,
                     hostname=hostname,
                     address="http://127.0.0.1:9101",
+                    remote_addr="127.0.0.1",
                     inventory=make_inventory(hostname, gpus=2),
                 )
                 outcomes[hostname] = "registered"

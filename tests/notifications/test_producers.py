@@ -89,6 +89,7 @@ def test_host_maintenance_tells_each_tenant_with_instances_there(
     _, raw = fleet.create_join_token(world.region)
     host, _ = fleet.register_host(
         join_token=raw, hostname="host-m", address="http://127.0.0.1:9101",
+        remote_addr="127.0.0.1",
         region_code=world.region.code, agent_version="0.1.0",
         inventory=make_inventory("host-m", 2, mode="shared"),
     )  # fmt: skip

@@ -9,6 +9,7 @@ import pytest
 from tests.agent.agents import free_port
 from tests.agent.conftest import start_agent  # noqa: F401 - a fixture of these tests
 from tests.agent.test_oci_runtime import launch_body
+from tests.fleet.conftest import a100, region, register, staff_client  # noqa: F401 - likewise
 from tests.security.gateway import Gateway
 
 

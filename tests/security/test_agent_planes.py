@@ -30,6 +30,7 @@ from websockets.typing import Subprotocol
 
 from agent.api import create_app
 from agent.errors import ApiError
+from agent.identity import HostSecret
 from console.fleet import agent_client
 from tests.agent.agents import SECRET, free_port, standalone
 
@@ -276,7 +277,7 @@ def _serve(app):
 def proxied():
     """(agent app's port, container port) with the agent app's port proxy in front."""
     upstream = _serve(Upstream())
-    agent_app = _serve(create_app(_StubHost(), SECRET))
+    agent_app = _serve(create_app(_StubHost(), HostSecret(SECRET)))
     yield agent_app[2], upstream[2]
     for server, thread, _ in (agent_app, upstream):
         server.should_exit = True
@@ -422,7 +423,7 @@ def test_every_route_but_health_asks_for_a_credential():
     """A route added without its plane's guard would be open to anyone who reaches the
     agent: every route, present and future, refuses a request with no credential and with a
     grant for what it is not."""
-    app = create_app(_StubHost(), SECRET)
+    app = create_app(_StubHost(), HostSecret(SECRET))
     client = TestClient(app)
     checked = 0
     for route in app.routes:

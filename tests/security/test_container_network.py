@@ -3,6 +3,7 @@ never a service of the host, whatever address that listens on. Real containers t
 agent (the oci runtime on Podman and on Docker, which also isolates its networks by itself),
 whose API and SSH gateway listen on 0.0.0.0 as the README's production install has them."""
 
+import ipaddress
 import secrets
 import socket
 import subprocess
@@ -91,6 +92,13 @@ def test_a_tenant_reaches_its_own_containers_and_never_another_tenants(
     assert PAGE not in _in(oci_engine, acme, REQUEST.format(globex_net["IPAddress"]))
     assert acme_net["NetworkID"] == _network(engine, acme_too)["NetworkID"]
     assert acme_net["NetworkID"] != globex_net["NetworkID"]
+
+    # the agent reports its containers' subnets: the console refuses a host address in one
+    # (tests/security/test_host_identity.py)
+    inventory = agent.client.get("/v1/inventory").json()
+    reported = [ipaddress.ip_network(subnet) for subnet in inventory["container_networks"]]
+    for network in (acme_net, globex_net):
+        assert any(ipaddress.ip_address(network["IPAddress"]) in n for n in reported), reported
 
     for instance in (acme, globex):  # the port proxy still reaches each one's own port
         answer = agent.client.get(
