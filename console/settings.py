@@ -31,15 +31,22 @@ def _private_file(path: str) -> str:
     return path
 
 
-def _secret_key() -> str:
-    key = env_str("SECRET_KEY")
-    if key:
-        return key
-    path = VAR_DIR / "secret-key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
+def _generated_secret(name: str, nbytes: int) -> str:
+    """The secret in var/`name`, made on first use: created 0600 (never readable by others,
+    not even for a moment), and made 0600 again if an older install left it readable."""
+    path = VAR_DIR / name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
         path.chmod(0o600)
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(nbytes))
     return path.read_text().strip()
+
+
+def _secret_key() -> str:
+    return env_str("SECRET_KEY") or _generated_secret("secret-key", 50)
 
 
 SECRET_KEY = _secret_key()
@@ -545,14 +552,7 @@ INSTANCE_LAYER_GIB = env_int("INSTANCE_LAYER_GIB", 20)
 
 
 def _snapshot_password() -> str:
-    password = env_str("SNAPSHOT_PASSWORD")
-    if password:
-        return password
-    path = VAR_DIR / "snapshot-password"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(32))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return env_str("SNAPSHOT_PASSWORD") or _generated_secret("snapshot-password", 32)
 
 
 # Snapshots (console/snapshots): the restic repository every host agent writes volumes'

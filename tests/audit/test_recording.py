@@ -93,7 +93,7 @@ def test_a_refused_action_records_its_refusal_only(api, member, catalog):
     box = make_instance(catalog, member.tenant, state=State.STOPPED)
     response = api(member).post(f"/api/v1/instances/{box.pk}/stop/")
     assert response.status_code == 409
-    assert the_entry().error_code == "invalid_state"  # no entry of a change (tests/audit/test_refusals.py)
+    assert the_entry().error_code == "invalid_state"  # its refusal's only (test_refusals.py)
 
 
 def test_one_insert_per_action(api, member, catalog):

@@ -141,10 +141,11 @@ def test_an_ipv6_form_of_a_public_ipv4_address_is_judged_as_that_address(
     assert outbound.address_refusal(address) is None
 
 
-@pytest.mark.parametrize("address", ["::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "::ffff:0.0.0.0"])
-def test_embedded_link_local_stays_refused_where_private_addresses_are_allowed(
-    settings, address
-):
+EMBEDDED_LINK_LOCAL = ["::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "::ffff:0.0.0.0"]
+
+
+@pytest.mark.parametrize("address", EMBEDDED_LINK_LOCAL)
+def test_embedded_link_local_stays_refused_where_private_addresses_are_allowed(settings, address):
     settings.NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES = True
     assert outbound.address_refusal(address)
 
