@@ -18,7 +18,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
     before = serializers.DictField(read_only=True, help_text="the changed fields as they were")
     after = serializers.DictField(
         read_only=True,
-        help_text="the changed fields as they became; for a refusal, what it asked (secrets masked)",
+        help_text="the changed fields as they became; a refusal's: what it asked, secrets masked",
     )
     outcome = serializers.ChoiceField(
         choices=[DONE, REFUSED], read_only=True, help_text="done, or refused (see error_code)"

@@ -54,7 +54,7 @@ class AuditEntry(models.Model):
     error_code = models.CharField(
         max_length=64,
         blank=True,
-        help_text="a refused action's error code (console.errors.ErrorCode); empty: it was done",
+        help_text="a refused action's error code (ErrorCode); empty: it was done",
     )
     error_message = models.CharField(max_length=500, blank=True)
 

@@ -61,7 +61,9 @@ def narrow(entries: QuerySet[AuditEntry], query: dict) -> QuerySet[AuditEntry]:
     if object_type := query.get("object_type"):
         entries = entries.filter(object_type=object_type)
     if outcome := query.get("outcome"):
-        entries = entries.filter(error_code="") if outcome == DONE else entries.exclude(error_code="")
+        entries = (
+            entries.filter(error_code="") if outcome == DONE else entries.exclude(error_code="")
+        )
     if since := query.get("since"):
         entries = entries.filter(at__gte=_day_start(since))
     if until := query.get("until"):

@@ -4,20 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0001_audit_entry'),
+        ("audit", "0001_audit_entry"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='auditentry',
-            name='error_code',
-            field=models.CharField(blank=True, help_text="a refused action's error code (console.errors.ErrorCode); empty: it was done", max_length=64),
+            model_name="auditentry",
+            name="error_code",
+            field=models.CharField(
+                blank=True,
+                help_text="a refused action's error code (ErrorCode); empty: it was done",
+                max_length=64,
+            ),
         ),
         migrations.AddField(
-            model_name='auditentry',
-            name='error_message',
+            model_name="auditentry",
+            name="error_message",
             field=models.CharField(blank=True, max_length=500),
         ),
     ]
