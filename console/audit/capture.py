@@ -49,9 +49,9 @@ _HIDDEN_NAMES = frozenset().union(*CAPTURED.values())
 
 
 def is_secret(name: str) -> bool:
-    """A field (of a model, or of a request's payload) whose value the log never shows."""
+    """A field (of a model, or of a request's body) whose value the log never shows."""
     name = name.lower()
-    return name in _HIDDEN_NAMES or any(word in name for word in (*_SECRET_NAMES, "token"))
+    return name in _HIDDEN_NAMES or any(word in name for word in _SECRET_NAMES)
 
 
 def _fields(model, only=None) -> list[str]:

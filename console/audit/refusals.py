@@ -11,14 +11,20 @@ from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.permissions import SAFE_METHODS
 
 from accounts.permissions import request_membership
+from console import secret_env
 from console.audit import capture, context, recorder
-from console.secret_env import MASK
 
 REFUSALS = frozenset({403, 404, 409})
 VIEWSET_VERBS = {"partial_update": "update", "destroy": "delete"}
 METHOD_VERBS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete"}
 # how much of a refused request's body is kept
 MAX_ITEMS, MAX_DEPTH, MAX_TEXT = 50, 4, 200
+
+
+def _secret(name: str) -> bool:
+    """A field the log hides from a model's changes, or a name that says it holds a
+    credential (`secret_env`, `HF_TOKEN` in `env`, `api_key`)."""
+    return capture.is_secret(name) or secret_env.looks_secret(name.upper())
 
 
 def asked(value, depth: int = 0):
@@ -29,7 +35,7 @@ def asked(value, depth: int = 0):
     if isinstance(value, dict):
         items = list(value.items())[:MAX_ITEMS]
         return {
-            str(k)[:64]: MASK if capture.is_secret(str(k)) else asked(v, depth + 1)
+            str(k)[:64]: secret_env.MASK if _secret(str(k)) else asked(v, depth + 1)
             for k, v in items
         }
     if isinstance(value, list | tuple):

@@ -63,7 +63,7 @@ def test_an_over_quota_launch_keeps_no_secret(api, member, catalog, tenant):
         "name": "trainer",
         "spec": "a100-quarter",
         "image": catalog.image.name,
-        "env": {"SEED": "7"},
+        "env": {"SEED": "7", "WANDB_API_KEY": SECRET},
         "secret_env": {"HF_TOKEN": SECRET},
     }
     response = api(member).post("/api/v1/instances/", body, format="json")
@@ -72,7 +72,8 @@ def test_an_over_quota_launch_keeps_no_secret(api, member, catalog, tenant):
     assert (entry.action, entry.error_code, entry.object_id) == (
         "instance.launch", "quota_exceeded", "",
     )  # fmt: skip
-    assert entry.after["name"] == "trainer" and entry.after["env"] == {"SEED": "7"}
+    assert entry.after["name"] == "trainer"
+    assert entry.after["env"] == {"SEED": "7", "WANDB_API_KEY": "••••••"}
     assert entry.after["secret_env"] == "••••••"
     assert SECRET not in str(AuditEntry.objects.values().get())
 

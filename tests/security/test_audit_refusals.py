@@ -24,6 +24,7 @@ SECRET = "hf_sEcReT-of-the-refused-launch"
 
 
 def test_refused_attempts_are_recorded_without_their_secrets(stack, catalog):  # noqa: F811
+    catalog.cordoned()  # hardware for the spec, none of it free
     tenant, member = make_tenant(gpu="0")
     viewer = MembershipFactory(user=UserFactory(username="vic"), tenant=tenant, role=Role.VIEWER)
     admin = MembershipFactory(user=UserFactory(username="ada"), tenant=tenant, role=Role.ADMIN)
