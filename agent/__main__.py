@@ -25,7 +25,7 @@ from agent.runtimes.process import ProcessRuntime
 from agent.runtimes.sim import SimRuntime
 from agent.service import lifespan, serve
 from agent.ssh import Gateway
-from agent.state import StateStore
+from agent.state import PRIVATE_UMASK, StateStore
 
 DEFAULT_SAMPLE_INTERVAL = 1.0
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(probe(words[1:]))
     args = _parse(argv)
+    # What the agent and the programs it starts (restic, mkfs …) make is root's alone: its
+    # identity, host key, disks, logs, restic's cache (agent/state.py)
+    os.umask(PRIVATE_UMASK)
     logs.configure(args.log_level, args.log_format)
     store = StateStore(args.state_dir)
     if args.backend == "sim":

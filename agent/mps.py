@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 # CUDA's default pipe directory, inside the container: a client finds it with no variable set
 CLIENT_PIPE = "/tmp/nvidia-mps"  # noqa: S108
 COMMAND_TIMEOUT_SECONDS = 15
+# the umask an MPS control daemon (and the server it starts) runs with, as a system service
+DAEMON_UMASK = 0o022
 
 
 def limits(shared: dict) -> list[str]:
@@ -92,6 +94,8 @@ class MpsDaemons:
                     env=env,
                     text=True,
                     timeout=COMMAND_TIMEOUT_SECONDS,
+                    # its server serves the container's user: not the agent's own umask (077)
+                    umask=DAEMON_UMASK,
                 )
             except subprocess.TimeoutExpired as exc:
                 detail = f"launch_failed: MPS of {alloc.id}: {command or 'start'}: no answer"

@@ -44,6 +44,8 @@ RENAME_NOREPLACE = 1
 ID_MASK = 0xFFFFFFFF
 OVERFLOW_ID = 65534  # how the kernel shows an id the container does not map
 WORKERS = 4
+CLONE_FS = 0x200
+TENANT_UMASK = 0o022
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -60,8 +62,12 @@ def _check(result: int, what: bytes = b"") -> int:
 
 
 def _without_groups() -> None:
-    """A worker thread's start: no supplementary groups (for this thread only)."""
+    """A worker thread's start: no supplementary groups, and the umask a tenant's files are
+    made with by an SSH server (022), not the agent's own 077 (for this thread only: its file
+    system attributes, the umask among them, unshared from the agent's)."""
     _check(_libc.syscall(SYS_SETGROUPS[os.uname().machine], 0, None))
+    _check(_libc.unshare(CLONE_FS))
+    os.umask(TENANT_UMASK)
 
 
 # Broken (every call refused) where a worker cannot drop its groups.

@@ -2,7 +2,8 @@
 the GPU modes set through its API.
 
 Every file is written atomically (a temporary file in the same directory, then os.replace).
-"""
+The directory is 0700 and everything in it 0600 (0700 a directory): the agent runs with umask
+077 (PRIVATE_UMASK), which the programs it starts inherit."""
 
 import dataclasses
 import json
@@ -18,6 +19,7 @@ ALLOCATIONS = "allocations.json"
 GPU_MODES = "gpu_modes.json"
 SSH_KEYS = "ssh_keys.json"
 INSTALL_ID = "install_id.json"
+PRIVATE_UMASK = 0o077
 
 
 class StateStore:
@@ -25,6 +27,7 @@ class StateStore:
         self.root = root
         self.log_dir = root / "logs"
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        root.chmod(0o700)  # an older install's, made with more
 
     def _read(self, name: str):
         try:

@@ -8,6 +8,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 from celery.beat import PersistentScheduler
@@ -71,6 +72,19 @@ class LockedScheduler(PersistentScheduler):
         self.lock = beat_lock()
         self.holding: bool | None = None  # None: not asked yet
         super().__init__(*args, **kwargs)
+
+    def _open_schedule(self):
+        """The schedule's files (var/celerybeat-schedule*) are the beat's user's alone, as
+        every file in the state directory, whatever umask the beat was started with."""
+        umask = os.umask(0o077)
+        try:
+            store = super()._open_schedule()
+        finally:
+            os.umask(umask)
+        path = Path(self.schedule_filename)
+        for made in path.parent.glob(f"{path.name}*"):
+            made.chmod(0o600)
+        return store
 
     def tick(self, *args, **kwargs) -> float:
         if self.lock is None:

@@ -6,10 +6,16 @@ the worker and the agents, as a tenant's stop does), then the processes, and lea
 running: no container, no mounted disk.
 
 The agents run their workloads as real containers when a container engine is at hand (a Docker
-or Podman socket, or Podman installed, whose API this starts), else as processes."""
+or Podman socket, or Podman installed, whose API this starts), else as processes.
+
+The state directory (GPUCLOUD_VAR_DIR, var/) is this user's alone: 0700, and everything in it
+0600 (0700 a directory), since this process and all it starts make files with umask 077. Podman's
+own directory (its socket and storage) lies beside it, in `<var>-podman/`: Podman makes every
+directory above a container's root file system traversable, which it may do to its own."""
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -25,6 +31,8 @@ from console import processes
 
 ROOT = Path(__file__).resolve().parent.parent
 REGION = "local-1"
+# what this process and its children make is their user's alone (the engine aside)
+PRIVATE_UMASK = 0o077
 # Seconds Ctrl-C waits for the instances to stop before it stops the processes anyway.
 STOP_INSTANCES_WAIT = 60
 # the sparse image Podman's storage lies in (it takes of the host what is written to it)
@@ -106,7 +114,7 @@ def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]
                 "gives real containers)"
             ),
         )
-    socket = var_dir / "podman" / "podman.sock"
+    socket = podman_dir(var_dir) / "podman.sock"
     # storage of its own that bounds each container's writable layer (xfs with pquota, or
     # btrfs), unmounted when make run ends
     storage = podman_storage(var_dir)
@@ -118,14 +126,30 @@ def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]
     return "oci", f"unix://{socket}", "containers through Podman (started here)"
 
 
+def podman_dir(var_dir: Path) -> Path:
+    return var_dir.with_name(f"{var_dir.name}-podman")
+
+
 def podman_storage(var_dir: Path) -> Path:
-    return var_dir / "podman" / "storage"
+    return podman_dir(var_dir) / "storage"
+
+
+def private_state(var_dir: Path) -> None:
+    """The state directory 0700 and its files 0600 from now on (umask 077 here and in every
+    child), and what an earlier run left in it with more made so too."""
+    os.umask(PRIVATE_UMASK)
+    var_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    var_dir.chmod(0o700)
+    for entry in var_dir.iterdir():
+        mode = entry.lstat().st_mode
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            entry.chmod(stat.S_IMODE(mode) & 0o700)
 
 
 def main() -> int:
     port = int(os.environ.get("PORT", "8000"))
     var_dir = Path(os.environ.get("GPUCLOUD_VAR_DIR", ROOT / "var")).resolve()
-    var_dir.mkdir(parents=True, exist_ok=True)
+    private_state(var_dir)
     children: list[tuple[str, subprocess.Popen]] = []
     try:
         return serve(port, var_dir, children)

@@ -31,15 +31,29 @@ def _private_file(path: str) -> str:
     return path
 
 
-def _secret_key() -> str:
-    key = env_str("SECRET_KEY")
-    if key:
-        return key
-    path = VAR_DIR / "secret-key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
+def _generated_secret(name: str, nbytes: int) -> str:
+    """The secret in var/`name`, made on first use by whichever process starting alongside
+    others comes first: written 0600 aside (never readable by others, not even for a moment),
+    then linked into place, so that none reads it half-written; made 0600 again if an older
+    install left it readable."""
+    path = VAR_DIR / name
+    if path.exists():
         path.chmod(0o600)
+    else:
+        aside = path.with_name(f".{name}.{os.getpid()}")
+        with os.fdopen(os.open(aside, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600), "w") as f:
+            f.write(secrets.token_urlsafe(nbytes))
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass  # another process made it first: its secret is the one
+        finally:
+            os.unlink(aside)
     return path.read_text().strip()
+
+
+def _secret_key() -> str:
+    return env_str("SECRET_KEY") or _generated_secret("secret-key", 50)
 
 
 SECRET_KEY = _secret_key()
@@ -560,22 +574,9 @@ def _legacy_snapshot_password() -> str:
     """The password of the shared repository from before the store was split per tenant: the
     old SNAPSHOT_PASSWORD (or its file in var/); empty on an install that never had one."""
     path = VAR_DIR / "snapshot-password"
-    return env_str("SNAPSHOT_PASSWORD") or (path.read_text().strip() if path.exists() else "")
-
-
-def _generated_once(path: Path) -> str:
-    """A random secret in `path` (0600), made by whichever process starting alongside others
-    comes first: written aside, then linked into place, so none reads it half-written."""
-    if not path.exists():
-        aside = path.with_name(f".{path.name}.{os.getpid()}")
-        with os.fdopen(os.open(aside, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600), "w") as f:
-            f.write(secrets.token_urlsafe(32))
-        try:
-            os.link(aside, path)
-        except FileExistsError:
-            pass  # another process made it first: its secret is the one
-        finally:
-            os.unlink(aside)
+    if env_str("SNAPSHOT_PASSWORD") or not path.exists():
+        return env_str("SNAPSHOT_PASSWORD")
+    path.chmod(0o600)
     return path.read_text().strip()
 
 
@@ -590,7 +591,7 @@ def _snapshot_master_secret(legacy: str) -> str:
                 "the same new master secret on every console machine (README: The snapshot "
                 "store)."
             )
-        secret = _generated_once(VAR_DIR / "snapshot-master-secret")
+        secret = _generated_secret("snapshot-master-secret", 32)
     if len(secret) < 32:
         raise ImproperlyConfigured("SNAPSHOT_MASTER_SECRET must be at least 32 characters.")
     if secret == legacy:

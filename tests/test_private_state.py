@@ -36,9 +36,12 @@ def _mode(value: int) -> str:
 @pytest.mark.parametrize("existing", [False, True])
 def test_var_and_the_sqlite_files_are_private(tmp_path, existing):
     var = tmp_path / "var"
-    if existing:  # an install made before: world-readable var/ and database
+    if existing:  # an install made before: world-readable var/, database and secrets
         var.mkdir(mode=0o755)
         (var / "gpucloud.sqlite3").touch(mode=0o644)
+        for secret in ("secret-key", "snapshot-password"):
+            (var / secret).write_text("made-before")
+            (var / secret).chmod(0o644)
     env = {**os.environ, "GPUCLOUD_VAR_DIR": str(var), "DJANGO_SETTINGS_MODULE": "console.settings"}
     env.pop("DATABASE_URL", None)
     probe = subprocess.run(
@@ -47,7 +50,9 @@ def test_var_and_the_sqlite_files_are_private(tmp_path, existing):
     assert probe.returncode == 0, probe.stderr
     modes = {name: _mode(mode) for name, mode in json.loads(probe.stdout).items()}
     assert modes["."] == "0o700"
-    assert {"gpucloud.sqlite3", "gpucloud.sqlite3-wal", "secret-key"} <= set(modes)
+    assert {"gpucloud.sqlite3", "gpucloud.sqlite3-wal", "secret-key", "snapshot-master-secret"} <= set(
+        modes
+    )
     files = {name: mode for name, mode in modes.items() if name not in (".", "static")}
     assert set(files.values()) == {"0o600"}
 

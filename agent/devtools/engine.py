@@ -63,6 +63,10 @@ DOCKER_CHAINS = {
 }
 
 
+# the umask an engine runs with as a system service, whatever its starter's
+ENGINE_UMASK = 0o022
+
+
 def podman() -> str | None:
     return shutil.which("podman")
 
@@ -84,6 +88,7 @@ def start_podman_service(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=ENGINE_UMASK,  # make run's own 077 is not the engine's
         )
     deadline = time.monotonic() + START_SECONDS
     while not socket_path.exists():
@@ -118,7 +123,9 @@ def start_docker_daemon(root: Path) -> subprocess.Popen:
         command += ["--storage-driver", storage_driver(root / "data")]
     (root / "daemon.json").write_text("{}\n")  # not the host's /etc/docker/daemon.json
     with open(root / "dockerd.log", "ab") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=root, umask=ENGINE_UMASK
+        )
     deadline = time.monotonic() + DOCKER_START_SECONDS
     while True:
         try:

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from console.audit import refusals
 from console.errors import DomainError, ErrorCode
 
 
@@ -24,6 +25,20 @@ def _first_code(detail) -> str | None:
 
 
 def exception_handler(exc, context):
+    """The error shape; a refusal of a person's write is recorded in the audit log."""
+    response = _answer(exc, context)
+    if response is not None:
+        refusals.record(
+            context["request"],
+            context.get("view"),
+            response.status_code,
+            response.data["code"],
+            response.data["detail"],
+        )
+    return response
+
+
+def _answer(exc, context):
     if isinstance(exc, DomainError):
         return Response({"code": exc.code, "detail": exc.detail}, status=exc.status)
     if isinstance(exc, DjangoValidationError):

@@ -8,7 +8,7 @@ from accounts.models import ApiToken
 from accounts.permissions import TenantRole, request_membership
 from accounts.roles import MANAGE
 from console.audit import queries
-from console.audit.models import AuditEntry
+from console.audit.models import DONE, REFUSED, AuditEntry
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
@@ -16,7 +16,13 @@ class AuditEntrySerializer(serializers.ModelSerializer):
     user = serializers.IntegerField(source="user_id", read_only=True, allow_null=True)
     token = serializers.IntegerField(source="token_id", read_only=True, allow_null=True)
     before = serializers.DictField(read_only=True, help_text="the changed fields as they were")
-    after = serializers.DictField(read_only=True, help_text="the changed fields as they became")
+    after = serializers.DictField(
+        read_only=True,
+        help_text="the changed fields as they became; a refusal's: what it asked, secrets masked",
+    )
+    outcome = serializers.ChoiceField(
+        choices=[DONE, REFUSED], read_only=True, help_text="done, or refused (see error_code)"
+    )
 
     class Meta:
         model = AuditEntry
@@ -34,6 +40,9 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "object_repr",
             "before",
             "after",
+            "outcome",
+            "error_code",
+            "error_message",
         ]
         read_only_fields = fields
 

@@ -44,6 +44,14 @@ CAPTURED: dict[str, frozenset[str]] = {
 VERBS = {"revoked_at": "revoke", "accepted_at": "accept", "used_at": "use"}
 
 _SECRET_NAMES = ("hash", "secret", "password")
+# every field some model keeps out of the log: a payload's field of that name is kept out too
+_HIDDEN_NAMES = frozenset().union(*CAPTURED.values())
+
+
+def is_secret(name: str) -> bool:
+    """A field (of a model, or of a request's body) whose value the log never shows."""
+    name = name.lower()
+    return name in _HIDDEN_NAMES or any(word in name for word in _SECRET_NAMES)
 
 
 def _fields(model, only=None) -> list[str]:

@@ -5,10 +5,12 @@ from django.db import models
 from django.utils import timezone
 
 SYSTEM = "system"
+DONE, REFUSED = "done", "refused"
 
 
 class AuditEntry(models.Model):
-    """One change, written once and never changed. The tenant, user and token are kept as
+    """One change, or one refused attempt at one (with its error code), written once and never
+    changed. The tenant, user and token are kept as
     ids without a database constraint and with their names beside them: the log outlives
     what it names."""
 
@@ -49,6 +51,12 @@ class AuditEntry(models.Model):
     before = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     after = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     address = models.GenericIPAddressField(null=True, blank=True)
+    error_code = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="a refused action's error code (ErrorCode); empty: it was done",
+    )
+    error_message = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["-at", "-pk"]
@@ -68,6 +76,10 @@ class AuditEntry(models.Model):
 
     def delete(self, *args, **kwargs):
         raise PermissionDenied("Audit entries are never deleted.")
+
+    @property
+    def outcome(self) -> str:
+        return REFUSED if self.error_code else DONE
 
     @property
     def by_system(self) -> bool:

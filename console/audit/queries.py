@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from django.db.models import Q, QuerySet
 from rest_framework import serializers
 
-from console.audit.models import AuditEntry
+from console.audit.models import DONE, REFUSED, AuditEntry
 
 
 class AuditQuery(serializers.Serializer):
@@ -22,6 +22,11 @@ class AuditQuery(serializers.Serializer):
         help_text="an action (instance.stop), or every action on a type (instance.)",
     )
     object_type = serializers.CharField(required=False, max_length=64, help_text="e.g. instance")
+    outcome = serializers.ChoiceField(
+        choices=[DONE, REFUSED],
+        required=False,
+        help_text="done: the changes made; refused: the actions refused, with their error code",
+    )
     since = serializers.DateField(required=False, help_text="from this UTC day on")
     until = serializers.DateField(required=False, help_text="up to this UTC day, included")
     tenant = serializers.SlugField(
@@ -55,6 +60,10 @@ def narrow(entries: QuerySet[AuditEntry], query: dict) -> QuerySet[AuditEntry]:
             entries = entries.filter(action=action)
     if object_type := query.get("object_type"):
         entries = entries.filter(object_type=object_type)
+    if outcome := query.get("outcome"):
+        entries = (
+            entries.filter(error_code="") if outcome == DONE else entries.exclude(error_code="")
+        )
     if since := query.get("since"):
         entries = entries.filter(at__gte=_day_start(since))
     if until := query.get("until"):
@@ -74,6 +83,8 @@ CSV_COLUMNS = [
     "object",
     "before",
     "after",
+    "outcome",
+    "error_code",
 ]
 
 
@@ -98,6 +109,8 @@ def csv_lines(entries: QuerySet[AuditEntry]) -> Iterator[str]:
                 _cell(entry.object_repr),
                 _cell(_json(entry.before)),
                 _cell(_json(entry.after)),
+                entry.outcome,
+                entry.error_code,
             ]
         )
 
@@ -111,4 +124,4 @@ def _cell(text: str) -> str:
     return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-FILTERS = ["actor", "action", "object_type", "since", "until"]
+FILTERS = ["actor", "action", "object_type", "outcome", "since", "until"]

@@ -6,7 +6,10 @@ transaction of their change, so that a change rolled back leaves no entry:
         ...change the volume...
         recorder.record("volume.resize", volume, before=before, after={"size_gib": 200})
 
-The actor (user, token, client address) is whoever acts now (console.audit.context)."""
+The actor (user, token, client address) is whoever acts now (console.audit.context).
+
+A refused action has no change to share a transaction with: ``record_refusal`` writes its
+entry on its own, with the refusal's error code (console.audit.refusals)."""
 
 from django.db import transaction
 
@@ -83,3 +86,34 @@ def record_all(entries: list[AuditEntry]) -> None:
     for made in entries:
         _inside(made.action)
     AuditEntry.objects.bulk_create(entries)
+
+
+def record_refusal(
+    action: str,
+    *,
+    tenant_id: int | None,
+    object_type: str,
+    object_id: str,
+    asked: dict,
+    code: str,
+    message: str,
+) -> AuditEntry | None:
+    """The entry of `action` refused with `code` to the person acting now (none for the
+    system), with what it `asked` (secrets already masked), committed on its own."""
+    actor = context.current()
+    if not actor.is_person:
+        return None
+    with transaction.atomic():
+        return AuditEntry.objects.create(
+            tenant_id=tenant_id,
+            user=actor.user,
+            token=actor.token,
+            actor=actor.label[:200],
+            action=action[:64],
+            object_type=object_type[:64],
+            object_id=object_id[:64],
+            after=asked,
+            address=actor.address,
+            error_code=code[:64],
+            error_message=message[:500],
+        )

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from console.embedded_ipv4 import judged_as
 from console.fleet.models import Host
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -85,8 +86,9 @@ def address_problem(address: str, *, local: bool) -> str | None:
     if not ips:
         return f"{parts.hostname} does not resolve"
     containers = container_networks()
-    for ip in sorted(ips, key=str):
-        ip = getattr(ip, "ipv4_mapped", None) or ip
+    # an IPv6 form of an IPv4 address (mapped, NAT64, 6to4, Teredo …) is judged as the IPv4
+    # address it reaches
+    for ip in sorted({reached for given in ips for reached in judged_as(given)}, key=str):
         if _never(ip):
             return f"{parts.hostname} is {ip}, a link-local or cloud metadata address"
         inside = next((n for n in containers if n.version == ip.version and ip in n), None)
@@ -105,7 +107,7 @@ def is_loopback(address: str) -> bool:
         ip = ipaddress.ip_address(address.split("%")[0])
     except ValueError:
         return False
-    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+    return all(reached.is_loopback for reached in judged_as(ip))
 
 
 def url_is_loopback(address: str) -> bool:
@@ -115,4 +117,4 @@ def url_is_loopback(address: str) -> bool:
     except ValueError:
         return False
     ips = _resolve(hostname) if hostname else set()
-    return bool(ips) and all((getattr(ip, "ipv4_mapped", None) or ip).is_loopback for ip in ips)
+    return bool(ips) and all(reached.is_loopback for ip in ips for reached in judged_as(ip))

@@ -49,6 +49,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         "resize": "instances:resize",
         "terminate": "instances:terminate",
     }
+    # a refused create is recorded as the launch it asked for (console.audit.refusals)
+    audit_verbs = {"create": "launch"}
 
     def get_queryset(self):
         membership = request_membership(self.request)

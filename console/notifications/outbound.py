@@ -6,7 +6,9 @@ loopback, private, shared, link-local (cloud metadata), multicast and reserved a
 refused, and the connection is made to the address that was checked (the URL's host still
 names the TLS certificate and the Host header), so a name that resolves elsewhere a moment
 later (DNS rebinding) gains nothing. Only https, no redirects, no proxies from the
-environment.
+environment. An IPv6 address that reaches IPv4 space (mapped, compatible, NAT64, 6to4, Teredo)
+is judged as the IPv4 addresses it embeds (console.embedded_ipv4), and NAT64's local-use prefix,
+whose embedding only the operator's network knows, is refused.
 
 NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES lets loopback and private addresses, and plain http,
 through: for tests and `make run`, never for a deployment. Link-local, multicast and
@@ -21,7 +23,12 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 
+from console.embedded_ipv4 import IP, judged_as
+
 EXCERPT_BYTES = 500
+# Not global, though this Python's ipaddress does not say so: NAT64's local-use prefix
+# (RFC 8215), translated by the operator's own network at a place the address does not say.
+NOT_GLOBAL = (ipaddress.IPv6Network("64:ff9b:1::/48"),)
 USER_AGENT = "gpucloud-notifications/1"
 
 
@@ -40,16 +47,22 @@ def allow_private() -> bool:
     return settings.NOTIFICATIONS_ALLOW_PRIVATE_ADDRESSES
 
 
+def _refusal(ip: IP) -> str | None:
+    if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
+        return f"{ip} is a link-local, multicast or unspecified address"
+    if allow_private() or (ip.is_global and not any(ip in net for net in NOT_GLOBAL)):
+        return None
+    return f"{ip} is a loopback, private or reserved address"
+
+
 def address_refusal(address: str) -> str | None:
     """Why `address` may not be reached, or None when it may."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
-        return f"{ip} is a link-local, multicast or unspecified address"
-    if ip.is_global or allow_private():
-        return None
-    return f"{ip} is a loopback, private or reserved address"
+    for reached in judged_as(ip):
+        why = _refusal(reached)
+        if why:
+            return why if reached == ip else f"{ip} reaches IPv4 {why}"
+    return None
 
 
 def url_refusal(url: str) -> str | None:

@@ -8,6 +8,7 @@ lie in a network the agents make for containers or be another machine's loopback
 secret is rotated (old one valid a grace period) or revoked (at once) through the real agent,
 which alone receives the new one."""
 
+import ipaddress
 import json
 import os
 import socket
@@ -28,7 +29,7 @@ from agent.identity import HostSecret
 from agent.state import StateStore
 from console import launcher
 from console.audit.models import AuditEntry
-from console.fleet import agent_client, identity, services
+from console.fleet import addresses, agent_client, identity, services
 from console.fleet.models import Host, HostEvent
 from tests.factories import GpuModelFactory, RegionFactory
 from tests.fleet.conftest import agent_client_for, make_inventory, post_json, with_digest
@@ -453,3 +454,18 @@ def test_make_run_keeps_a_demo_agents_port_and_says_when_it_must_change(tmp_path
         moved = launcher._agent_port("host-a", tmp_path, True, {})
     assert moved != first
     assert told == [("set_host_address", "host-a", f"http://127.0.0.1:{moved}")]
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "http://[64:ff9b::a9fe:a9fe]:9101",  # NAT64 of 169.254.169.254, the metadata service
+        "http://[::ffff:169.254.169.254]:9101",
+        "http://[2002:a9fe:a9fe::1]:9101",  # 6to4 of the metadata service
+    ],
+)
+@pytest.mark.django_db
+def test_an_ipv6_form_of_a_refused_ipv4_address_is_refused(settings, address):
+    everywhere = [ipaddress.ip_network("::/0"), ipaddress.ip_network("0.0.0.0/0")]
+    settings.AGENT_ALLOWED_NETWORKS = everywhere
+    assert "link-local" in addresses.address_problem(address, local=True)

@@ -151,6 +151,9 @@ def test_a_symlink_swapped_in_a_loop_never_lets_a_transfer_out(gateway, planted)
 def test_what_sftp_creates_belongs_to_the_containers_root(gateway, planted, tmp_path):
     sent = tmp_path / "sent"
     sent.write_text("mine")
+    sent.chmod(0o644)
     assert gateway.sftp(f"put {sent} /workspace/owned", "mkdir /workspace/dir").returncode == 0
     listed = gateway.ssh("ls -lnd /workspace/owned /workspace/dir").stdout.splitlines()
     assert [line.split()[2:4] for line in listed] == [["0", "0"], ["0", "0"]], listed
+    # made with an SSH server's umask (022), not the agent's own (077, for its state directory)
+    assert sorted(line.split()[0] for line in listed) == ["-rw-r--r--", "drwxr-xr-x"], listed
