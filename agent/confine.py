@@ -65,7 +65,8 @@ def confined(command: list[str], private: Path, bound: list[Bound], cwd: Path) -
         'exec "$@"',
     ]
     script = "\n".join(lines)
-    return [UNSHARE, "--mount", "--propagation", "private", "--", "sh", "-euc", script, "confined", *command]
+    unshare = [UNSHARE, "--mount", "--propagation", "private", "--"]
+    return [*unshare, "sh", "-euc", script, "confined", *command]
 
 
 def _q(path: Path) -> str:

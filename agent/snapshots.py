@@ -11,9 +11,9 @@ the data no other snapshot holds. restic runs as root, so a backup or restore ru
 (agent/confine.py): on the disk, the kernel follows no symlink, and the agent's state
 directory holds nothing but that disk and restic's cache. A backup or restore that makes no
 progress for `STALL_SECONDS` is ended (a FIFO swapped in for a file between restic's lstat
-and its open would block the open forever). The console puts a job under an id of its own and polls it
-for its progress (bytes done of total, ETA) and outcome. Jobs live in memory: a restarted
-agent knows none, and the console then fails the job it polled.
+and its open would block the open forever). The console puts a job under an id of its own
+and polls it for its progress (bytes done of total, ETA) and outcome. Jobs live in memory: a
+restarted agent knows none, and the console then fails the job it polled.
 """
 
 import contextlib

@@ -26,15 +26,16 @@ from tests.security.test_containers_confined import running_agent
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
 PASSWORD = "confinement-test-password"
-PAIRS = 12  # of each kind: enough that an unconfined restic is caught in every round
+PAIRS = 3  # of each kind
+CANARIES = 300  # files in the canary's folder, each with a decoy of its name in the tenant's
 ROUNDS = 3
 FIFOS = 2000  # files swapped with FIFOs: restic meets one in most rounds
 SWAP = ".swap"
-CANARY = "canary"
 HOST_KEY = "ssh_host_ed25519_key"
-# the tenant's tree: folders of decoys (named as host files, a byte each: restic 0.14 opens no
-# empty file) swapped with symlinks to host folders, and decoys swapped with symlinks to the
-# canary
+# the tenant's tree: folders of decoys named as the files of a host folder (a byte each:
+# restic 0.14 opens no empty file), each swapped with a symlink to that folder; a decoy file
+# swapped with a symlink to a host file; and hard links. `.names-T`: the decoys' names of
+# target T, `.target-T`: its host path (the test writes them)
 TREE = """
 cd /workspace
 while [ ! -x {swap} ]; do sleep 0.1; done
@@ -43,7 +44,7 @@ i=0
 while [ $i -lt {count} ]; do
   for target in {targets}; do
     mkdir d$i.$target
-    for name in {canary} {key} shadow; do echo > d$i.$target/$name; done
+    for name in $(cat .names-$target); do echo > d$i.$target/$name; done
     ln -s "$(cat .target-$target)" l$i.$target
     pairs="$pairs d$i.$target l$i.$target"
   done
@@ -51,7 +52,7 @@ while [ $i -lt {count} ]; do
   pairs="$pairs f$i s$i"
   i=$((i+1))
 done
-: > plain; ln plain hard
+echo > plain; ln plain hard
 touch ready
 exec ./{swap} $pairs
 """
@@ -79,10 +80,10 @@ def store(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def canary(tmp_path_factory) -> Path:
-    """A host folder holding a secret file."""
+    """A host folder of secret files."""
     folder = tmp_path_factory.mktemp("host-secret")
-    (folder / CANARY).write_text(f"host-only {secrets.token_hex(16)}\n")
-    (folder / HOST_KEY).write_text("not the tenant's\n")
+    for index in range(CANARIES):
+        (folder / f"canary-{index}").write_text(f"host-only {secrets.token_hex(16)}\n")
     return folder
 
 
@@ -134,27 +135,28 @@ def launch(agent, instance: str, command: str, gpu: int = 0, **body) -> None:
 
 def test_a_racing_tenant_never_gets_a_host_file_into_its_snapshot(agent, swap, store, canary):
     instance = new_instance_id()
-    targets = {
-        "canary": canary,
-        "state": agent.state_dir,
-        "proc": f"/proc/1/root{canary}",
-        "etc": "/etc",
-        "file": canary / CANARY,
+    canaries = [path.name for path in canary.iterdir()]
+    folders = {
+        "canary": (canary, canaries),
+        "proc": (f"/proc/1/root{canary}", canaries),
+        "state": (agent.state_dir, [p.name for p in agent.state_dir.iterdir() if p.is_file()]),
+        "etc": ("/etc", ["shadow", "passwd", "hostname", "hosts"]),
     }
-    script = TREE.format(
-        swap=SWAP, count=PAIRS, targets=" ".join(list(targets)[:-1]), canary=CANARY, key=HOST_KEY
-    )
+    script = TREE.format(swap=SWAP, count=PAIRS, targets=" ".join(folders))
     launch(agent, instance, script)
     try:
-        race(agent, instance, targets, swap, store)
+        mount = disk(agent, f"gpucloud-{instance}")
+        for name, (target, names) in folders.items():
+            (mount / f".target-{name}").write_text(str(target))
+            (mount / f".names-{name}").write_text("\n".join(names))
+        (mount / ".target-file").write_text(str(canary / canaries[0]))
+        race(agent, instance, swap, store)
     finally:  # the swapping ends with its container
         agent.client.delete(f"/v1/allocations/{instance}-a")
 
 
-def race(agent, instance: str, targets: dict, swap: Path, store: dict) -> None:
+def race(agent, instance: str, swap: Path, store: dict) -> None:
     mount = disk(agent, f"gpucloud-{instance}")
-    for name, target in targets.items():
-        (mount / f".target-{name}").write_text(str(target))
     shutil.copy(swap, mount / f".{SWAP}")  # made whole, then in place: never run half-copied
     (mount / f".{SWAP}").rename(mount / SWAP)
     wait_for_file(mount / "ready")
@@ -165,7 +167,7 @@ def race(agent, instance: str, targets: dict, swap: Path, store: dict) -> None:
         backup = run_job(agent, f"race-{instance}-{turn}", body)
         assert backup["state"] == "done", backup["error"]
         held = files_over_a_byte(store, backup["result"]["snapshot"])
-        not_the_tenants = {p for p in held if not p.startswith("/.target-")} - {f"/{SWAP}"}
+        not_the_tenants = {p for p in held if not p.startswith("/.")}
         assert not_the_tenants == set(), f"round {turn}: {held}"
 
 
@@ -206,9 +208,9 @@ def hostile_tree(root: Path, outside: Path) -> None:
     """What a snapshot may hold that a restore as root must not act on."""
     root.mkdir()
     os.mknod(root / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
-    shutil.copy("/usr/bin/busybox", root / "suid")
-    os.chown(root / "suid", 0, 0)
-    os.chmod(root / "suid", 0o4755)
+    shutil.copy("/usr/bin/busybox", root / "id")  # busybox's `id`, setuid root
+    os.chown(root / "id", 0, 0)
+    os.chmod(root / "id", 0o4755)  # noqa: S103 - the hostile file under test
     (root / "out").symlink_to(outside)
     (root / "up").symlink_to("../" * 12 + str(outside).lstrip("/"))
     (root / "root").symlink_to("/")
@@ -227,10 +229,7 @@ def test_a_hostile_snapshot_restores_inside_its_disk_and_nothing_in_it_is_usable
     outside.mkdir()
     tree = tmp_path / "tree"
     hostile_tree(tree, outside)
-    if not Path(store["repository"]).exists():
-        restic(store, "init")
-    restic(store, "backup", ".", "--host", "gpucloud", cwd=tree)
-    snapshot = json.loads(restic(store, "snapshots", "--json", "--latest", "1"))[-1]["id"]
+    snapshot = backup_tree(store, tree)
 
     volume, owner = f"gpucloud-{secrets.token_hex(8)}", "volume-77"
     body = {"kind": "restore", "store": store, "volume": volume, "snapshot": snapshot,
@@ -241,7 +240,7 @@ def test_a_hostile_snapshot_restores_inside_its_disk_and_nothing_in_it_is_usable
     mount = disk(agent, volume)
     assert os.readlink(mount / "out") == str(outside)
     assert (mount / "hard").stat().st_ino == (mount / "sub" / "file").stat().st_ino
-    assert (mount / "suid").stat().st_mode & stat.S_ISUID  # kept, but of no use:
+    assert (mount / "id").stat().st_mode & stat.S_ISUID  # kept, but of no use:
     flags = os.statvfs(mount).f_flag
     assert flags & os.ST_NODEV and flags & os.ST_NOSUID
     with pytest.raises(PermissionError):
@@ -253,7 +252,7 @@ def test_a_hostile_snapshot_restores_inside_its_disk_and_nothing_in_it_is_usable
     check = (
         "grep ' /data ' /proc/self/mountinfo; "
         "cat /data/null && echo DEVICE-OPENED; "
-        "/data/suid id -u; echo checked; sleep 1000"
+        "/data/id -u; echo checked; sleep 1000"
     )
     launch(agent, instance, check, gpu=1, volumes=volumes)
     deadline = time.monotonic() + 30
@@ -265,6 +264,38 @@ def test_a_hostile_snapshot_restores_inside_its_disk_and_nothing_in_it_is_usable
     assert "DEVICE-OPENED" not in lines
     assert "0" in lines  # the container's own root, not raised by a setuid bit
     assert list(outside.iterdir()) == []
+
+
+def test_a_restore_into_a_tree_the_tenant_made_never_writes_through_its_symlinks(
+    agent, store, tmp_path
+):
+    """The agent takes a restore into a disk that exists for the same owner (a retried job),
+    whose instance may be running: the tenant's symlink where the snapshot has a folder
+    steers nothing (unconfined, restic makes the folder by following it, then writes into
+    whatever it points at, as root)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tree = tmp_path / "tree"
+    (tree / "out").mkdir(parents=True)
+    (tree / "out" / "planted").write_text("written by a restore\n")
+    snapshot = backup_tree(store, tree)
+    instance = new_instance_id()
+    launch(agent, instance, f"ln -s {outside} /workspace/out; touch /workspace/ready; sleep 1000")
+    wait_for_file(disk(agent, f"gpucloud-{instance}") / "ready")
+
+    body = {"kind": "restore", "store": store, "volume": f"gpucloud-{instance}",
+            "snapshot": snapshot, "instance": instance, "tenant": "1", "size_gib": 1}  # fmt: skip
+    run_job(agent, f"restore-{instance}", body)
+    assert list(outside.iterdir()) == []
+    agent.client.delete(f"/v1/allocations/{instance}-a")
+
+
+def backup_tree(store: dict, tree: Path) -> str:
+    """A snapshot of `tree` made with the test's own restic, as root; its id."""
+    if not Path(store["repository"]).exists():
+        restic(store, "init")
+    said = restic(store, "backup", ".", "--json", "--host", "gpucloud", cwd=tree)
+    return json.loads(said.splitlines()[-1])["snapshot_id"]
 
 
 def container_lines(agent, instance: str) -> list[str]:
