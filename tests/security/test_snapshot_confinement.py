@@ -300,3 +300,22 @@ def backup_tree(store: dict, tree: Path) -> str:
 
 def container_lines(agent, instance: str) -> list[str]:
     return agent.client.get(f"/v1/instances/{instance}/logs", params={"tail": 50}).json()["lines"]
+
+
+def test_a_disk_in_use_is_never_given_to_another_container(agent):
+    """Podman chowns a disk's tree path by path (`U`) as a container that mounts it starts:
+    the agent starts none while another running container holds that disk, whose processes
+    could swap a folder for a symlink meanwhile."""
+    volume = f"gpucloud-{secrets.token_hex(8)}"
+    volumes = [{"name": volume, "owner": "volume-5", "size_gib": 1, "mount_path": "/data"}]
+    first, second = new_instance_id(), new_instance_id()
+    launch(agent, first, "sleep 1000", gpu=2, volumes=volumes)
+    body = {**launch_body(second, ["sleep", "1000"], gpu=3), "volumes": volumes}
+    refused = agent.client.put(f"/v1/allocations/{second}-a", json=body).json()
+    assert refused["state"] == "failed"
+    assert refused["reason"] == f"volume_busy: {volume} is in use"
+
+    agent.client.delete(f"/v1/allocations/{first}-a")
+    agent.client.delete(f"/v1/allocations/{second}-a")
+    launch(agent, second, "sleep 1000", gpu=3, volumes=volumes)
+    agent.client.delete(f"/v1/allocations/{second}-a")
