@@ -621,7 +621,10 @@ class OciRuntime:
         return str(mount)
 
     def _give_to_root(self, mount: Path) -> None:
-        """Docker has no `U` bind option: the disk's root is given to the remapped root."""
+        """Docker has no `U` bind option: the disk's root is given to the remapped root. Safe
+        as the host's root: the path is the host's mount point, whose last component is the
+        mounted file system's root directory, which no tenant can swap; only that one inode
+        changes owner, and nothing inside the tree is followed."""
         if self.remapped_root and mount.stat().st_uid != self.remapped_root[0]:
             os.chown(mount, *self.remapped_root)
 
