@@ -481,7 +481,7 @@ class OciRuntime:
         gpu = self._gpu_options(alloc, env)
         # Podman's U: as the container starts, the disk's tree is chowned to the container's
         # root (its namespace's), recursively and path by path, as the host's root: safe only
-        # while no tenant process can change that tree (_start_alone)
+        # while no tenant process can change that tree (_check_disks_free)
         mode = "rw,U" if self.engine == "podman" else "rw"
         volumes = {workspace: {"bind": WORKSPACE, "mode": mode}, **gpu.pop("volumes_extra", {})}
         for volume in spec.get("volumes") or []:
