@@ -1,12 +1,14 @@
 """A tenant cannot steer the host's work on its files (agent/confine.py), with real containers,
 the real agent over HTTP and the real restic. A running container keeps swapping
-(renameat2 RENAME_EXCHANGE, tests/security/swap.c) directories of decoy files named as host
-files with symlinks to host directories (a canary's, the agent's state directory, the host's
-root, the canary's again through /proc/1/root) and files with symlinks to a host file, while
-the agent snapshots its disk: no snapshot holds a byte of the host's. A FIFO swapped in for a
-file ends the job instead of hanging it. A hostile snapshot (device node, setuid-root file,
-symlinks out, hard links, odd names) restores inside its new disk only, and nothing in it is
-usable as a device or a setuid file, on the host or in a container."""
+(renameat2 RENAME_EXCHANGE, tests/security/swap.c) folders of decoys named as host files with
+symlinks to those host folders (a canary's, the canary's again through /proc/1/root, the
+agent's state directory, /etc) and a decoy with a symlink to a host file, while the agent
+snapshots its disk: no snapshot holds a byte of the host's. A FIFO swapped in for a file ends
+the job instead of hanging it. A restore into a tree the tenant made never writes through its
+symlinks. A hostile snapshot (device node, setuid-root file, symlinks out, hard links, odd
+names) restores inside its new disk only, and nothing in it is usable as a device or a setuid
+file, on the host or in a container. A disk in use by a running container is given to no
+other (Podman chowns a disk's tree as a container starts)."""
 
 import json
 import os
