@@ -203,9 +203,7 @@ def create_app(host: LocalHost, secret: HostSecret, lifespan=None) -> Starlette:
     async def clean_up_images(request: Request) -> JSONResponse:
         return JSONResponse(await host.clean_up_images())
 
-    snapshot_jobs = SnapshotJobs(
-        getattr(host.runtime, "disks", None), host.store.root / "restic-cache"
-    )
+    snapshot_jobs = SnapshotJobs(getattr(host.runtime, "disks", None), host.store.root)
 
     async def put_snapshot_job(request: Request) -> JSONResponse:
         body = await _json_body(request)

@@ -7,9 +7,13 @@ environment.
 A job is one restic run in a thread of its own: `backup` reads a disk's mounted file system
 as it is (crash-consistent while its instance runs), `restore` fills a new disk from a
 snapshot (and removes that disk again when it fails), `forget` removes snapshots and prunes
-the data no other snapshot holds. The console puts a job under an id of its own and polls it
-for its progress (bytes done of total, ETA) and outcome. Jobs live in memory: a restarted
-agent knows none, and the console then fails the job it polled.
+the data no other snapshot holds. restic runs as root, so a backup or restore runs confined
+(agent/confine.py): on the disk, the kernel follows no symlink, and the agent's state
+directory holds nothing but that disk and restic's cache. A backup or restore that makes no
+progress for `STALL_SECONDS` is ended (a FIFO swapped in for a file between restic's lstat
+and its open would block the open forever). The console puts a job under an id of its own
+and polls it for its progress (bytes done of total, ETA) and outcome. Jobs live in memory: a
+restarted agent knows none, and the console then fails the job it polled.
 """
 
 import contextlib
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.allocations import VOLUME_PATTERN, check_id
+from agent.confine import Bound, confined
 from agent.errors import ApiError, conflict, invalid
 
 log = logging.getLogger(__name__)
@@ -33,6 +38,9 @@ RESTIC = "/usr/bin/restic"
 SNAPSHOT_ID = "[0-9a-f]{8,64}"
 KINDS = ("backup", "restore", "forget")
 PROGRESS_SECONDS = 1.0
+# a backup or restore whose bytes and files done stay the same this long is ended
+STALL_SECONDS = 900.0
+CACHE = "restic-cache"  # restic's cache, in the state directory
 # restic names every snapshot's host as this, so that any host may restore any snapshot
 SNAPSHOT_HOST = "gpucloud"
 FINISHED_KEPT = 1000
@@ -60,12 +68,21 @@ class Store:
 
 class Restic:
     """restic on one repository: its password and repository in the child's environment
-    only (never on a command line that `ps` shows)."""
+    only (never on a command line that `ps` shows). Backups and restores run confined, with
+    `private` (the agent's state directory) hidden but for the disk and the cache."""
 
-    def __init__(self, store: Store, cache_dir: Path | None = None, binary: str = RESTIC):
+    def __init__(
+        self,
+        store: Store,
+        private: Path,
+        binary: str = RESTIC,
+        stall_seconds: float = STALL_SECONDS,
+    ):
         self.store = store
-        self.cache_dir = cache_dir
+        self.private = private
+        self.cache_dir = private / CACHE
         self.binary = binary
+        self.stall_seconds = stall_seconds
 
     def _env(self) -> dict[str, str]:
         env = {
@@ -75,9 +92,13 @@ class Restic:
         }
         env.pop("RESTIC_PASSWORD_FILE", None)
         env.pop("RESTIC_PASSWORD_COMMAND", None)
-        if self.cache_dir is not None:
-            env["RESTIC_CACHE_DIR"] = str(self.cache_dir)
+        env["RESTIC_CACHE_DIR"] = str(self.cache_dir)
         return env
+
+    def _confined(self, command: list[str], disk: Path, writable: bool) -> list[str]:
+        self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        bound = [Bound(disk, writable=writable), Bound(self.cache_dir, tenant=False)]
+        return confined(command, self.private, bound, cwd=disk)
 
     def _run(self, *args: str, cwd: Path | None = None) -> str:
         result = subprocess.run(
@@ -110,24 +131,28 @@ class Restic:
             command += ["--tag", tag]
         summary: dict = {}
         with subprocess.Popen(
-            command,
+            self._confined(command, path, writable=False),
             env=self._env(),
-            cwd=path,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         ) as child:
             errors = _drain(child.stderr)
+            guard = StallGuard(child, self.stall_seconds)
             for line in child.stdout:
                 message = _json_line(line)
                 if message.get("message_type") == "status":
                     total = int(message.get("total_bytes") or 0)
-                    left = message.get("seconds_remaining")
-                    progress(int(message.get("bytes_done") or 0), total, left)
+                    done = int(message.get("bytes_done") or 0)
+                    guard.saw((done, message.get("files_done")))
+                    progress(done, total, message.get("seconds_remaining"))
                 elif message.get("message_type") == "summary":
                     summary = message
             child.wait()
+            guard.stop()
             errors.join()
+        if guard.stalled:
+            raise ResticError(guard.error("backup"))
         if child.returncode not in (0, 3) or not summary.get("snapshot_id"):
             # 3: some files could not be read (crash-consistent: a file removed meanwhile)
             said = _last_lines("".join(errors.lines))
@@ -146,26 +171,34 @@ class Restic:
         return int(json.loads(self._run("stats", "--json", snapshot))["total_size"])
 
     def restore(self, snapshot: str, target: Path, progress: Progress) -> dict:
-        """Write the snapshot's files under `target`; progress is read from what lies there
-        (restic 0.14 reports none while it restores)."""
+        """Write the snapshot's files under `target` (an empty disk's mount point); progress
+        is what the disk's file system says it holds (restic 0.14 reports none while it
+        restores), never read from the restored tree."""
         total = self.size(snapshot)
         started = time.monotonic()
+        empty = used_bytes(target)
+        command = [self.binary, "restore", snapshot, "--target", str(target)]
         with subprocess.Popen(
-            [self.binary, "restore", snapshot, "--target", str(target)],
+            self._confined(command, target, writable=True),
             env=self._env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         ) as child:
             errors = _drain(child.stderr)
+            guard = StallGuard(child, self.stall_seconds)
             while child.poll() is None:
-                done = min(tree_bytes(target), total)
+                done = min(max(0, used_bytes(target) - empty), total)
+                guard.saw(done)
                 elapsed = time.monotonic() - started
                 left = (total - done) * elapsed / done if done else None
                 progress(done, total, left)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.wait(PROGRESS_SECONDS)
+            guard.stop()
             errors.join()
+        if guard.stalled:
+            raise ResticError(guard.error("restore"))
         if child.returncode != 0:
             said = _last_lines("".join(errors.lines))
             raise ResticError(said or f"restic restore exited with {child.returncode}")
@@ -219,16 +252,46 @@ def _last_lines(text: str, count: int = 3) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines()[-count:])
 
 
-def tree_bytes(root: Path) -> int:
-    """The size of the files under `root`."""
-    total = 0
-    for folder, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                continue
-    return total
+def used_bytes(mount: Path) -> int:
+    """What the file system mounted at `mount` holds (statvfs: the host's mount point, no
+    path in the tenant's tree)."""
+    stat = os.statvfs(mount)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+
+class StallGuard(threading.Thread):
+    """Ends `child` when what it reports done stays the same for `seconds`."""
+
+    def __init__(self, child: subprocess.Popen, seconds: float):
+        super().__init__(daemon=True)
+        self.child = child
+        self.seconds = seconds
+        self.stalled = False
+        self._seen: object = None
+        self._since = time.monotonic()
+        self._done = threading.Event()
+        self.start()
+
+    def saw(self, done: object) -> None:
+        if done != self._seen:
+            self._seen, self._since = done, time.monotonic()
+
+    def run(self) -> None:
+        while not self._done.wait(min(self.seconds, PROGRESS_SECONDS)):
+            if time.monotonic() - self._since >= self.seconds:
+                self.stalled = True
+                self.child.kill()
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+    def error(self, kind: str) -> str:
+        return (
+            f"restic {kind} made no progress for {self.seconds:.0f} s and was ended (a file "
+            "that never ends, or a FIFO swapped in for a file while it was read)"
+        )
 
 
 @dataclass
@@ -305,12 +368,16 @@ def parse_job(body) -> tuple[str, Store, dict]:
 
 class SnapshotJobs:
     """The snapshot jobs of this agent, over its disks (agent/volumes.py; None where the
-    runtime makes none: every backup and restore is then refused)."""
+    runtime makes none: every backup and restore is then refused). `private`: the agent's
+    state directory (restic's cache is there; a backup or restore sees nothing else of it)."""
 
-    def __init__(self, disks, cache_dir: Path, binary: str = RESTIC):
+    def __init__(
+        self, disks, private: Path, binary: str = RESTIC, stall_seconds: float = STALL_SECONDS
+    ):
         self.disks = disks
-        self.cache_dir = cache_dir
+        self.private = private
         self.binary = binary
+        self.stall_seconds = stall_seconds
         self.jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
 
@@ -339,7 +406,7 @@ class SnapshotJobs:
             job = Job(job_id, kind, body)
             self.jobs[job_id] = job
             self._trim()
-        restic = Restic(store, self.cache_dir, self.binary)
+        restic = Restic(store, self.private, self.binary, self.stall_seconds)
         threading.Thread(target=self._run, args=(job, restic, args), daemon=True).start()
         return True, job
 

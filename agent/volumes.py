@@ -11,11 +11,17 @@ first launch until the instance is deleted (or the host restarts: the next launc
 again); a bigger size asked for grows it in place. A volume's disk is mounted into each
 container of the instances it is attached to, one at a time, and outlives them: it goes when the
 volume is deleted. An instance's disk kept at its terminate becomes a volume's (`adopt`).
+
+The host never follows a path a tenant controls with host privileges (agent/confine.py).
+What this module does as root touches only the host's own paths: the record and the image
+in a 0700 folder no container sees, the mount point (mkdir, mount, umount, rmdir) and the
+loop device (losetup, resize2fs grow the file system from the device, not through files);
+nothing here opens a path inside the tenant's file system. restic, which does, runs confined.
 """
 
+import contextlib
 import json
 import os
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -134,6 +140,7 @@ class Disks:
                 return
             if (record["instance"], record["tenant"]) != (instance, tenant):
                 raise LaunchError(f"volume_foreign: {name} was not made for instance {instance}")
+            # the record only, in the host's folder: the tenant's tree is not touched
             self._write(self.root / name, {**record, "instance": owner})
 
     def delete_owned(self, name: str, owner: str, tenant: str) -> None:
@@ -147,9 +154,21 @@ class Disks:
         self.delete(name)
 
     def delete(self, name: str) -> None:
-        """Unmount the disk and remove it, image and record."""
-        mount = self.root / name / MOUNT
+        """Unmount the disk and remove it: its image, record and mount point, each by its
+        name. Nothing in the tenant's file system is walked or followed: a mount point that
+        is not empty once unmounted (mounted twice) fails the delete."""
+        folder = self.root / name
+        mount = folder / MOUNT
         with self._lock:
             if _mounted_device(mount) is not None:
                 _run("umount", str(mount))
-            shutil.rmtree(self.root / name, ignore_errors=True)
+            for entry in (RECORD, IMAGE, f".{RECORD}", f".{IMAGE}"):
+                (folder / entry).unlink(missing_ok=True)
+            try:
+                mount.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise DiskError(f"the disk {name} is still mounted or not empty: {exc}") from exc
+            with contextlib.suppress(FileNotFoundError):
+                folder.rmdir()

@@ -74,7 +74,7 @@ def measure(work: Path, size: int) -> dict:
     disks = Disks(work / "disks")
     size_gib = max(1, -(-size * 5 // 4 // GIB))  # the data and a quarter more
     store = {"repository": str(work / "repo"), "password": PASSWORD}
-    jobs = SnapshotJobs(disks, work / "cache")
+    jobs = SnapshotJobs(disks, work / "state")
     try:
         mount = disks.ensure("bench-src", "1", "bench", size_gib)
         fill(mount, size)

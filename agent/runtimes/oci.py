@@ -344,6 +344,7 @@ class OciRuntime:
         self._images: set[str] = set()  # references seen here: a launch of one looks no more
         self.images = ImageStore(self.client, log_dir.with_name("images.json"), images_disk)
         self._lock = threading.Lock()
+        self._starting = threading.Lock()  # a container's disks checked free, then started
         log.info(
             "oci runtime: %s %s at %s; GPUs %s; at most %d pids a container; writable layers %s",
             self.engine,
@@ -478,7 +479,9 @@ class OciRuntime:
         workspace = self._workspace(alloc)
         env = dict(env)
         gpu = self._gpu_options(alloc, env)
-        # Podman's U: the workspace is chowned to the container's root (its namespace's)
+        # Podman's U: as the container starts, the disk's tree is chowned to the container's
+        # root (its namespace's), recursively and path by path, as the host's root: safe only
+        # while no tenant process can change that tree (_check_disks_free)
         mode = "rw,U" if self.engine == "podman" else "rw"
         volumes = {workspace: {"bind": WORKSPACE, "mode": mode}, **gpu.pop("volumes_extra", {})}
         for volume in spec.get("volumes") or []:
@@ -516,24 +519,44 @@ class OciRuntime:
         if resources.get("memory_mib"):
             limit = f"{resources['memory_mib']}m"
             options["mem_limit"] = options["memswap_limit"] = limit
-        try:
-            container = self._create(reference, options, alloc.id, progress)
-        except ImageNotFound as exc:
-            raise LaunchError(f"image_not_found: {reference}") from exc
-        except APIError as exc:
-            raise LaunchError(f"launch_failed: {exc.explanation or exc}") from exc
-        try:
-            container.start()
-        except APIError as exc:
-            self._keep_logs(container, instance)
-            with contextlib.suppress(APIError):
-                self._remove(container)
-            raise LaunchError(_start_failure(exc)) from exc
+        disks = [source for source in volumes if source.startswith(f"{self.disks.root}/")]
+        with self._starting:
+            self._check_disks_free(disks, alloc.id)
+            try:
+                container = self._create(reference, options, alloc.id, progress)
+            except ImageNotFound as exc:
+                raise LaunchError(f"image_not_found: {reference}") from exc
+            except APIError as exc:
+                raise LaunchError(f"launch_failed: {exc.explanation or exc}") from exc
+            try:
+                container.start()
+            except APIError as exc:
+                self._keep_logs(container, instance)
+                with contextlib.suppress(APIError):
+                    self._remove(container)
+                raise LaunchError(_start_failure(exc)) from exc
         container.reload()
         with self._lock:
             self._exits.pop(alloc.id, None)
         alloc.container = container.name
         return container.attrs["State"].get("Pid") or None, None
+
+    def _check_disks_free(self, disks: list[str], alloc_id: str) -> None:
+        """No running container but the allocation's own holds any of its disks (LaunchError
+        `volume_busy`): a tenant's process on a disk while Podman chowns its tree for a new
+        container (`U`) could swap a folder for a symlink and have a host file chowned. The
+        check and the start are one step (`_starting`), so no two containers of a disk start
+        together."""
+        if not disks:
+            return
+        listed = self.client.containers.list(sparse=True, filters={"label": LABEL_ALLOCATION})
+        for container in listed:
+            if (container.attrs.get("Labels") or {}).get(LABEL_ALLOCATION) == alloc_id:
+                continue
+            held = {mount.get("Source") for mount in container.attrs.get("Mounts") or []}
+            for disk in disks:
+                if disk in held:
+                    raise LaunchError(f"volume_busy: {Path(disk).parent.name} is in use")
 
     def _create(self, reference: str, options: dict, alloc_id: str, progress):
         """Create the container, asking the engine only that on the usual path (every call
@@ -598,7 +621,10 @@ class OciRuntime:
         return str(mount)
 
     def _give_to_root(self, mount: Path) -> None:
-        """Docker has no `U` bind option: the disk's root is given to the remapped root."""
+        """Docker has no `U` bind option: the disk's root is given to the remapped root. Safe
+        as the host's root: the path is the host's mount point, whose last component is the
+        mounted file system's root directory, which no tenant can swap; only that one inode
+        changes owner, and nothing inside the tree is followed."""
         if self.remapped_root and mount.stat().st_uid != self.remapped_root[0]:
             os.chown(mount, *self.remapped_root)
 

@@ -18,7 +18,10 @@ def instance_log(log_dir: Path, instance: str) -> Path:
 def claim_output(log_dir: Path, instance: str, disk: str) -> None:
     """The kept output of `instance` is that of the instance whose disk is `disk`: output an
     earlier instance of the same id left here (another install, or a console whose database
-    was reset) is set aside under its own disk's name, never shown to the new one."""
+    was reset) is set aside under its own disk's name, never shown to the new one. Only the
+    state directory's own files are touched (names the agent makes from checked ids): no
+    tenant path is ever followed here; a container's log is the engine's file, which the
+    container cannot reach."""
     marker = log_dir / f"instance-{instance}.disk"
     kept = instance_log(log_dir, instance)
     earlier = marker.read_text() if marker.exists() else None

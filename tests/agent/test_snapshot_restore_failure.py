@@ -53,7 +53,7 @@ def halfway(monkeypatch):
 
 
 def test_a_restore_failing_halfway_removes_its_disk(disks, halfway, tmp_path):
-    jobs = SnapshotJobs(disks, tmp_path / "cache")
+    jobs = SnapshotJobs(disks, tmp_path / "state")
     jobs.start("restore-1", restore_body())
     view = ended(jobs, "restore-1")
     assert view["state"] == "failed" and "connection reset" in view["error"]
@@ -66,7 +66,7 @@ def test_a_disk_that_cannot_be_made_is_removed_too(disks, monkeypatch, tmp_path)
         raise RuntimeError("mkfs.ext4: No space left on device")
 
     monkeypatch.setattr(disks, "ensure", ensure)
-    jobs = SnapshotJobs(disks, tmp_path / "cache")
+    jobs = SnapshotJobs(disks, tmp_path / "state")
     jobs.start("restore-1", restore_body())
     assert ended(jobs, "restore-1")["state"] == "failed"
     assert not (disks.root / "vol-9").exists()
@@ -76,7 +76,7 @@ def test_a_disk_not_made_for_the_restore_stays(disks, halfway, tmp_path):
     theirs = disks.root / "vol-9"
     theirs.mkdir(parents=True)
     (theirs / "data.txt").write_text("someone's")
-    jobs = SnapshotJobs(disks, tmp_path / "cache")
+    jobs = SnapshotJobs(disks, tmp_path / "state")
     jobs.start("restore-1", restore_body())
     assert "volume_foreign" in ended(jobs, "restore-1")["error"]
     assert (theirs / "data.txt").read_text() == "someone's"

@@ -72,7 +72,7 @@ def setup(tmp_path):
     (mount / "data" / "random.bin").write_bytes(os.urandom(8 * 1024 * 1024))
     (mount / "notes.txt").write_text("hello\n")
     store = {"repository": str(tmp_path / "repo"), "password": PASSWORD}
-    return disks, SnapshotJobs(disks, tmp_path / "cache"), store, mount
+    return disks, SnapshotJobs(disks, tmp_path / "state"), store, mount
 
 
 def test_a_backup_restores_the_same_bytes_into_a_new_volume(setup):
@@ -174,7 +174,7 @@ def test_bad_jobs_are_refused(setup, body, status):
 
 
 def test_a_host_without_disks_refuses_backups(tmp_path):
-    jobs = SnapshotJobs(None, tmp_path / "cache")
+    jobs = SnapshotJobs(None, tmp_path / "state")
     body = {"kind": "backup", "store": {"repository": "r", "password": "p"}, "volume": "v"}
     with pytest.raises(ApiError) as refused:
         jobs.start("snap-1", body)
