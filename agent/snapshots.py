@@ -17,6 +17,7 @@ restarted agent knows none, and the console then fails the job it polled.
 """
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -298,7 +299,9 @@ class StallGuard(threading.Thread):
 class Job:
     id: str
     kind: str
-    body: dict
+    # the body's digest, not the body: a finished job kept for the console to read holds no
+    # store password (body_digest)
+    digest: str
     state: str = "running"  # running, done, failed
     bytes_done: int = 0
     bytes_total: int = 0
@@ -318,6 +321,12 @@ class Job:
             "result": self.result,
             "error": self.error,
         }
+
+
+def body_digest(body: dict) -> str:
+    """What tells one job's body from another's (the same id sent again is the same job)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _string(body: dict, key: str, pattern: str | None = None) -> str:
@@ -396,14 +405,14 @@ class SnapshotJobs:
         with self._lock:
             existing = self.jobs.get(job_id)
             if existing is not None:
-                if existing.body != body:
+                if existing.digest != body_digest(body):
                     raise conflict(
                         "job_conflict", f"snapshot job {job_id} exists with another body"
                     )
                 return False, existing
             if kind != "forget":
                 self._check_disk(kind, args)
-            job = Job(job_id, kind, body)
+            job = Job(job_id, kind, body_digest(body))
             self.jobs[job_id] = job
             self._trim()
         restic = Restic(store, self.private, self.binary, self.stall_seconds)

@@ -149,6 +149,20 @@ def test_a_wrong_password_fails_the_job_without_showing_it(setup):
     assert "guessed-password" not in json.dumps(failed)
 
 
+def test_a_finished_job_keeps_no_password_and_knows_its_body(setup):
+    """The agent keeps finished jobs for the console to read: their store's password is not
+    among what it keeps, yet the same id sent again with another body is still refused."""
+    _, jobs, store, _ = setup
+    body = {"kind": "backup", "store": store, "volume": "vol-1"}
+    jobs.start("snap-1", body)
+    assert wait(jobs, "snap-1")["state"] == "done"
+    assert PASSWORD not in repr(vars(jobs.get("snap-1")))
+    assert jobs.start("snap-1", dict(body))[0] is False
+    with pytest.raises(ApiError) as refused:
+        jobs.start("snap-1", {**body, "store": {**store, "password": "another"}})
+    assert (refused.value.status, refused.value.code) == (409, "job_conflict")
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [
