@@ -106,7 +106,8 @@ def test_a_member_types_into_the_terminal_and_the_agent_answers(
     transactional_db, tenant, make_member, placed
 ):
     instance, port, agent = placed
-    headers = bearer(make_member(tenant, Role.MEMBER, username="mia"))
+    mia = make_member(tenant, Role.MEMBER, username="mia")
+    headers = bearer(mia)
 
     async def scenario():
         async with serve(agent.handler, "127.0.0.1", port):
@@ -133,7 +134,8 @@ def test_a_member_types_into_the_terminal_and_the_agent_answers(
             await browser.wait(timeout=3)
 
     run(scenario)
-    assert agent.requests == [f"/v1/instances/{instance.pk}/terminal?cols=120&rows=40"]
+    path = f"/v1/instances/{instance.pk}/terminal?cols=120&rows=40&member={mia.pk}"
+    assert agent.requests == [path]  # the agent ends it when a push no longer names mia
     assert len(agent.texts) == 1  # the junk never reached the agent
     messages = list(instance.events.values_list("message", flat=True))
     assert "terminal session opened by mia" in messages
