@@ -213,3 +213,32 @@ def test_an_open_terminal_closes_when_the_member_is_lowered_to_viewer(
             await browser.wait(timeout=3)
 
     run(scenario)
+
+
+def test_a_terminal_whose_access_goes_while_its_agent_socket_opens_is_closed(
+    transactional_db, tenant, make_member, placed
+):
+    """The console's push may reach the agent before this terminal does: the relay looks again
+    once the agent's socket is open, and closes it (4403) without a session."""
+    from channels.db import database_sync_to_async
+
+    from accounts import services as accounts_services
+
+    instance, port, agent = placed
+    member = make_member(tenant, Role.MEMBER)
+    make_member(tenant, Role.OWNER)
+    lower = database_sync_to_async(accounts_services.change_role)
+    headers = bearer(member)
+
+    async def lowered_meanwhile(ws):
+        await lower(member, Role.VIEWER)
+        await agent.handler(ws)
+
+    async def scenario():
+        async with serve(lowered_meanwhile, "127.0.0.1", port):
+            path = f"/ws/instances/{instance.pk}/terminal/"
+            browser = WebsocketCommunicator(APP, path, headers=headers)
+            assert await closed_with(browser) == 4403
+
+    run(scenario)
+    assert not instance.events.filter(message__contains="terminal session").exists()
