@@ -45,6 +45,10 @@ def _unified_path(pid: int) -> str:
     raise Untracked(f"process {pid} is in no cgroup v2")
 
 
+def _pid_namespace(pid: int) -> int:
+    return os.stat(f"/proc/{pid}/ns/pid").st_ino
+
+
 def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat", "rb") as f:
         return f.read().rsplit(b")", 1)[1].split()[0] == b"T"
@@ -57,15 +61,18 @@ class SessionGroup:
         self.path = path
 
     @classmethod
-    def enter(cls, pid: int) -> "SessionGroup":
-        """Wait until the session's first process (`pid`, started behind GATE) has stopped
-        itself, move it into a new cgroup beside nothing else, and let it go on. Untracked (the
-        process is killed) when it does not stop in time or no cgroup can be made."""
+    def enter(cls, pid: int, init: int) -> "SessionGroup":
+        """Wait until the session's first process (`pid`, started behind GATE in the container
+        whose init is `init`) has stopped itself, move it into a new cgroup of its own, and let
+        it go on. Untracked (the process is killed) when it does not stop in time or no cgroup
+        can be made; nothing is done to a process outside the container's pid namespace."""
+        fd, ours = None, False
         try:
             fd = os.pidfd_open(pid)
-        except OSError as exc:
-            raise Untracked(f"the session's process went: {exc}") from exc
-        try:
+            namespace = _pid_namespace(init)
+            if _pid_namespace(pid) != namespace or namespace == _pid_namespace(os.getpid()):
+                raise Untracked(f"process {pid} is not of the container")
+            ours = True
             deadline = time.monotonic() + STOP_WAIT_SECONDS
             while not _stopped(pid):
                 if time.monotonic() > deadline:
@@ -77,15 +84,21 @@ class SessionGroup:
             if not (group.path / "cgroup.kill").exists():
                 group.remove()
                 raise Untracked("this kernel has no cgroup.kill (Linux 5.14 or later)")
-            (group.path / "cgroup.procs").write_text(str(pid))
+            try:
+                (group.path / "cgroup.procs").write_text(str(pid))
+            except OSError:
+                group.remove()
+                raise
             signal.pidfd_send_signal(fd, signal.SIGCONT)
             return group
         except BaseException:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            if ours:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
             raise
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     def populated(self) -> bool:
         """Whether a process of the session is still alive."""

@@ -72,7 +72,8 @@ class Shell:
             leader = await asyncio.to_thread(_wait_for_pid, runtime, exec_id)
             if leader is None:
                 raise Untracked("the engine named no process for the session")
-            shell.group = await asyncio.to_thread(SessionGroup.enter, leader)
+            init = container.attrs["State"].get("Pid") or 0
+            shell.group = await asyncio.to_thread(SessionGroup.enter, leader, init)
         except (Untracked, OSError) as exc:
             shell.close()
             raise ApiError(503, "session_untracked", f"no session opened: {exc}") from exc

@@ -240,7 +240,7 @@ def test_an_exec_runs_in_the_container_and_its_host_pid_is_known(
     runtime = OciRuntime(oci_engine.url, tmp_path / "logs", 1, install="exec")
     exec_id, stream = runtime.exec_open(container, ["sleep", "77"], False, {})
     pid = wait_for(lambda: runtime.exec_pid(exec_id))
-    group = SessionGroup.enter(pid)
+    group = SessionGroup.enter(pid, container.attrs["State"]["Pid"])
     try:
         assert wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x0077\x00")
         init = container.attrs["State"]["Pid"]
