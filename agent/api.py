@@ -32,7 +32,7 @@ from agent.ports import PortProxy
 from agent.shell import Shell, until_either_ends
 from agent.snapshots import SnapshotJobs
 from agent.ssh import parse_keys
-from agent.terminals import SESSION_KEY, Terminals
+from agent.terminals import MEMBER, SESSION_KEY, WITHDRAWN, Terminals, parse_members
 
 PORT_PATH = "/v1/instances/{instance}/ports/{port:int}/{path:path}"
 PROXIED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -168,8 +168,9 @@ def create_app(host: LocalHost, secret: HostSecret, lifespan=None) -> Starlette:
 
     async def put_ssh_keys(request: Request) -> JSONResponse:
         instance = request.path_params["instance"]
-        keys = parse_keys(await _json_body(request))
-        host.set_ssh_keys(instance, keys)
+        body = await _json_body(request)
+        keys = parse_keys(body)
+        host.set_ssh_keys(instance, keys, parse_members(body))
         return JSONResponse({"instance": instance, "keys": len(keys)})
 
     async def put_host_certificate(request: Request) -> JSONResponse:
@@ -257,13 +258,15 @@ def create_app(host: LocalHost, secret: HostSecret, lifespan=None) -> Starlette:
 
 
 def terminal(host: LocalHost):
-    """`/v1/instances/{id}/terminal?cols=&rows=[&session=]`: a login shell in the instance's
-    container with a PTY. Binary frames carry the terminal's bytes both ways; a text frame
-    `{"type": "resize", "cols", "rows"}` resizes. Closes 1000 when the shell ends, 4404 when
-    the instance is not running here, 4400 for a bad query. With a session key the shell is
-    kept a while when the console goes without closing it, and the same key takes it back
-    (agent/terminals.py): the upgrade's `X-Terminal: resumed` header says so."""
+    """`/v1/instances/{id}/terminal?cols=&rows=[&session=][&member=]`: a login shell in the
+    instance's container with a PTY. Binary frames carry the terminal's bytes both ways; a text
+    frame `{"type": "resize", "cols", "rows"}` resizes. Closes 1000 when the shell ends, 4403
+    when its member's access went, 4404 when the instance is not running here, 4503 when its
+    processes could not be tracked (agent/sessions.py), 4400 for a bad query. With a session
+    key the shell is kept a while when the console goes without closing it, and the same key
+    takes it back (agent/terminals.py): the upgrade's `X-Terminal: resumed` header says so."""
     terminals = Terminals(ended=lambda instance, message: host.session_event(instance, message))
+    host.key_listeners.append(terminals.withdraw)
 
     async def endpoint(ws: WebSocket) -> None:
         instance = ws.path_params["instance"]
@@ -272,8 +275,11 @@ def terminal(host: LocalHost):
         except ValueError:
             cols = rows = 0
         key = ws.query_params.get("session")
-        if not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL) or (
-            key is not None and not SESSION_KEY.fullmatch(key)
+        member = ws.query_params.get("member")
+        if (
+            not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL)
+            or (key is not None and not SESSION_KEY.fullmatch(key))
+            or (member is not None and not MEMBER.fullmatch(member))
         ):
             await ws.accept()
             await ws.close(4400)
@@ -287,7 +293,7 @@ def terminal(host: LocalHost):
                 try:
                     await ws.send_bytes(backlog)
                 except WebSocketDisconnect:  # the tab went again at once: the shell waits on
-                    terminals.keep(instance, key, shell)
+                    terminals.keep(instance, key, shell, member)
                     return
         else:
             await ws.accept(headers=[(b"x-terminal", b"new")])
@@ -295,11 +301,15 @@ def terminal(host: LocalHost):
                 shell = await Shell.open(host, instance, cols=cols, rows=rows)
             except ApiError as exc:
                 with contextlib.suppress(WebSocketDisconnect):  # the tab may be gone already
-                    await ws.close(4404 if exc.status == 404 else 4409)
+                    await ws.close(4000 + exc.status)  # 4404, 4409, 4503 (untracked)
                 return
-        gone = await _pump(ws, shell)
-        if key and gone is not None and gone != 1000:
-            terminals.keep(instance, key, shell)
+        terminals.open[shell] = (instance, member)
+        try:
+            gone = await _pump(ws, shell)
+        finally:
+            terminals.open.pop(shell, None)
+        if key and gone is not None and gone != 1000 and not shell.withdrawn:
+            terminals.keep(instance, key, shell, member)
         else:
             shell.close()
 
@@ -332,7 +342,7 @@ async def _pump(ws: WebSocket, shell: Shell) -> int | None:
     await until_either_ends(keys(), screen())
     if ended:
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # the client went meanwhile
-            await ws.close(1000)
+            await ws.close(WITHDRAWN if shell.withdrawn else 1000)
         return None
     return gone[0] if gone else 1006  # a send that failed: the client went without a word
 

@@ -85,7 +85,8 @@ class LocalHost:
         self.gateway = None  # the SSH gateway (agent/ssh.py), when it runs
         self.ssh_keys: dict[str, list[dict]] = store.load_ssh_keys()  # instance -> its keys
         self.listeners: list = []
-        self.key_listeners: list = []  # called with (instance, keys) when its keys change
+        # called with (instance, keys, members) when its access is pushed (agent/terminals.py)
+        self.key_listeners: list = []
         self._launches: dict[str, asyncio.Task] = {}
         images = getattr(runtime, "images", None)
         if images is not None:
@@ -222,14 +223,17 @@ class LocalHost:
                 return alloc
         raise ApiError(404, "not_running", f"instance {instance} is not running here")
 
-    def set_ssh_keys(self, instance: str, keys: list[dict]) -> None:
-        """The keys that may open SSH sessions into the instance (checked by the caller)."""
+    def set_ssh_keys(
+        self, instance: str, keys: list[dict], members: set[str] | None = None
+    ) -> None:
+        """The keys that may open SSH sessions into the instance, and the members who may hold
+        its terminals (None: not said); both checked by the caller."""
         check_id(instance)
         self.ssh_keys[instance] = keys
         self.store.save_ssh_keys(self.ssh_keys)
         log.info("instance %s: %d SSH key(s)", instance, len(keys))
         for listener in self.key_listeners:
-            listener(instance, keys)
+            listener(instance, keys, members)
 
     def session_event(self, instance: str, message: str, activity: str = "") -> None:
         """An SSH session began or ended: an event for the console. `activity` says which for

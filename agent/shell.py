@@ -1,9 +1,10 @@
 """A command or a login shell inside an instance's running container, as an async stream: what
 the SSH gateway and the browser terminal both speak to.
 
-When a shell is closed (its client went, or its access did) nothing it started stays: the
-processes of its session in the container get SIGHUP, then SIGKILL after a grace, and the
-engine's monitor of the exec (Podman's conmon, which would linger for minutes) is ended."""
+Its processes live in a cgroup of their own (agent/sessions.py) from before the command runs.
+When a shell is closed (its client went, or its access did) nothing it started stays, however it
+detached: the processes of its cgroup get SIGHUP, then SIGKILL after a grace, and the engine's
+monitor of the exec (Podman's conmon, which would linger for minutes) is ended."""
 
 import asyncio
 import contextlib
@@ -12,6 +13,7 @@ import signal
 import time
 
 from agent.errors import ApiError
+from agent.sessions import SessionGroup, Untracked
 
 READ_SIZE = 65536
 STDOUT, STDERR = 1, 2
@@ -37,8 +39,9 @@ class Shell:
         self.tty = tty
         self.reader: asyncio.StreamReader = reader
         self.writer: asyncio.StreamWriter = writer
-        self.leader: int | None = None  # the exec's process: its session id on the host
-        self.namespace: int | None = None  # the container's pid namespace
+        self.group: SessionGroup | None = None  # the cgroup of its processes
+        self.withdrawn = False  # closed because its member's access went
+        self.closed = False
 
     @classmethod
     async def open(
@@ -52,8 +55,9 @@ class Shell:
         rows: int = 24,
         term: str = "xterm-256color",
     ) -> "Shell":
-        """Start `command` (None: a login shell) in the instance's running container.
-        ApiError 404 when the instance has no running container on this host."""
+        """Start `command` (None: a login shell) in the instance's running container, its
+        processes in a cgroup of their own. ApiError 404 when the instance has no running
+        container on this host, 503 when its processes cannot be tracked."""
         runtime = host.runtime
         alloc = host.running_allocation(instance)
         container = await asyncio.to_thread(runtime.running_container, alloc)
@@ -64,8 +68,15 @@ class Shell:
         sock.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=sock, limit=READ_SIZE)
         shell = cls(runtime, exec_id, tty, reader, writer)
-        shell.namespace = _pid_namespace(container.attrs["State"].get("Pid"))
-        shell.leader = await asyncio.to_thread(_wait_for_pid, runtime, exec_id)
+        try:
+            leader = await asyncio.to_thread(_wait_for_pid, runtime, exec_id)
+            if leader is None:
+                raise Untracked("the engine named no process for the session")
+            init = container.attrs["State"].get("Pid") or 0
+            shell.group = await asyncio.to_thread(SessionGroup.enter, leader, init)
+        except (Untracked, OSError) as exc:
+            shell.close()
+            raise ApiError(503, "session_untracked", f"no session opened: {exc}") from exc
         if tty:
             await shell.resize(cols, rows)
         return shell
@@ -100,6 +111,9 @@ class Shell:
 
     def close(self) -> None:
         """Close the stream and end what the command left running (in the background)."""
+        if self.closed:
+            return
+        self.closed = True
         with contextlib.suppress(OSError):
             self.writer.close()
         task = asyncio.get_running_loop().create_task(self._end())
@@ -107,18 +121,21 @@ class Shell:
         task.add_done_callback(_ending.discard)
 
     async def _end(self) -> None:
-        if self.leader and self.namespace:
-            members = (self.leader, self.namespace)
+        group = self.group
+        if group is not None:
             deadline = time.monotonic() + HANGUP_GRACE_SECONDS
-            alive = await asyncio.to_thread(_signal_each, _in_session, members, signal.SIGHUP)
+            alive = await asyncio.to_thread(group.hang_up)
             while alive and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                alive = await asyncio.to_thread(_signal_each, _in_session, members, 0)
-            if alive:
-                await asyncio.to_thread(_signal_each, _in_session, members, signal.SIGKILL)
+                alive = await asyncio.to_thread(group.populated)
+            await asyncio.to_thread(group.kill)
+            deadline = time.monotonic() + PID_WAIT_SECONDS
+            while await asyncio.to_thread(group.populated) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(group.remove)
         with contextlib.suppress(Exception):  # the exit is recorded before its monitor goes
             await asyncio.to_thread(self.runtime.exec_exit_code, self.exec_id)
-        await asyncio.to_thread(_signal_each, _monitors, self.exec_id, signal.SIGKILL)
+        await asyncio.to_thread(_end_monitors, self.exec_id)
 
 
 def _wait_for_pid(runtime, exec_id: str) -> int | None:
@@ -126,31 +143,6 @@ def _wait_for_pid(runtime, exec_id: str) -> int | None:
     while (pid := runtime.exec_pid(exec_id)) is None and time.monotonic() < deadline:
         time.sleep(0.02)
     return pid
-
-
-def _pid_namespace(pid: int | None) -> int | None:
-    """The pid namespace of the container's init, unless it is the agent's own (then the
-    container shares the host's, or the pid is no longer the init's): None."""
-    try:
-        namespace = os.stat(f"/proc/{pid}/ns/pid").st_ino
-    except (OSError, TypeError):
-        return None
-    return None if namespace == os.stat("/proc/self/ns/pid").st_ino else namespace
-
-
-def _in_session(pid: str, members: tuple[int, int]) -> bool:
-    """Whether the process is alive (not a zombie) in the session and pid namespace."""
-    session, namespace = members
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return (
-            fields[0] != b"Z"
-            and int(fields[3]) == session
-            and os.stat(f"/proc/{pid}/ns/pid").st_ino == namespace
-        )
-    except (OSError, IndexError, ValueError):
-        return False
 
 
 def _monitors(pid: str, exec_id: str) -> bool:
@@ -163,20 +155,16 @@ def _monitors(pid: str, exec_id: str) -> bool:
     return os.path.basename(argv[0]) == b"conmon" and exec_id.encode() in argv
 
 
-def _signal_each(belongs, detail, sig: int) -> int:
-    """Send `sig` (0: none) to every host process for which `belongs(pid, detail)` holds;
-    answer how many there were. Each is checked again once a pidfd holds it, so that a pid
-    taken over meanwhile by another process is never signalled."""
-    count = 0
+def _end_monitors(exec_id: str) -> None:
+    """SIGKILL to the exec's monitors on the host. Each is checked again once a pidfd holds it,
+    so that a pid taken over meanwhile by another process is never signalled."""
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or not belongs(pid, detail):
+        if not pid.isdigit() or not _monitors(pid, exec_id):
             continue
         with contextlib.suppress(OSError):
             fd = os.pidfd_open(int(pid))
             try:
-                if belongs(pid, detail):
-                    signal.pidfd_send_signal(fd, sig)
-                    count += 1
+                if _monitors(pid, exec_id):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
             finally:
                 os.close(fd)
-    return count

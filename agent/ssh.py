@@ -249,8 +249,9 @@ class Gateway:
         self.connections.pop(conn, None)
         self.sessions.pop(conn, None)
 
-    def keys_changed(self, instance: str, keys: list[dict]) -> None:
-        """The instance's keys were replaced: close every connection of a key that went."""
+    def keys_changed(self, instance: str, keys: list[dict], members) -> None:
+        """The instance's keys were replaced: close every connection of a key that went (a
+        member's going takes their keys: `members` name the terminals' holders)."""
         allowed = {key["fingerprint"] for key in keys}
         for conn, (held, key) in list(self.connections.items()):
             if held == instance and key not in allowed:

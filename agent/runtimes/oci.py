@@ -53,6 +53,7 @@ from agent.runtimes.output import (
     keep_output,
     tail_lines,
 )
+from agent.sessions import GATE
 from agent.volumes import DiskError, Disks
 
 log = logging.getLogger(__name__)
@@ -833,11 +834,12 @@ class OciRuntime:
         self, container, command: list[str] | None, tty: bool, env: dict[str, str]
     ) -> tuple[str, socket.socket]:
         """Start `command` (None: a login shell, bash where the image has it) in the
-        container; answer the exec id and its raw, bidirectional stream (with tty the
-        terminal's bytes as they are; without, Docker's multiplexed frames)."""
+        container, behind the gate of agent/sessions.py (it waits, stopped, for its session's
+        cgroup); answer the exec id and its raw, bidirectional stream (with tty the terminal's
+        bytes as they are; without, Docker's multiplexed frames)."""
         exec_id = self.client.api.exec_create(
             container.id,
-            command or SHELL,
+            [*GATE, *(command or SHELL)],
             tty=tty,
             stdin=True,
             environment=env,

@@ -245,11 +245,12 @@ def put_host_secret(host: Host, secret: str, grace_seconds: float) -> dict:
     return _request(host, "PUT", "/v1/identity/secret", body).json()
 
 
-def set_ssh_keys(host: Host, instance_pk: int, keys: list[dict]) -> dict:
+def set_ssh_keys(host: Host, instance_pk: int, keys: list[dict], members: list[str]) -> dict:
     """Replace the keys that open the instance's shells on that host (idempotent; an empty
-    list lets no one in). Each key: {"name", "fingerprint", "public_key"}."""
+    list lets no one in), and name the members who may hold its terminals: the agent ends at
+    once the open terminals of any other. Each key: {"name", "fingerprint", "public_key"}."""
     path = f"/v1/instances/{_number(instance_pk)}/ssh-keys"
-    return _request(host, "PUT", path, {"keys": keys}).json()
+    return _request(host, "PUT", path, {"keys": keys, "members": members}).json()
 
 
 # --- streams: the browser terminal and the instances' web ports (asyncio) -----------------
@@ -298,15 +299,21 @@ def port_target(instance_pk: int, port: int, path: str, query: str) -> str:
     return f"{target}?{query}" if query else target
 
 
-def connect_terminal(host: Host, instance_pk: int, cols: int, rows: int, key: str | None = None):
-    """The agent's terminal websocket of the instance (use with `async with`): binary frames
-    carry the terminal's bytes, a text frame {"type": "resize", "cols", "rows"} resizes. With
-    a session key (hex) the agent keeps the shell when the socket drops, for the same key to
-    take back."""
+def connect_terminal(
+    host: Host, instance_pk: int, member: int, cols: int, rows: int, key: str | None = None
+):
+    """The agent's terminal websocket of the instance for a member (a membership's pk: the
+    agent ends it once a push of the instance's keys no longer names them), used with `async
+    with`: binary frames carry the terminal's bytes, a text frame {"type": "resize", "cols",
+    "rows"} resizes. With a session key (hex) the agent keeps the shell when the socket drops,
+    for the same key to take back."""
     from websockets.asyncio.client import connect
 
     pk = _number(instance_pk)
-    url = f"{_ws_base(host)}/v1/instances/{pk}/terminal?cols={_number(cols)}&rows={_number(rows)}"
+    url = (
+        f"{_ws_base(host)}/v1/instances/{pk}/terminal?cols={_number(cols)}&rows={_number(rows)}"
+        f"&member={_number(member)}"
+    )
     if key is not None:
         url += f"&session={_hex(key)}"
     return connect(

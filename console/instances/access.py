@@ -84,9 +84,21 @@ def granted_keys(instance_pk: int) -> list[dict]:
     ]
 
 
+def granted_members(instance_pk: int) -> list[str]:
+    """Who may hold the instance's terminals now: the pks of its tenant's memberships with role
+    member or above and an active user (the `members` of the agent's PUT …/ssh-keys)."""
+    pks = Membership.objects.filter(
+        tenant__instances__pk=instance_pk,
+        role__in=SHELL_ROLES,
+        user__is_active=True,
+    ).order_by("pk")
+    return [str(pk) for pk in pks.values_list("pk", flat=True)]
+
+
 def keys_changed(tenant_id: int) -> None:
     """A key was deleted or a membership changed in the tenant: once committed, push the key
-    sets of its instances that are on a host (most have not changed: the push is idempotent)."""
+    sets and the terminals' members of its instances that are on a host (most have not
+    changed: the push is idempotent)."""
     pks = list(
         Instance.objects.filter(tenant_id=tenant_id, state__in=lifecycle.ON_HOST).values_list(
             "pk", flat=True
@@ -245,7 +257,7 @@ def _key_deleted(sender, instance: SshKey, **kwargs) -> None:
 
 @receiver(post_save, sender=Membership)
 def _role_changed(sender, instance: Membership, created: bool, **kwargs) -> None:
-    if not created and instance.ssh_keys.exists():
+    if not created:  # its keys, and its terminals, may have gone with its role
         keys_changed(instance.tenant_id)
 
 

@@ -4,7 +4,9 @@ the port's own origin, e.g. Jupyter's kernels; console.instances.ports routes th
 
 Frames go through as they are, both ways; when one side closes, the other is closed too.
 Only members with role member or above of the instance's tenant get through (access.target);
-an open socket is closed (4403) once the membership, the role or the API token goes."""
+an open socket is closed (4403) once the membership, the role or the API token goes: at once
+for a terminal whose member is removed or lowered (the agent ends it when the instance's keys
+are pushed, agent/terminals.py), else at the next look (RECHECK_SECONDS)."""
 
 import asyncio
 import contextlib
@@ -74,9 +76,16 @@ class AgentRelay(AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=AGENT_UNAVAILABLE, reason="Its host is not answering.")
             return
-        await self.accept(subprotocol=self.agent.subprotocol)
         self.membership_id = membership.pk
         self.token_id = self.scope.get("api_token_id")
+        if not await _shell_stands(self.membership_id, self.token_id):
+            # withdrawn while the agent's socket opened: the push may have reached it first
+            agent, self.agent = self.agent, None
+            await agent.close()
+            await self.accept()
+            await self.close(code=4403, reason="Your access was withdrawn.")
+            return
+        await self.accept(subprotocol=self.agent.subprotocol)
         self.pump = asyncio.create_task(self._from_agent())
         self.watch = asyncio.create_task(self._watch_access())
         await self.opened()
@@ -166,7 +175,9 @@ class TerminalConsumer(AgentRelay):
         cols, rows = _size(query, "cols", 80), _size(query, "rows", 24)
         session = (query.get("session") or [""])[0]
         self.key = terminal_key(self.scope["membership"].pk, target.instance_pk, session)
-        return agent_client.connect_terminal(target.host, target.instance_pk, cols, rows, self.key)
+        return agent_client.connect_terminal(
+            target.host, target.instance_pk, self.scope["membership"].pk, cols, rows, self.key
+        )
 
     def agent_close_code(self, code: int) -> int:
         """A browser that closed the panel or left the page (1000, 1001) ends its shell; a

@@ -142,7 +142,9 @@ def provision(self, instance_pk: int) -> None:
     held = provision_held.send(sender=Instance, instance_pk=instance_pk, host=job.host)
     if any(answer for _, answer in held):
         return
-    agent_client.set_ssh_keys(job.host, instance_pk, access.granted_keys(instance_pk))
+    agent_client.set_ssh_keys(
+        job.host, instance_pk, access.granted_keys(instance_pk), access.granted_members(instance_pk)
+    )
     result = _put(self, job)
     if not _settle(job, result, "Running"):
         _discard(job.allocation_id)
@@ -236,12 +238,15 @@ def terminate(self, instance_pk: int) -> None:
 )
 def push_ssh_keys(instance_pk: int) -> bool:
     """The keys the instance grants changed (a key deleted, a member lowered to viewer or
-    removed): its host lets in exactly the ones left. Nothing to do when it is on no host
-    (the next provision pushes them); the instance's state is not touched either way."""
+    removed): its host lets in exactly the ones left, and ends the terminals of members gone.
+    Nothing to do when it is on no host (the next provision pushes them); the instance's state
+    is not touched either way."""
     job = outcomes.job(instance_pk, tuple(lifecycle.ON_HOST))
     if job is None or job.host is None:
         return False
-    agent_client.set_ssh_keys(job.host, instance_pk, access.granted_keys(instance_pk))
+    agent_client.set_ssh_keys(
+        job.host, instance_pk, access.granted_keys(instance_pk), access.granted_members(instance_pk)
+    )
     return True
 
 

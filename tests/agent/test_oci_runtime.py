@@ -7,7 +7,6 @@ owner, a name already taken, a container removed behind the agent's back, exec."
 import contextlib
 import os
 import secrets
-import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from agent.devtools import engine as engine_module
 from agent.devtools.engine import DEMO_IMAGE
 from agent.runtimes.oci import OciRuntime
+from agent.sessions import SessionGroup
 from tests.agent.agents import wait_for
 from tests.agent.fake_control_plane import HOST_ID, HOST_SECRET, FakeControlPlane
 from tests.conftest import BOTH_ENGINES
@@ -231,7 +231,8 @@ def test_a_restarted_agent_readopts_its_containers(oci_agent, engine):
 def test_an_exec_runs_in_the_container_and_its_host_pid_is_known(
     oci_agent, oci_engine, engine, tmp_path
 ):
-    """What a session's clean-up needs (agent/shell.py): the exec's process on the host."""
+    """What a session's clean-up needs (agent/shell.py): the exec's process on the host, held
+    at its gate until it is in a cgroup of its own (agent/sessions.py), under the container's."""
     agent = oci_agent()
     instance = new_instance_id()
     agent.client.put(f"/v1/allocations/{instance}-a", json=launch_body(instance, ["sleep", "1000"]))
@@ -239,15 +240,20 @@ def test_an_exec_runs_in_the_container_and_its_host_pid_is_known(
     runtime = OciRuntime(oci_engine.url, tmp_path / "logs", 1, install="exec")
     exec_id, stream = runtime.exec_open(container, ["sleep", "77"], False, {})
     pid = wait_for(lambda: runtime.exec_pid(exec_id))
+    group = SessionGroup.enter(pid, container.attrs["State"]["Pid"])
     try:
-        assert Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x0077\x00"
+        assert wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x0077\x00")
         init = container.attrs["State"]["Pid"]
         assert os.readlink(f"/proc/{pid}/ns/pid") == os.readlink(f"/proc/{init}/ns/pid")
         assert os.readlink(f"/proc/{pid}/ns/user") == os.readlink(f"/proc/{init}/ns/user")
+        cgroups = [Path(f"/proc/{p}/cgroup").read_text().splitlines()[-1] for p in (init, pid)]
+        assert cgroups[1] == f"{cgroups[0]}/{group.path.name}"
     finally:
-        os.kill(pid, signal.SIGKILL)
+        group.kill()
         stream.close()
     assert wait_for(lambda: runtime.exec_exit_code(exec_id) is not None)
+    assert wait_for(lambda: not group.populated())
+    group.remove()
     agent.client.delete(f"/v1/allocations/{instance}-a")
 
 

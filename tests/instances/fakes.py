@@ -18,6 +18,7 @@ class FakeAgents:
         self.start_state = "running"
         # The keys each host lets into each instance (PUT /v1/instances/{pk}/ssh-keys).
         self.ssh_keys: dict[str, dict[str, list[dict]]] = {}
+        self.members: dict[str, dict[str, list[str]]] = {}
 
     def _host(self, host):
         self.calls.append(host.name)
@@ -56,9 +57,10 @@ class FakeAgents:
         self.logs.get(host.name, {}).pop(str(instance_pk), None)
         self.deleted_instances.append((host.name, str(instance_pk)))
 
-    def set_ssh_keys(self, host, instance_pk, keys):
+    def set_ssh_keys(self, host, instance_pk, keys, members):
         self._host(host)
         self.ssh_keys.setdefault(host.name, {})[str(instance_pk)] = keys
+        self.members.setdefault(host.name, {})[str(instance_pk)] = members
         return {"instance": str(instance_pk), "keys": len(keys)}
 
     def install(self, monkeypatch):

@@ -149,6 +149,26 @@ class TestKeysChange:
             accounts_services.remove_member(member)
         assert pushed(agents, host, pk) == []
 
+    def test_a_keyless_member_lowered_or_removed_leaves_the_terminals_members(
+        self, catalog, tenant, member, keys, token_client, agents, no_tasks, eager,
+        make_member, django_capture_on_commit_callbacks,
+    ):  # fmt: skip
+        """The push names who may hold the instance's terminals (the agent ends the others'):
+        a member without an SSH key is pushed out too, at once."""
+        host, pk = self.running(catalog, member, keys, token_client, agents, no_tasks)
+        kim = make_member(tenant, Role.MEMBER, username="kim")
+        viewer = make_member(tenant, Role.VIEWER, username="vic")
+        with django_capture_on_commit_callbacks(execute=True):
+            accounts_services.change_role(kim, Role.ADMIN)
+        assert agents.members[host.name][str(pk)] == [str(member.pk), str(kim.pk)]
+        assert str(viewer.pk) not in agents.members[host.name][str(pk)]
+        with django_capture_on_commit_callbacks(execute=True):
+            accounts_services.change_role(kim, Role.VIEWER)
+        assert agents.members[host.name][str(pk)] == [str(member.pk)]
+        with django_capture_on_commit_callbacks(execute=True):
+            accounts_services.remove_member(member)
+        assert agents.members[host.name][str(pk)] == []
+
     def test_a_deactivated_users_keys_leave_the_host(
         self, catalog, member, keys, token_client, agents, no_tasks, eager,
         django_capture_on_commit_callbacks,

@@ -106,7 +106,8 @@ def test_a_member_types_into_the_terminal_and_the_agent_answers(
     transactional_db, tenant, make_member, placed
 ):
     instance, port, agent = placed
-    headers = bearer(make_member(tenant, Role.MEMBER, username="mia"))
+    mia = make_member(tenant, Role.MEMBER, username="mia")
+    headers = bearer(mia)
 
     async def scenario():
         async with serve(agent.handler, "127.0.0.1", port):
@@ -133,7 +134,8 @@ def test_a_member_types_into_the_terminal_and_the_agent_answers(
             await browser.wait(timeout=3)
 
     run(scenario)
-    assert agent.requests == [f"/v1/instances/{instance.pk}/terminal?cols=120&rows=40"]
+    path = f"/v1/instances/{instance.pk}/terminal?cols=120&rows=40&member={mia.pk}"
+    assert agent.requests == [path]  # the agent ends it when a push no longer names mia
     assert len(agent.texts) == 1  # the junk never reached the agent
     messages = list(instance.events.values_list("message", flat=True))
     assert "terminal session opened by mia" in messages
@@ -211,3 +213,32 @@ def test_an_open_terminal_closes_when_the_member_is_lowered_to_viewer(
             await browser.wait(timeout=3)
 
     run(scenario)
+
+
+def test_a_terminal_whose_access_goes_while_its_agent_socket_opens_is_closed(
+    transactional_db, tenant, make_member, placed
+):
+    """The console's push may reach the agent before this terminal does: the relay looks again
+    once the agent's socket is open, and closes it (4403) without a session."""
+    from channels.db import database_sync_to_async
+
+    from accounts import services as accounts_services
+
+    instance, port, agent = placed
+    member = make_member(tenant, Role.MEMBER)
+    make_member(tenant, Role.OWNER)
+    lower = database_sync_to_async(accounts_services.change_role)
+    headers = bearer(member)
+
+    async def lowered_meanwhile(ws):
+        await lower(member, Role.VIEWER)
+        await agent.handler(ws)
+
+    async def scenario():
+        async with serve(lowered_meanwhile, "127.0.0.1", port):
+            path = f"/ws/instances/{instance.pk}/terminal/"
+            browser = WebsocketCommunicator(APP, path, headers=headers)
+            assert await closed_with(browser) == 4403
+
+    run(scenario)
+    assert not instance.events.filter(message__contains="terminal session").exists()

@@ -2,6 +2,7 @@
 asyncssh, and the operator's `podman exec` (the `gateway` fixture is in conftest.py)."""
 
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,14 +56,21 @@ class Gateway:
         """A shell command in the container, run by the operator (`podman exec`)."""
         return self.engine.podman("exec", f"gpucloud-{self.instance}", "sh", "-c", command)
 
-    def set_keys(self, *names: str) -> None:
+    def runs(self, marker: str) -> bool:
+        """Whether a process of the container has `marker` in its command line (`ps` inside)."""
+        listed = self.inside("ps -o args")
+        assert listed.returncode == 0, listed.stderr
+        return marker in listed.stdout
+
+    def set_keys(self, *names: str, members: list[str] | None = None) -> None:
+        """The console's push of the instance's access: these keys, and (if given) the members
+        who may hold its terminals."""
         keys = [
             {"name": name, "public_key": self.keys[name][0].export_public_key().decode()}
             for name in names
         ]
-        answer = self.agent.client.put(
-            f"/v1/instances/{self.instance}/ssh-keys", json={"keys": keys}
-        )
+        body = {"keys": keys} if members is None else {"keys": keys, "members": members}
+        answer = self.agent.client.put(f"/v1/instances/{self.instance}/ssh-keys", json=body)
         assert answer.status_code == 200, answer.text
 
     async def connect(self, key: str = "laptop") -> asyncssh.SSHClientConnection:
@@ -70,6 +78,16 @@ class Gateway:
             "127.0.0.1", self.port, username=self.instance, client_keys=[self.keys[key][0]],
             known_hosts=None, agent_path=None,
         )  # fmt: skip
+
+
+def until(check, seconds: float, what: str):
+    """`check()`'s first true answer, asked every 0.2 s; AssertionError after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.2)
+    return result
 
 
 def host_file(path: Path) -> str:

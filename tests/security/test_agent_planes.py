@@ -232,6 +232,7 @@ class _StubHost:
         self.runtime = SimpleNamespace(
             running_container=lambda alloc: alloc, container_address=lambda c: "127.0.0.1"
         )
+        self.key_listeners = []
 
     def running_allocation(self, instance: str):
         if instance != "6":

@@ -1,6 +1,7 @@
 """SSH sessions end when their access or their client goes, leave nothing running in the
-container or on the host, and are capped per instance and per key (issues: sessions were
-unbounded; exec monitors outlived them; a withdrawn key's session kept running)."""
+container or on the host, however their processes detach, and are capped per instance and per
+key (issues: sessions were unbounded; exec monitors outlived them; a withdrawn key's session
+kept running; a process started with setsid outlived its session)."""
 
 import asyncio
 import secrets
@@ -14,24 +15,9 @@ import pytest
 
 from agent.shell import HANGUP_GRACE_SECONDS
 from agent.ssh import MAX_SESSIONS_PER_KEY
+from tests.security.gateway import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.containers]
-
-
-def _until(check, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        time.sleep(0.2)
-    return result
-
-
-def _running(gateway, marker: str) -> bool:
-    """Whether a process of the container has `marker` in its command line (`ps` inside)."""
-    listed = gateway.inside("ps -o args")
-    assert listed.returncode == 0, listed.stderr
-    return marker in listed.stdout
 
 
 def _monitors(gateway) -> list[str]:
@@ -48,18 +34,63 @@ def _monitors(gateway) -> list[str]:
     ]  # fmt: skip
 
 
+# Ways a session's process leaves it: its own session (setsid), a daemon's double fork, nohup
+# (SIGHUP ignored), and an attempt to move itself to the container's cgroup first. Each starts
+# `sleep MARKER` (the demo image has busybox's applets, not all of them linked).
+DETACHED = {
+    "setsid": "busybox setsid sleep {} </dev/null >/dev/null 2>&1 &",
+    "daemon": "(busybox setsid sh -c 'sleep {} </dev/null >/dev/null 2>&1 &' &)",
+    "nohup": "(trap '' HUP; exec busybox setsid sleep {} </dev/null >/dev/null 2>&1) &",
+    "cgroup": "for f in $(busybox find /sys/fs/cgroup -name cgroup.procs); do echo $$ > $f; done"
+    " 2>/dev/null; busybox setsid sleep {} </dev/null >/dev/null 2>&1 &",
+}
+
+
+def _markers() -> dict[str, str]:
+    return {way: f"sleep 1{secrets.randbelow(10**6):06d}" for way in DETACHED}
+
+
+def _detach(markers: dict[str, str]) -> str:
+    return "\n".join(DETACHED[way].format(m.split()[1]) for way, m in markers.items())
+
+
+def test_what_a_session_leaves_running_ends_with_it_however_it_detached(gateway):
+    """A command that detaches sleeps every way and exits, and a login shell whose profile
+    (the tenant's file: it runs before the shell's first prompt) does the same: when each
+    session ends, its sleeps end too, within seconds (the one that ignores SIGHUP after the
+    grace)."""
+    command = _markers()
+    result = gateway.ssh(_detach(command) + "\nsleep 1; ps -o args")
+    assert all(marker in result.stdout for marker in command.values()), result.stdout
+    profile = _markers()
+    script = _detach(profile).replace("'", "'\\''")
+    assert gateway.inside(f"echo '{script}' > /etc/profile").returncode == 0
+
+    async def login_shell():
+        async with await gateway.connect() as conn:
+            shell = await conn.create_process(term_type="xterm")
+            until(lambda: all(gateway.runs(m) for m in profile.values()), 10, "profile")
+            shell.stdin.write("exit\n")
+            await asyncio.wait_for(shell.wait_closed(), 10)
+
+    asyncio.run(login_shell())
+    for way, marker in {**command, **profile}.items():
+        until(lambda m=marker: not gateway.runs(m), HANGUP_GRACE_SECONDS + 3, f"{way} sleep ends")
+
+
 def test_a_withdrawn_keys_open_session_ends_within_seconds_with_its_processes(gateway):
     laptop, desktop = f"sleep 4{secrets.randbelow(10**6)}", f"sleep 5{secrets.randbelow(10**6)}"
+    detached = f"sleep 3{secrets.randbelow(10**6)}"
 
     async def sessions():
         async with (
             await gateway.connect("laptop") as withdrawn,
             await gateway.connect("desktop") as kept,
         ):
-            gone = await withdrawn.create_process(laptop)
+            gone = await withdrawn.create_process(f"setsid {detached} & {laptop}")
             stays = await kept.create_process(desktop)
             await asyncio.sleep(1)
-            assert _running(gateway, laptop) and _running(gateway, desktop)
+            assert all(gateway.runs(m) for m in (laptop, desktop, detached))
             started = time.monotonic()
             await asyncio.to_thread(gateway.set_keys, "desktop")
             await asyncio.wait_for(gone.wait_closed(), 5)
@@ -70,7 +101,8 @@ def test_a_withdrawn_keys_open_session_ends_within_seconds_with_its_processes(ga
             return ended_in
 
     assert asyncio.run(sessions()) < 3
-    _until(lambda: not _running(gateway, laptop), 3, "the withdrawn session's process ends")
+    until(lambda: not gateway.runs(laptop), 3, "the withdrawn session's process ends")
+    until(lambda: not gateway.runs(detached), 3, "and the one it started with setsid")
     with pytest.raises(asyncssh.PermissionDenied):
         asyncio.run(gateway.connect("laptop"))
 
@@ -90,7 +122,7 @@ def test_sessions_over_the_per_key_cap_are_refused(gateway):
 
     clients = [gateway.ssh_background("sleep 300") for _ in range(MAX_SESSIONS_PER_KEY)]
     try:
-        _until(lambda: len(_monitors(gateway)) >= MAX_SESSIONS_PER_KEY, 20, "all sessions open")
+        until(lambda: len(_monitors(gateway)) >= MAX_SESSIONS_PER_KEY, 20, "all sessions open")
         refused = gateway.ssh("echo one too many")
         assert refused.returncode == 255 and "one too many" not in refused.stdout
         assert f"this key has {MAX_SESSIONS_PER_KEY} SSH connections open" in refused.stderr
@@ -107,10 +139,10 @@ def test_a_client_killed_leaves_nothing_running_in_the_container_or_on_the_host(
     marker = f"sleep 6{secrets.randbelow(10**6)}"
     command = marker if hangup == "dies" else f"trap '' HUP; exec {marker}"
     client = gateway.ssh_background(command)
-    _until(lambda: _running(gateway, marker), 20, "the command runs")
+    until(lambda: gateway.runs(marker), 20, "the command runs")
     assert _monitors(gateway)
     client.send_signal(signal.SIGKILL)
     client.wait()
     grace = 2 if hangup == "dies" else HANGUP_GRACE_SECONDS + 3
-    _until(lambda: not _running(gateway, marker), grace, "the command is ended")
-    _until(lambda: not _monitors(gateway), 5, "no conmon of the session is left")
+    until(lambda: not gateway.runs(marker), grace, "the command is ended")
+    until(lambda: not _monitors(gateway), 5, "no conmon of the session is left")
