@@ -50,9 +50,12 @@ def test_var_and_the_sqlite_files_are_private(tmp_path, existing):
     assert probe.returncode == 0, probe.stderr
     modes = {name: _mode(mode) for name, mode in json.loads(probe.stdout).items()}
     assert modes["."] == "0o700"
-    assert {"gpucloud.sqlite3", "gpucloud.sqlite3-wal", "secret-key", "snapshot-master-secret"} <= set(
-        modes
-    )
+    assert {
+        "gpucloud.sqlite3",
+        "gpucloud.sqlite3-wal",
+        "secret-key",
+        "snapshot-master-secret",
+    } <= set(modes)
     files = {name: mode for name, mode in modes.items() if name not in (".", "static")}
     assert set(files.values()) == {"0o600"}
 
