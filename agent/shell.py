@@ -11,6 +11,7 @@ import os
 import signal
 import time
 
+from agent import integers
 from agent.errors import ApiError
 
 READ_SIZE = 65536
@@ -169,7 +170,7 @@ def _signal_each(belongs, detail, sig: int) -> int:
     taken over meanwhile by another process is never signalled."""
     count = 0
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or not belongs(pid, detail):
+        if not integers.PID.fullmatch(pid) or not belongs(pid, detail):
             continue
         with contextlib.suppress(OSError):
             fd = os.pidfd_open(int(pid))
