@@ -249,3 +249,4 @@ class MigProfileForm(forms.ModelForm):
     class Meta:
         model = MigProfile
         fields = ["name", "compute_slices", "size", "starts", "memory_mib"]
+        field_classes = dict.fromkeys(["compute_slices", "size", "memory_mib"], integers.FormField)
