@@ -6,20 +6,33 @@ are a field's 400 (a page's message, a socket's close code) in words, never a se
 never Python's exception text, never quietly taken for another number."""
 
 import ast
+import asyncio
 import json
 import re
+import time
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.server import serve
 
 from accounts import forms as account_forms
 from accounts.roles import Role
+from agent import grants
+from agent.api import create_app
+from agent.backends.sim import SimBackend
+from agent.gpu_models import MODELS
+from agent.host import LocalHost
+from agent.runtimes.sim import SimRuntime
+from agent.state import StateStore
 from billing import forms as billing_forms
 from console import integers
 from console.asgi import application
@@ -351,6 +364,49 @@ def test_the_terminal_refuses_a_size_that_is_no_number(catalog, tenant, owner, n
         assert code == 4400, (value, name, code)
         assert reason == "cols and rows: A whole number from 1 to 1000.", reason
     assert agent.requests == []  # no shell was opened with a size read some other way
+
+
+# The agent reads the numbers of its own clients (the console, a browser's terminal through it)
+# with its copy of the parser (agent/integers.py).
+AGENT_SECRET = "s3cret-of-the-host"  # noqa: S105 - a test host's
+
+
+@pytest.fixture
+def agent_app(tmp_path):
+    backend = SimBackend("h", MODELS["l4"], ["whole"])
+    return create_app(LocalHost("h", backend, SimRuntime(), StateStore(tmp_path)), AGENT_SECRET)
+
+
+def test_the_agent_answers_a_tail_that_is_no_number_with_a_400(agent_app):
+    async def ask(tail: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=agent_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+            return await client.get(
+                f"/v1/instances/7/logs?tail={quote(tail)}",
+                headers={"Authorization": f"Bearer {AGENT_SECRET}"},
+            )
+
+    for value in BAD:
+        answer = asyncio.run(ask(value))
+        assert answer.status_code == 400, (value, answer.status_code, answer.text[:200])
+        assert answer.json()["detail"].startswith("tail: A whole number from 1 to ")
+        words_only(answer.text)
+
+
+def test_the_agent_refuses_a_terminal_size_that_is_no_number(agent_app):
+    expires = int(time.time()) + 60
+    key = grants.data_key(AGENT_SECRET)
+    grant = f"{expires}.{grants.signature(key, ('terminal', '7'), expires)}"
+    client = TestClient(agent_app)
+    for value in ["%D9%A8%D9%A0", "%EF%BC%98%EF%BC%90", "80%0A", "80%00", "+80", "9" * 30]:
+        path = f"/v1/instances/7/terminal?cols={value}"
+        headers = {"Authorization": f"Grant {grant}"}
+        with (
+            client.websocket_connect(path, headers=headers) as ws,
+            pytest.raises(WebSocketDisconnect) as closed,
+        ):
+            ws.receive_bytes()
+        assert closed.value.code == 4400, value  # not a shell of 80 columns read another way
 
 
 def test_the_parser_reads_ascii_digits_only():
