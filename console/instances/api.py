@@ -107,11 +107,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         """One of the tenant's instances as the API shows it; 404 if the tenant has no such."""
         membership = request_membership(self.request)
         prefix = scopes.instance_prefix(membership)
-        try:
-            pk = integers.parse(pk, minimum=1)
-        except integers.NotAWholeNumber:
-            raise NotFound() from None
-        rows = list(listing.rows(membership.tenant, name_prefix=prefix, pk=pk))
+        pk = integers.reference_id(pk)  # the URL's digits, or an id of ours
+        rows = list(listing.rows(membership.tenant, name_prefix=prefix, pk=pk)) if pk else []
         if not rows:
             raise NotFound()
         return self._represent(rows)[0]
