@@ -17,6 +17,7 @@ import httpx
 import pytest
 from django import forms
 from django.core.exceptions import ValidationError
+from django.urls import URLResolver, get_resolver
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
@@ -286,6 +287,41 @@ def test_the_pages_numbers_are_refused_in_words(catalog, tenant, owner, things, 
         words_only(answer.content.decode())
     assert Volume.objects.count() == volumes  # neither '٣' GiB nor a restore of '٣' GiB
     assert not Schedule.objects.exists()
+
+
+def _url_paths(value: str) -> list[str]:
+    """Every HTTP path of the URLconf with a number in it (the admin's aside), the number
+    spelled `value`."""
+
+    def walk(patterns, prefix=""):
+        for pattern in patterns:
+            text = prefix + str(pattern.pattern)
+            if isinstance(pattern, URLResolver):
+                if not text.startswith("admin/"):
+                    yield from walk(pattern.url_patterns, text)
+            elif ("<int:" in text or "[0-9]+" in text) and "(?P<format>" not in text:
+                yield text
+
+    paths = set()
+    for text in walk(get_resolver().url_patterns):
+        text = re.sub(r"<int:\w+>|\(\?P<\w+>\[0-9\]\+\)", value, text)
+        text = text.replace("(?P<port>[0-9]{1,5})", "80").replace("(?:/.*)?", "")
+        text = re.sub(r"\(\?P<\w+>([a-z]+)\|[^)]*\)", r"\1", text)  # stop|start|…: stop
+        paths.add("/" + re.sub(r"\^|\$|\\Z", "", text))
+    return sorted(paths)
+
+
+def test_every_path_with_a_number_takes_a_huge_one_without_a_server_error(owner, things, no_tasks):
+    owner.user.is_staff = True  # the operator's pages too
+    owner.user.save()
+    web = signed_in(owner)
+    paths = _url_paths("9" * 30)
+    assert len(paths) > 30
+    for path in paths:
+        for method in (web.get, web.post):
+            answer = method(path)
+            assert answer.status_code < 500, (method.__name__, path, answer.status_code)
+            words_only(answer.content.decode(errors="replace"))
 
 
 # Websockets: every route's parameters, the terminal's size, and paths no route takes.
