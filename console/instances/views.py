@@ -63,7 +63,7 @@ def instance_list(request):
         instances = instances.exclude(state=State.TERMINATED)
     elif shown != "all":
         instances = instances.filter(state=shown)
-    page = Paginator(instances, 50).get_page(request.GET.get("page"))
+    page = Paginator(instances, 50).get_page(integers.reference_id(request.GET.get("page")))
     return render(
         request,
         "instances/list.html",
