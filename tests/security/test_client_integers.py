@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+import websockets
 from django import forms
 from django.core.exceptions import ValidationError
 from django.urls import URLResolver, get_resolver
@@ -26,6 +27,7 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.server import serve
 
 from accounts import forms as account_forms
+from accounts import services as accounts
 from accounts.roles import Role
 from agent import grants
 from agent.api import create_app
@@ -470,3 +472,34 @@ def test_no_code_asks_str_whether_it_is_a_number():
     another number: a client's text becomes a number through console/integers.py (the agent's
     agent/integers.py, the CLI's cli/integers.py) and nowhere else."""
     assert _calls_named({"isdigit", "isdecimal", "isnumeric"}) == []
+
+
+@pytest.mark.integration
+def test_through_the_real_server_no_number_and_no_path_gives_a_500(stack, owner):
+    """The same through the ASGI server `make run` starts: a websocket no route takes was a
+    failed handshake (500), the terminal's size and a tail of other digits were server errors."""
+    token = accounts.issue_token(owner.user, owner.tenant, "ws").raw
+    headers = {"Authorization": f"Bearer {token}"}
+    socket_url = f"ws://127.0.0.1:{stack.port}"
+
+    async def close_code(path: str) -> tuple[int, str]:
+        """The socket's close code and reason; a handshake refused before it was accepted
+        answers its HTTP status (403 is how Channels refuses one, 500 a consumer that failed)."""
+        try:
+            async with websockets.connect(socket_url + path, additional_headers=headers) as ws:
+                with pytest.raises(websockets.ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 10)
+                return ws.close_code, ws.close_reason
+        except websockets.InvalidStatus as refused:
+            return refused.response.status_code, ""
+
+    assert asyncio.run(close_code("/ws/nothing/"))[0] == 4404
+    assert asyncio.run(close_code("/ws/instances/1/terminal/?cols=%D9%A8%D9%A0")) == (
+        4400,
+        "cols and rows: A whole number from 1 to 1000.",
+    )
+    assert asyncio.run(close_code(f"/ws/instances/{'9' * 30}/metrics/"))[0] in (403, 4404)
+    for value in ("%C2%B2", "%D9%A3", "1%0A", "9" * 30):
+        answer = httpx.get(f"{stack.url}/api/v1/instances/1/logs/?tail={value}", headers=headers)
+        assert answer.status_code == 400 and "tail" in answer.json()["errors"], answer.text
+        words_only(answer.text)
