@@ -28,10 +28,6 @@ class NotAWholeNumber(ValueError):
     """The text is not a whole number within the bounds; the message says what is."""
 
 
-def expected(minimum: int, maximum: int) -> str:
-    return f"A whole number from {minimum} to {maximum}."
-
-
 def parse(text, *, minimum: int = 0, maximum: int = LARGEST) -> int:
     """The whole number `text` spells, from `minimum` to `maximum`; NotAWholeNumber else."""
     shape = _SIGNED if minimum < 0 else _UNSIGNED
@@ -39,7 +35,7 @@ def parse(text, *, minimum: int = 0, maximum: int = LARGEST) -> int:
         value = int(text)
         if minimum <= value <= maximum:
             return value
-    raise NotAWholeNumber(expected(minimum, maximum))
+    raise NotAWholeNumber(f"A whole number from {minimum} to {maximum}.")
 
 
 def reference_id(ref) -> int | None:
