@@ -2,6 +2,7 @@ from django import forms
 
 from accounts import scopes as scope_rules
 from accounts.roles import Role
+from console import integers
 
 
 class InviteForm(forms.Form):
@@ -24,7 +25,7 @@ class SignUpForm(forms.Form):
 
 
 class SwitchTenantForm(forms.Form):
-    tenant = forms.IntegerField(min_value=1, max_value=2**63 - 1)
+    tenant = integers.FormField(min_value=1)
 
 
 class RoleForm(forms.Form):

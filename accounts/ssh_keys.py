@@ -12,7 +12,7 @@ from accounts.roles import OPERATE
 
 MIN_RSA_BITS = 2048
 ALGORITHMS = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 MAX_KEY_CHARS = 16384
 
 
@@ -66,7 +66,7 @@ def add_ssh_key(membership: Membership, name: str, public_key: str) -> SshKey:
     """Keep a public key for `membership` (its user, in its tenant) under `name`."""
     name = (name or "").strip()
     errors = {}
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         errors["name"] = (
             "Use 1 to 64 letters, digits, dots, hyphens, underscores or @, starting with a "
             "letter or digit."

@@ -9,7 +9,7 @@ from pathlib import Path
 import pynvml
 from docker.errors import DockerException
 
-from agent import logs
+from agent import integers, logs
 from agent.allocations import MODES
 from agent.api import create_app
 from agent.backends.nvml import NvmlBackend
@@ -40,9 +40,13 @@ def _seconds(text: str) -> float:
 
 def _percents(text: str) -> tuple[int, int]:
     high, _, low = text.partition(":")
-    if not (high.isdigit() and low.isdigit() and 0 < int(low) < int(high) <= 100):
+    try:
+        high, low = integers.parse(high, maximum=100), integers.parse(low, minimum=1)
+    except integers.NotAWholeNumber:
+        high = low = 0
+    if not 0 < low < high:
         raise argparse.ArgumentTypeError(f"must be HIGH:LOW, 0 < LOW < HIGH <= 100, not {text}")
-    return int(high), int(low)
+    return high, low
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -156,9 +160,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _split_listen(parser: argparse.ArgumentParser, listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
+    try:
+        port = integers.parse(port, maximum=65535)
+    except integers.NotAWholeNumber:
+        host = ""
+    if not host:
         parser.error(f"--listen must be HOST:PORT, not {listen!r}")
-    return host.strip("[]"), int(port)
+    return host.strip("[]"), port
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -37,7 +37,9 @@ RESERVED_MOUNTS = (
 )  # fmt: skip
 # The environment the agent sets itself or the GPU stack reads (the NVIDIA container toolkit's
 # and driver's, CUDA's MPS and device choice): a workload's env may not name it.
-RESERVED_ENV = re.compile(r"^(NVIDIA_|CUDA_MPS_|GPUCLOUD_|CUDA_VISIBLE_DEVICES$)")
+RESERVED_ENV = re.compile(r"NVIDIA_|CUDA_MPS_|GPUCLOUD_|CUDA_VISIBLE_DEVICES\Z")
+# A variable's name as POSIX shells accept it: nothing a runtime could read as more than a name.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 MAX_REFERENCE = 512
 REQUIRED = ("mode", "gpus")
 
@@ -131,6 +133,8 @@ def _strings(value, what: str) -> dict[str, str]:
 
 def _env(value) -> dict[str, str]:
     env = _strings(value, "env")
+    if bad := sorted(repr(name) for name in env if not ENV_NAME.fullmatch(name)):
+        raise invalid(f"env names that are no variable names: {', '.join(bad)}")
     reserved = sorted(name for name in env if RESERVED_ENV.match(name))
     if reserved:
         raise invalid(f"env names the platform's variables: {', '.join(reserved)}", "reserved_env")

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agent import grants
+from agent import grants, integers
 from agent.backends.sim import FAULTS
 from agent.errors import ApiError, invalid
 from agent.host import LocalHost
@@ -146,10 +146,11 @@ def create_app(host: LocalHost, secret: HostSecret, lifespan=None) -> Starlette:
 
     async def instance_logs(request: Request) -> JSONResponse:
         instance = request.path_params["instance"]
-        text = request.query_params.get("tail", "100")
-        if not text.isdigit():
-            raise invalid(f"tail must be a whole number of lines, not {text!r}")
-        lines = await host.logs(instance, int(text))
+        try:
+            tail = integers.parse(request.query_params.get("tail", "100"), minimum=1)
+        except integers.NotAWholeNumber as error:
+            raise invalid(f"tail: {error}") from None
+        lines = await host.logs(instance, tail)
         return JSONResponse({"instance": instance, "lines": lines})
 
     async def delete_instance(request: Request) -> Response:
@@ -271,13 +272,16 @@ def terminal(host: LocalHost):
     async def endpoint(ws: WebSocket) -> None:
         instance = ws.path_params["instance"]
         try:
-            cols, rows = (int(ws.query_params.get(k, d)) for k, d in (("cols", 80), ("rows", 24)))
-        except ValueError:
+            cols, rows = (
+                integers.parse(ws.query_params.get(k, d), minimum=1, maximum=MAX_TERMINAL)
+                for k, d in (("cols", "80"), ("rows", "24"))
+            )
+        except integers.NotAWholeNumber:
             cols = rows = 0
         key = ws.query_params.get("session")
         member = ws.query_params.get("member")
         if (
-            not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL)
+            not (cols and rows)
             or (key is not None and not SESSION_KEY.fullmatch(key))
             or (member is not None and not MEMBER.fullmatch(member))
         ):
@@ -350,9 +354,9 @@ async def _pump(ws: WebSocket, shell: Shell) -> int | None:
 def _resize(text: str) -> tuple[int, int] | None:
     try:
         frame = json.loads(text)
-        cols, rows = int(frame["cols"]), int(frame["rows"])
+        cols, rows = (
+            integers.json_int(frame[k], minimum=1, maximum=MAX_TERMINAL) for k in ("cols", "rows")
+        )
     except (ValueError, KeyError, TypeError):
         return None
-    if frame.get("type") != "resize" or not (0 < cols <= MAX_TERMINAL and 0 < rows <= MAX_TERMINAL):
-        return None
-    return cols, rows
+    return (cols, rows) if frame.get("type") == "resize" else None

@@ -73,7 +73,7 @@ MEMORY_TOLERANCE_MIB = 8192
 
 def _memory_gb(model: GpuModel) -> int:
     """The memory size a model's marketing name states ("80GB"), from its key or its memory."""
-    match = re.search(r"(\d+)gb$", model.key)
+    match = re.search(r"([0-9]+)gb\Z", model.key)
     return int(match.group(1)) if match else round(model.memory_mib / 1024)
 
 

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 
+from agent import integers
 from agent.errors import ApiError
 from agent.sessions import SessionGroup, Untracked
 
@@ -159,7 +160,7 @@ def _end_monitors(exec_id: str) -> None:
     """SIGKILL to the exec's monitors on the host. Each is checked again once a pidfd holds it,
     so that a pid taken over meanwhile by another process is never signalled."""
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or not _monitors(pid, exec_id):
+        if not integers.PID.fullmatch(pid) or not _monitors(pid, exec_id):
             continue
         with contextlib.suppress(OSError):
             fd = os.pidfd_open(int(pid))

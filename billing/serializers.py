@@ -21,7 +21,9 @@ class MonthField(serializers.DateField):
 
 
 class MonthQuerySerializer(serializers.Serializer):
-    month = serializers.CharField(required=False, help_text="YYYY-MM (UTC); default: now")
+    month = serializers.CharField(
+        required=False, trim_whitespace=False, help_text="YYYY-MM (UTC); default: now"
+    )
 
     def validate_month(self, value):
         try:

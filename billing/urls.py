@@ -10,7 +10,7 @@ urlpatterns = [
     path("invoices/", views.invoice_list, name="invoices"),
     path("invoices/<int:pk>/", views.invoice_detail, name="invoice"),
     re_path(
-        r"^invoices/(?P<pk>[0-9]+)/download/(?P<fmt>csv|json|pdf)/$",
+        r"^invoices/(?P<pk>[0-9]+)/download/(?P<fmt>csv|json|pdf)/\Z",
         views.invoice_download,
         name="invoice-download",
     ),

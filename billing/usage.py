@@ -44,6 +44,7 @@ from billing.rating import (
     quantize_amount,
     seconds_in_month,
 )
+from console import integers
 from console.catalog.models import Spec
 from console.instances.models import Instance
 
@@ -252,19 +253,23 @@ def _breakdown(lines: Iterable[UsageLine], key) -> list[Breakdown]:
     return sorted(rows, key=lambda row: (-row.amount, row.label))
 
 
-MONTH_PATTERN = r"^\d{4}-\d{2}$"  # what parse_month reads, for the API schema
+# What parse_month reads, as the API schema says it: an ECMAScript pattern, where `$` is the end.
+MONTH_PATTERN = "^[0-9]{4}-[0-9]{2}$"
 
 
 def parse_month(text: str) -> date:
-    """``YYYY-MM`` → the month's first day; ValueError when it is not a month."""
-    if not isinstance(text, str) or len(text) != 7 or text[4] != "-":
-        raise ValueError("Use the form YYYY-MM, e.g. 2026-05.")
-    year, month = text[:4], text[5:]
-    if not (year.isdigit() and month.isdigit()):
-        raise ValueError("Use the form YYYY-MM, e.g. 2026-05.")
-    if not 2000 <= int(year) <= 9998 or not 1 <= int(month) <= 12:
+    """``YYYY-MM`` → the month's first day; ValueError (its message in words) when it is not
+    a month."""
+    year, dash, month = text.partition("-") if isinstance(text, str) else ("", "", "")
+    try:
+        if not dash or len(year) != 4 or len(month) != 2:
+            raise integers.NotAWholeNumber()
+        year, month = integers.parse(year), integers.parse(month)
+    except integers.NotAWholeNumber:
+        raise ValueError("Use the form YYYY-MM, e.g. 2026-05.") from None
+    if not 2000 <= year <= 9998 or not 1 <= month <= 12:
         raise ValueError("Give a month between 2000-01 and 9998-12.")
-    return date(int(year), int(month), 1)
+    return date(year, month, 1)
 
 
 def current_month(now: datetime | None = None) -> date:

@@ -18,6 +18,7 @@ from billing.api import download
 from billing.forms import BudgetForm
 from billing.models import Invoice
 from billing.usage import current_month, parse_month, usage_report
+from console import integers
 
 
 def _month_param(request) -> date:
@@ -94,8 +95,8 @@ def dismiss_budget_notice(request):
     """Any member hides the budget banner for the level it saw (budgets.dismiss_notice), then
     goes back to the page it was on."""
     try:
-        level = int(request.POST.get("level", ""))
-    except ValueError:
+        level = integers.parse(request.POST.get("level", ""))
+    except integers.NotAWholeNumber:
         level = 0
     budgets.dismiss_notice(request.membership, level)
     back = request.POST.get("next") or ""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from cli import confirm, snapshots, tokens, volumes
+from cli import confirm, integers, snapshots, tokens, volumes
 from cli.errors import CliError
 from cli.ssh import exec_ssh, pin_host_key, ssh_argv
 from cli.wait import wait_until_running
@@ -248,8 +248,8 @@ SPEC_COLUMNS = ["code", "mode", "gpu_model", "gpu_count", "mig_profile", "gpu_eq
 def instance_id(client: "Client", ref: str) -> int:
     """An instance's id from an id or a name (unique in the tenant among live instances;
     all digits reads as an id)."""
-    if ref.isdigit():
-        return int(ref)
+    if (pk := integers.whole(ref)) is not None:
+        return pk
     live = [i for i in client.all("instances/", name=ref) if i["state"] != "terminated"]
     if not live:
         raise CliError(f"no live instance named {ref!r}: see `gpucloud instances`")
@@ -481,9 +481,10 @@ def parse_secret(item: str) -> tuple[str, str]:
 
 def parse_port(item: str) -> dict:
     port, colon, name = item.partition(":")
-    if not colon or not port.isdigit() or not name:
+    number = integers.whole(port, maximum=65535)
+    if not colon or number is None or not name:
         raise CliError(f"--port {item!r}: write PORT:NAME, e.g. 8080:app")
-    return {"port": int(port), "name": name}
+    return {"port": number, "name": name}
 
 
 def parse_env(item: str) -> tuple[str, str]:

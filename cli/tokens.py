@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from cli.errors import CliError
 
 COLUMNS = ["id", "name", "prefix", "user", "access", "instances", "expires", "state"]
-_DURATION = re.compile(r"(\d+)([hdw])")
+_DURATION = re.compile(r"([0-9]{1,5})([hdw])")
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
 

@@ -1,7 +1,7 @@
 """`gpucloud volumes …`: list, create (its price shown), attach, detach and delete volumes
 through /api/v1/volumes/, and the launch's `--volume NAME[:PATH]`."""
 
-from cli import confirm
+from cli import confirm, integers
 from cli.errors import CliError
 
 COLUMNS = ["id", "name", "size_gib", "region", "state", "host", "instance", "mount_path", "price"]
@@ -33,8 +33,8 @@ def parse_mount(item: str) -> dict:
 
 
 def volume_id(client, ref: str) -> int:
-    if ref.isdigit():
-        return int(ref)
+    if (pk := integers.whole(ref)) is not None:
+        return pk
     found = [row for row in client.all("volumes/") if row["name"] == ref]
     if not found:
         raise CliError(f"no volume named {ref}")

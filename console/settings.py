@@ -105,7 +105,7 @@ if any(
 # The healthcheck answers over plain HTTP too (load balancers probe it so), and so do the
 # agents' endpoints: without a balancer, agents call the web processes themselves, which serve
 # plain HTTP inside the network as the agents' own APIs do (each call carries its host's secret).
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^agent/"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz\Z", r"^agent/"]
 
 # Content-Security-Policy (django-csp): scripts, styles, images and sockets from this site
 # only; no inline script (templates use data-* attributes and static/js instead).

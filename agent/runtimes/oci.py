@@ -75,7 +75,7 @@ GPU_PATHS = {
     "nvidia": "as device requests for the NVIDIA Container Toolkit's runtime (Docker without CDI)",
 }
 # Docker's data root under userns-remap ends in the remapped root's ids: `…/100000.100000`
-REMAPPED_ROOT = re.compile(r"/(\d+)\.(\d+)$")
+REMAPPED_ROOT = re.compile(r"/([0-9]+)\.([0-9]+)\Z")
 SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
 # each container's log: Podman truncates it at the size (it keeps no rotated files), Docker
 # rotates it into a second file
@@ -243,7 +243,7 @@ def _iso(engine_time: str | None) -> str | None:
     if not engine_time or engine_time.startswith("0001-"):
         return None
     head, _, rest = engine_time.rstrip("Z").partition(".")
-    frac = "".join(ch for ch in rest if ch.isdigit())[:3].ljust(3, "0")
+    frac = re.sub(r"[^0-9]", "", rest)[:3].ljust(3, "0")
     try:
         moment = datetime.fromisoformat(head).replace(tzinfo=UTC)
     except ValueError:

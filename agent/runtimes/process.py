@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from agent import integers
 from agent.allocations import Allocation
 from agent.cpu import process_seconds
 from agent.runtimes import Exit, LaunchError
@@ -54,7 +55,7 @@ def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of a process group."""
     members = []
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
+        if integers.PID.fullmatch(entry.name):
             stat = _stat(int(entry.name))
             if stat and stat.group == pgid and stat.state != "Z":
                 members.append(int(entry.name))

@@ -8,6 +8,8 @@ page, and their request then makes no COUNT query."""
 from rest_framework import pagination
 from rest_framework.exceptions import ValidationError
 
+from console import integers
+
 MAX_LIMIT = 500
 PAST_ANY_LIST = 2**62  # an offset beyond any list, whose slice no database integer could hold
 
@@ -17,12 +19,9 @@ def _whole_number(request, name: str, minimum: int, default: int | None) -> int 
     if raw is None:
         return default
     try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        raise ValidationError({name: [f"Must be a whole number, at least {minimum}."]})
-    return value
+        return integers.parse(raw, minimum=minimum)
+    except integers.NotAWholeNumber as error:
+        raise ValidationError({name: [str(error)]}) from None
 
 
 class LimitOffsetPagination(pagination.LimitOffsetPagination):

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from accounts.guards import tenant_view
 from accounts.roles import MANAGE
+from console import integers
 from console.audit import queries
 
 PAGE_SIZE = 50
@@ -25,7 +26,7 @@ def _entries(request):
 @tenant_view(MANAGE)
 def audit_log(request):
     query, entries = _entries(request)
-    page = Paginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(entries, PAGE_SIZE).get_page(integers.reference_id(request.GET.get("page")))
     filters = request.GET.copy()
     filters.pop("page", None)
     context = {

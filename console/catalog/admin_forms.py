@@ -9,6 +9,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.template.loader import render_to_string
 
+from console import integers
 from console.catalog.models import (
     APPS,
     MAX_ARGS,
@@ -80,6 +81,14 @@ def _filled(rows: list[dict[str, str]]) -> list[tuple[int, dict[str, str]]]:
     ]
 
 
+def _number_or_text(text: str) -> int | str:
+    """A row's port as a number when it spells one, else as typed (for port_errors to name)."""
+    try:
+        return integers.parse(text)
+    except integers.NotAWholeNumber:
+        return text
+
+
 class PortsField(forms.Field):
     """[{"port": 8888, "name": "Jupyter", "app": "jupyter"}] from rows of port, name, app."""
 
@@ -91,7 +100,7 @@ class PortsField(forms.Field):
         ports, errors, rows_of = [], [], {}
         for number, row in _filled(value or []):
             port, name, app = (row[key].strip() for key in ("port", "name", "app"))
-            entry = {"port": int(port) if port.isdigit() else port, "name": name}
+            entry = {"port": _number_or_text(port), "name": name}
             if app:
                 entry["app"] = app
             problems = port_errors([entry])
@@ -240,3 +249,4 @@ class MigProfileForm(forms.ModelForm):
     class Meta:
         model = MigProfile
         fields = ["name", "compute_slices", "size", "starts", "memory_mib"]
+        field_classes = dict.fromkeys(["compute_slices", "size", "memory_mib"], integers.FormField)

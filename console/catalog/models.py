@@ -55,7 +55,7 @@ class Region(models.Model):
         blank=True,
         validators=[
             RegexValidator(
-                r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?$",
+                r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?\Z",
                 "A registry's host[:port], e.g. mirror.internal:5000 (no scheme, no path).",
             )
         ],
@@ -122,7 +122,7 @@ class Spec(models.Model):
         unique=True,
         validators=[
             RegexValidator(
-                r"^[a-z0-9][a-z0-9._-]*$",
+                r"^[a-z0-9][a-z0-9._-]*\Z",
                 "Lower-case letters, digits, dots, dashes and underscores only.",
             )
         ],
@@ -271,8 +271,8 @@ class SpecPrice(models.Model):
 # The shapes of what a workload is told: environment names as POSIX shells accept them, less
 # those the platform sets itself or the GPU stack reads (the NVIDIA driver and container
 # toolkit's, CUDA's MPS and device choice, the agent's): a tenant cannot widen its GPUs with them.
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-RESERVED_ENV = re.compile(r"^(NVIDIA_|CUDA_MPS_|GPUCLOUD_|CUDA_VISIBLE_DEVICES$|JUPYTER_TOKEN$)")
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+RESERVED_ENV = re.compile(r"NVIDIA_|CUDA_MPS_|GPUCLOUD_|CUDA_VISIBLE_DEVICES\Z|JUPYTER_TOKEN\Z")
 # What a served port may say it is: an app that signs in with the instance's own token.
 APPS = ("jupyter",)
 PORT_KEYS = {"port", "name", "app"}
@@ -280,12 +280,12 @@ MAX_ARGS = 64
 MAX_ENV = 64
 MAX_VALUE = 4096
 # A CUDA version as drivers report theirs (nvidia-smi's "CUDA Version: 12.4"), a patch allowed.
-CUDA_VERSION = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?$")
+CUDA_VERSION = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?")
 
 
 def cuda_tuple(version: str) -> tuple[int, int] | None:
     """(major, minor) of a CUDA version, None when it is empty or not one."""
-    if not CUDA_VERSION.match(version or ""):
+    if not CUDA_VERSION.fullmatch(version or ""):
         return None
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
@@ -293,9 +293,9 @@ def cuda_tuple(version: str) -> tuple[int, int] | None:
 
 # An OCI reference: [registry[:port]/]path[:tag][@digest], lower-case path (no spaces).
 REFERENCE = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+    r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
     r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-    r"(?:@[a-z0-9]+:[a-f0-9]{32,})?$"
+    r"(?:@[a-z0-9]+:[a-f0-9]{32,})?"
 )
 
 
@@ -318,7 +318,7 @@ def env_errors(env) -> list[str]:
         return [f"At most {MAX_ENV} variables."]
     errors = []
     for name, value in env.items():
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             errors.append(f"{name!r} is not a variable name (A-Z, 0-9 and _, not first a digit).")
         elif RESERVED_ENV.match(name):
             errors.append(
@@ -419,9 +419,9 @@ class Image(models.Model):
 
     def clean(self):
         errors = {}
-        if not REFERENCE.match(self.reference or ""):
+        if not REFERENCE.fullmatch(self.reference or ""):
             errors["reference"] = "An OCI reference, e.g. docker.io/library/python:3.12-slim."
-        if self.cuda_version and not CUDA_VERSION.match(self.cuda_version):
+        if self.cuda_version and not CUDA_VERSION.fullmatch(self.cuda_version):
             errors["cuda_version"] = "A CUDA version like 12.4, or empty for an image without CUDA."
         if self.command and (problems := command_errors(self.command)):
             errors["command"] = problems

@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
+from console import integers
 from console.catalog.models import Mode
 from console.fleet import identity, services
 from console.fleet.models import Gpu, Host, HostEvent, JoinToken
@@ -190,7 +191,7 @@ class GpuAdmin(admin.ModelAdmin):
 
 
 class JoinTokenForm(forms.ModelForm):
-    ttl_hours = forms.IntegerField(
+    ttl_hours = integers.FormField(
         label="Valid for (hours)",
         min_value=1,
         max_value=services.JOIN_TOKEN_MAX_TTL_HOURS,

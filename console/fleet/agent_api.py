@@ -13,6 +13,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console import integers
 from console.catalog.models import Mode
 from console.errors import ErrorCode
 from console.fleet import images, services
@@ -82,14 +83,14 @@ class InventoryGpuSerializer(serializers.Serializer):
     """One GPU. A GPU the agent cannot read (fallen off the bus since it started) comes with
     no UUID or model: it must be unhealthy."""
 
-    index = serializers.IntegerField(min_value=0, max_value=1023)
+    index = integers.Field(min_value=0, max_value=1023)
     uuid = serializers.CharField(max_length=80, allow_null=True)
     name = serializers.CharField(
         max_length=200, allow_blank=True, allow_null=True, required=False, default=""
     )
     model = serializers.CharField(max_length=40, allow_null=True)
     pci_bus_id = serializers.CharField(allow_blank=True, allow_null=True, required=False)
-    memory_mib = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    memory_mib = integers.Field(min_value=0, allow_null=True, required=False)
     mode = serializers.ChoiceField(choices=Mode.values)
     mig_enabled = serializers.BooleanField(required=False, default=False)
     healthy = serializers.BooleanField()
@@ -107,16 +108,16 @@ class InventoryGpuSerializer(serializers.Serializer):
 
 
 class GatewayCertificateSerializer(serializers.Serializer):
-    authority = serializers.RegexField(r"^SHA256:[A-Za-z0-9+/=]{1,80}$")
-    valid_before = serializers.IntegerField(min_value=0, max_value=2**64 - 1)
+    authority = serializers.RegexField(r"^SHA256:[A-Za-z0-9+/=]{1,80}\Z")
+    valid_before = integers.Field(min_value=0, max_value=2**64 - 1)
 
 
 class SshGatewaySerializer(serializers.Serializer):
     """The agent's SSH gateway: where it listens, its host key (and the key's fingerprint), and
     the host certificate it presents (whose CA, until when)."""
 
-    port = serializers.IntegerField(min_value=1, max_value=65535)
-    host_key_fingerprint = serializers.RegexField(r"^SHA256:[A-Za-z0-9+/=]{1,80}$")
+    port = integers.Field(min_value=1, max_value=65535)
+    host_key_fingerprint = serializers.RegexField(r"^SHA256:[A-Za-z0-9+/=]{1,80}\Z")
     host_key = serializers.CharField(max_length=200, required=False, allow_blank=True)
     certificate = GatewayCertificateSerializer(required=False, allow_null=True, default=None)
 
@@ -128,7 +129,7 @@ class HeldImageSerializer(serializers.Serializer):
         child=serializers.CharField(max_length=255), min_length=1, max_length=64
     )
     id = serializers.CharField(max_length=80)
-    size = serializers.IntegerField(min_value=0)
+    size = integers.Field(min_value=0)
     layers = serializers.ListField(
         child=serializers.CharField(max_length=80), max_length=512, required=False, default=list
     )
@@ -150,9 +151,9 @@ class PrePullSerializer(serializers.Serializer):
 class RoomMadeSerializer(serializers.Serializer):
     """The agent's last clean-up for room on the engine's disk."""
 
-    at = serializers.IntegerField(min_value=0, max_value=2**40)
+    at = integers.Field(min_value=0, max_value=2**40)
     removed = serializers.ListField(child=serializers.CharField(max_length=255), max_length=1000)
-    freed_bytes = serializers.IntegerField(min_value=0)
+    freed_bytes = integers.Field(min_value=0)
     percent_before = serializers.FloatField(min_value=0, max_value=100)
     percent_after = serializers.FloatField(min_value=0, max_value=100, allow_null=True)
 
@@ -161,8 +162,8 @@ class ImageDiskSerializer(serializers.Serializer):
     """How full the agent lets the engine's disk get before it removes images, and the last
     time it did."""
 
-    high_percent = serializers.IntegerField(min_value=1, max_value=100)
-    low_percent = serializers.IntegerField(min_value=0, max_value=100)
+    high_percent = integers.Field(min_value=1, max_value=100)
+    low_percent = integers.Field(min_value=0, max_value=100)
     last_clean_up = RoomMadeSerializer(allow_null=True, required=False, default=None)
 
 
@@ -171,8 +172,8 @@ class InventorySerializer(serializers.Serializer):
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True)
     backend = serializers.CharField(max_length=16, required=False, allow_blank=True)
     runtime = serializers.CharField(max_length=16, required=False, allow_blank=True)
-    cpu_count = serializers.IntegerField(min_value=0, allow_null=True, required=False)
-    memory_mib = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    cpu_count = integers.Field(min_value=0, allow_null=True, required=False)
+    memory_mib = integers.Field(min_value=0, allow_null=True, required=False)
     gpus = InventoryGpuSerializer(many=True)
     ssh = SshGatewaySerializer(required=False, allow_null=True, default=None)
     # an oci host's images (absent: its runtime holds none)
@@ -215,7 +216,7 @@ class RegisterSerializer(serializers.Serializer):
 
 
 class HeartbeatSerializer(serializers.Serializer):
-    host_id = serializers.IntegerField()
+    host_id = integers.Field()
     agent_version = serializers.CharField(
         max_length=40, required=False, allow_blank=True, default=""
     )

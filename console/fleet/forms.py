@@ -4,6 +4,7 @@ from django import forms
 from django.conf import settings
 from django.core.validators import RegexValidator
 
+from console import integers
 from console.catalog.models import GpuModel, Mode, Region
 from console.fleet.models import Host
 from console.fleet.services import JOIN_TOKEN_MAX_TTL_HOURS
@@ -12,7 +13,7 @@ from console.fleet.services import JOIN_TOKEN_MAX_TTL_HOURS
 class JoinTokenForm(forms.Form):
     region = forms.ModelChoiceField(queryset=Region.objects.all(), empty_label=None)
     note = forms.CharField(max_length=120, required=False, help_text="e.g. rack 4, node 12")
-    ttl_hours = forms.IntegerField(
+    ttl_hours = integers.FormField(
         min_value=1, max_value=JOIN_TOKEN_MAX_TTL_HOURS, label="Valid for (hours)", required=False
     )
 
@@ -32,18 +33,18 @@ class JoinTokenForm(forms.Form):
         max_length=253,
         initial="gpu-host-1",
         required=False,
-        validators=[RegexValidator(r"^[A-Za-z0-9.-]+$", "A host name or IPv4 address.")],
+        validators=[RegexValidator(r"^[A-Za-z0-9.-]+\Z", "A host name or IPv4 address.")],
         help_text="the new host's name or address, as the console reaches it",
     )
-    port = forms.IntegerField(min_value=1, max_value=65535, initial=9101, required=False)
-    ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=2222, required=False)
+    port = integers.FormField(min_value=1, max_value=65535, initial=9101, required=False)
+    ssh_port = integers.FormField(min_value=1, max_value=65535, initial=2222, required=False)
     state_dir = forms.CharField(
         max_length=200,
         initial="/var/lib/gpucloud-agent",
         required=False,
-        validators=[RegexValidator(r"^/[A-Za-z0-9._/-]*$", "An absolute path.")],
+        validators=[RegexValidator(r"^/[A-Za-z0-9._/-]*\Z", "An absolute path.")],
     )
-    gpus = forms.IntegerField(min_value=1, max_value=64, initial=8, required=False)
+    gpus = integers.FormField(min_value=1, max_value=64, initial=8, required=False)
     model = forms.ChoiceField(
         choices=lambda: [(code, code) for code in GpuModel.objects.values_list("code", flat=True)],
         initial="a100-80gb",

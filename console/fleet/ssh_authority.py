@@ -10,6 +10,7 @@ So the line and the client's known_hosts stay the same when the instance moves t
 Both keys are generated once into files (SSH_CA_KEY_FILE, SSH_FRONT_HOST_KEY_FILE, in var/ by
 default); every console machine needs the same two files, as it needs the same SECRET_KEY."""
 
+import contextlib
 import functools
 import os
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,8 @@ from pathlib import Path
 import asyncssh
 from django.conf import settings
 from django.utils import timezone
+
+from console import integers
 
 # The name users' ssh gives the instance behind the front: the certificates' one principal.
 INSTANCE_HOST = "gpucloud"
@@ -105,9 +108,10 @@ def sign(host_key_line: str, host_name: str) -> tuple[str, datetime]:
 def front_address() -> tuple[str, int]:
     """Where users reach the front: SSH_FRONT, `host:port` (`[v6]:port`; port 22 by default)."""
     host, _, port = settings.SSH_FRONT.rpartition(":")
-    if not host or not port.isdigit():
-        return settings.SSH_FRONT.strip("[]"), 22
-    return host.strip("[]"), int(port)
+    with contextlib.suppress(integers.NotAWholeNumber):
+        if host:
+            return host.strip("[]"), integers.parse(port, maximum=65535)
+    return settings.SSH_FRONT.strip("[]"), 22
 
 
 def known_hosts() -> list[str]:

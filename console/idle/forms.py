@@ -1,5 +1,6 @@
 from django import forms
 
+from console import integers
 from console.idle.models import TenantPolicy
 from console.idle.serializers import POLICY_FIELDS
 
@@ -10,3 +11,4 @@ class PolicyForm(forms.ModelForm):
     class Meta:
         model = TenantPolicy
         fields = POLICY_FIELDS
+        field_classes = {"threshold_percent": integers.FormField}

@@ -3,6 +3,7 @@
 from django.db import models
 from rest_framework import serializers
 
+from console import integers
 from console.idle.models import TenantPolicy
 
 POLICY_FIELDS = (
@@ -41,6 +42,7 @@ class PolicySerializer(serializers.ModelSerializer):
     serializer_field_mapping = {
         **serializers.ModelSerializer.serializer_field_mapping,
         models.DecimalField: Minutes,
+        models.PositiveSmallIntegerField: integers.Field,
     }
 
 

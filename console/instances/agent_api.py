@@ -9,21 +9,23 @@ happened, however late and in whatever order they arrive."""
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from console import activity
+from console import activity, integers
 from console.fleet.agent_api import AgentView, validated
 from console.instances import access, outcomes
 
 
 class EventSerializer(serializers.Serializer):
     allocation = serializers.CharField(max_length=64)
-    instance = serializers.IntegerField(min_value=1)
+    instance = integers.Field(min_value=1)
     kind = serializers.ChoiceField(choices=["state", "progress", "session"])
     # Other states (an agent newer than this console) are accepted and ignored.
     state = serializers.CharField(max_length=16, required=False, default="")
     reason = serializers.CharField(
         max_length=500, required=False, allow_blank=True, allow_null=True, default=""
     )
-    exit_code = serializers.IntegerField(required=False, allow_null=True, default=None)
+    exit_code = integers.Field(
+        required=False, allow_null=True, default=None, min_value=-(2**31), max_value=2**31 - 1
+    )
     at = serializers.DateTimeField()
     message = serializers.CharField(
         max_length=1000, required=False, allow_blank=True, allow_null=True, default=""
@@ -42,7 +44,7 @@ class EventSerializer(serializers.Serializer):
 
 
 class EventsSerializer(serializers.Serializer):
-    host_id = serializers.IntegerField()
+    host_id = integers.Field()
     events = EventSerializer(many=True, max_length=1000)
 
 

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from accounts import scopes
 from accounts.permissions import request_membership
 from accounts.roles import OPERATE, READ
+from console import integers
 from console.instances import access, listing, services
 from console.instances.models import Instance, OnHostLoss, State
 from console.instances.serializers import (
@@ -108,7 +109,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         """One of the tenant's instances as the API shows it; 404 if the tenant has no such."""
         membership = request_membership(self.request)
         prefix = scopes.instance_prefix(membership)
-        rows = list(listing.rows(membership.tenant, name_prefix=prefix, pk=int(pk)))
+        pk = integers.reference_id(pk)  # the URL's digits, or an id of ours
+        rows = list(listing.rows(membership.tenant, name_prefix=prefix, pk=pk)) if pk else []
         if not rows:
             raise NotFound()
         return self._represent(rows)[0]
@@ -236,11 +238,14 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         """What the workload wrote to stdout and stderr, most recent last: this run's and
         the earlier ones' (readable while stopped or failed, gone once terminated). 503
         when its host does not answer."""
-        raw = request.query_params.get("tail", "100")
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_TAIL:
-            raise ValidationError({"tail": [f"A whole number from 1 to {MAX_TAIL}."]})
+        try:
+            tail = integers.parse(
+                request.query_params.get("tail", "100"), minimum=1, maximum=MAX_TAIL
+            )
+        except integers.NotAWholeNumber as error:
+            raise ValidationError({"tail": [str(error)]}) from None
         instance = self.get_object()
         if instance.state == State.TERMINATED:
             raise NotFound("A terminated instance's logs are deleted with its disk.")
-        lines = services.instance_logs(instance, int(raw))
+        lines = services.instance_logs(instance, tail)
         return Response({"instance": instance.pk, "lines": lines})

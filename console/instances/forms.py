@@ -3,6 +3,7 @@ import shlex
 from django import forms
 
 from accounts.models import SshKey
+from console import integers
 from console.catalog.models import (
     Image,
     Region,
@@ -80,7 +81,7 @@ class LaunchForm(forms.Form):
             attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "generated"}
         ),
     )
-    disk_gib = forms.IntegerField(
+    disk_gib = integers.FormField(
         required=False,
         min_value=1,
         max_value=services.MAX_DISK_GIB,
@@ -182,7 +183,7 @@ class LaunchForm(forms.Form):
         name = self.cleaned_data["name"].strip()
         if not name:
             return None  # launch_instance generates one
-        if not services.NAME_PATTERN.match(name):
+        if not services.NAME_PATTERN.fullmatch(name):
             raise forms.ValidationError(services.NAME_RULE)
         return name
 
@@ -205,9 +206,13 @@ class LaunchForm(forms.Form):
             if not line.strip():
                 continue
             port, colon, name = line.strip().partition(":")
-            if not colon or not port.strip().isdigit() or not name.strip():
+            try:
+                port = integers.parse(port.strip(), minimum=1, maximum=65535)
+            except integers.NotAWholeNumber:
+                port = None
+            if not colon or port is None or not name.strip():
                 raise forms.ValidationError(f"Line {number}: write PORT:NAME, e.g. 8080:app.")
-            ports.append({"port": int(port), "name": name.strip()})
+            ports.append({"port": port, "name": name.strip()})
         image = self.cleaned_data.get("image")
         if ports and image is not None and (problems := access.launch_ports_errors(image, ports)):
             raise forms.ValidationError(problems)
@@ -279,7 +284,7 @@ class ResizeForm(forms.Form):
         empty_label=None,
         label="New spec",
     )
-    disk_gib = forms.IntegerField(
+    disk_gib = integers.FormField(
         required=False,
         min_value=1,
         max_value=services.MAX_DISK_GIB,

@@ -27,7 +27,7 @@ from django.template.loader import render_to_string
 
 from accounts.models import Membership
 from accounts.services import TokenRejected, authenticate_token
-from console import activity
+from console import activity, integers
 from console.errors import ErrorCode
 from console.fleet import agent_client
 from console.instances import access, port_origin
@@ -262,9 +262,10 @@ async def _relay(scope, send, receive, response, body, port: int, back: str) -> 
     """The app's answer, or the agent's own error as the port origin's refusal."""
     first = b""
     kind = response.headers.get("content-type", "")
-    small = response.headers.get("content-length", "").isdigit() and (
-        int(response.headers["content-length"]) <= 4096
-    )
+    try:
+        small = integers.parse(response.headers.get("content-length", "")) <= 4096
+    except integers.NotAWholeNumber:
+        small = False
     if response.status_code in (404, 502) and kind.startswith("application/json") and small:
         first = b"".join([chunk async for chunk in response.aiter_raw()])
         with contextlib.suppress(ValueError, AttributeError):

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 # "code" or "code: detail"; also the agents' "exit code 3" (a failure without a code).
-_CODED = re.compile(r"^(?P<code>[a-z]+(?:_[a-z]+)*)(?:: ?(?P<detail>.*))?$", re.DOTALL)
-_EXIT_CODE = re.compile(r"^exit code (?P<detail>-?\d+)$")
+_CODED = re.compile(r"(?P<code>[a-z]+(?:_[a-z]+)*)(?:: ?(?P<detail>.*))?", re.DOTALL)
+_EXIT_CODE = re.compile(r"exit code (?P<detail>-?[0-9]+)")
 
 BUDGET_STOPPED = "budget_stopped"
 IDLE_STOPPED = "idle_stopped"  # by an idle policy (console.idle)
@@ -151,9 +151,9 @@ REASONS: dict[str, Callable[[Facts], str]] = {
 def code_of(reason: str) -> str | None:
     """The code of a state reason, or None when it is a sentence already."""
     reason = reason or ""
-    if _EXIT_CODE.match(reason):
+    if _EXIT_CODE.fullmatch(reason):
         return "exit_code"
-    found = _CODED.match(reason)
+    found = _CODED.fullmatch(reason)
     return found["code"] if found and found["code"] in REASONS else None
 
 
@@ -169,7 +169,7 @@ def explain(
     code = code_of(reason)
     if code is None:
         return reason or ""
-    found = _EXIT_CODE.match(reason) or _CODED.match(reason)
+    found = _EXIT_CODE.fullmatch(reason) or _CODED.fullmatch(reason)
     facts = Facts((found["detail"] or "").strip(), ram_mib, gpu_memory_mib, exit_code)
     text = REASONS[code](facts)
     return text[:1].upper() + text[1:] + "."

@@ -21,7 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from accounts.websocket import RECHECK_SECONDS
-from console import activity
+from console import activity, integers
 from console.fleet import agent_client
 from console.instances import access, port_origin
 
@@ -158,8 +158,10 @@ def terminal_key(membership_pk: int, instance_pk: int, session: str) -> str | No
 
 
 def _size(query: dict, name: str, default: int) -> int:
-    raw = (query.get(name) or [""])[0]
-    return int(raw) if raw.isdigit() and 1 <= int(raw) <= MAX_SIZE else default
+    """The query's `name` (cols or rows), `default` when it is not given; NotAWholeNumber
+    when it is not a size."""
+    given = query.get(name)
+    return integers.parse(given[0], minimum=1, maximum=MAX_SIZE) if given else default
 
 
 class TerminalConsumer(AgentRelay):
@@ -169,10 +171,22 @@ class TerminalConsumer(AgentRelay):
 
     key: str | None = None
     kept = False
+    size = (80, 24)
+
+    async def connect(self):
+        """A size that is no number of columns or rows is refused (4400) before anything."""
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        try:
+            self.size = (_size(query, "cols", 80), _size(query, "rows", 24))
+        except integers.NotAWholeNumber as error:
+            await self.accept()
+            await self.close(code=4400, reason=f"cols and rows: {error}")
+            return
+        await super().connect()
 
     def open_agent(self, target):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        cols, rows = _size(query, "cols", 80), _size(query, "rows", 24)
+        cols, rows = self.size
         session = (query.get("session") or [""])[0]
         self.key = terminal_key(self.scope["membership"].pk, target.instance_pk, session)
         return agent_client.connect_terminal(

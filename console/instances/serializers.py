@@ -1,7 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from console import secret_env
+from console import integers, secret_env
 from console.catalog.models import (
     MAX_ARGS,
     MAX_VALUE,
@@ -48,7 +48,7 @@ class SshSerializer(serializers.Serializer):
 
 
 class PortSerializer(serializers.Serializer):
-    port = serializers.IntegerField(min_value=1, max_value=65535)
+    port = integers.Field(min_value=1, max_value=65535)
     name = serializers.CharField(max_length=40)
 
 
@@ -189,7 +189,7 @@ class LaunchSerializer(serializers.Serializer):
         help_text="An image's name. Default: the first active image by name, as the console's "
         "form preselects.",
     )
-    disk_gib = serializers.IntegerField(
+    disk_gib = integers.Field(
         required=False,
         allow_null=True,
         min_value=1,
@@ -281,7 +281,7 @@ class LogsSerializer(serializers.Serializer):
 
 class ResizeSerializer(serializers.Serializer):
     spec = SpecField()
-    disk_gib = serializers.IntegerField(
+    disk_gib = integers.Field(
         required=False,
         min_value=1,
         max_value=MAX_DISK_GIB,

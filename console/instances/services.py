@@ -44,7 +44,7 @@ from console.instances.signals import launch_requested
 log = logging.getLogger(__name__)
 
 S = State
-NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 MAX_DISK_GIB = 65536  # 64 TiB: more is a typo, and would not fit the column
 NAME_RULE = (
     "Use 1 to 63 lowercase letters, digits and hyphens, starting and ending with a letter or digit."
@@ -162,7 +162,7 @@ def validate_launch(
         errors["env"] = problems
     if secrets and (problems := env_errors(secrets) or secret_env.errors(secrets, env or {})):
         errors["secret_env"] = problems
-    if not NAME_PATTERN.match(name or ""):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         errors["name"] = NAME_RULE
     elif _name_taken(tenant, name):
         errors["name"] = _name_taken_message(name)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import asyncssh
 from channels.db import database_sync_to_async
 
+from console import integers
 from console.fleet import ssh_authority
 from console.fleet.ssh_authority import INSTANCE_HOST
 from console.instances import access
@@ -32,11 +33,10 @@ LOGIN_TIMEOUT_SECONDS = 30
 def admits(instance: str, key_fingerprint: str) -> bool:
     """Whether the key is one the instance grants now (as its host's gateway would let in); the
     user name is the instance's id as the console writes it, nothing else."""
-    if not (instance.isascii() and instance.isdigit()) or len(instance) > 18:
+    pk = integers.reference_id(instance)
+    if pk is None or str(pk) != instance:
         return False
-    if str(int(instance)) != instance:
-        return False
-    return any(k["fingerprint"] == key_fingerprint for k in access.granted_keys(int(instance)))
+    return any(k["fingerprint"] == key_fingerprint for k in access.granted_keys(pk))
 
 
 def gateway_of(instance: str, key_fingerprint: str) -> tuple[str, int] | str:

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
+from console import integers
 from console.catalog.models import Region, Spec
 from console.errors import DomainError
 from console.fleet.models import Host
@@ -62,7 +63,7 @@ def instance_list(request):
         instances = instances.exclude(state=State.TERMINATED)
     elif shown != "all":
         instances = instances.filter(state=shown)
-    page = Paginator(instances, 50).get_page(request.GET.get("page"))
+    page = Paginator(instances, 50).get_page(integers.reference_id(request.GET.get("page")))
     return render(
         request,
         "instances/list.html",
@@ -212,14 +213,13 @@ def _launch_fields(data: dict) -> dict:
 def _by_name(tenant, picks: list[dict]) -> list[dict]:
     """The launch form's volumes (by id) as a template keeps them: by name. A reference to
     none of the tenant's live volumes stays as it was, for the template's launch to refuse."""
-    ids = [int(pick["volume"]) for pick in picks if pick["volume"].isdigit()]
+    ids = [integers.reference_id(pick["volume"]) for pick in picks]
     names = dict(
         tenant.volumes.filter(pk__in=ids, deleted_at__isnull=True).values_list("pk", "name")
     )
     kept = []
-    for pick in picks:
-        ref = pick["volume"]
-        entry = {"volume": names.get(int(ref), ref) if ref.isdigit() else ref}
+    for pick, pk in zip(picks, ids, strict=True):
+        entry = {"volume": names.get(pk, pick["volume"])}
         if pick["mount_path"]:
             entry["mount_path"] = pick["mount_path"]
         kept.append(entry)

@@ -1,13 +1,13 @@
 from rest_framework import serializers
 
-from console import secret_env
+from console import integers, secret_env
 from console.catalog.models import MAX_ARGS, MAX_VALUE, Image, Region, RestartPolicy, Spec
 from console.launch_templates.models import ON_HOST_LOSS, LaunchTemplate
 from console.launch_templates.services import MAX_DISK_GIB, MAX_PORTS
 
 
 class TemplatePortSerializer(serializers.Serializer):
-    port = serializers.IntegerField(min_value=1, max_value=65535)
+    port = integers.Field(min_value=1, max_value=65535)
     name = serializers.CharField(max_length=40)
 
 
@@ -53,7 +53,7 @@ class TemplateSerializer(serializers.ModelSerializer):
         "keeps the one stored under that name, a name left out is removed."
     )
     ports = TemplatePortSerializer(many=True, required=False, max_length=MAX_PORTS)
-    disk_gib = serializers.IntegerField(
+    disk_gib = integers.Field(
         required=False, allow_null=True, min_value=1, max_value=MAX_DISK_GIB,
         help_text="Its disk at /workspace; null: the spec's.",
     )  # fmt: skip

@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import Tenant
-from console import secret_env
+from console import integers, secret_env
 from console.catalog.models import command_errors, env_errors, port_errors
 from console.launch_templates.models import LaunchTemplate
 
@@ -43,8 +43,9 @@ def find(tenant: Tenant, ref) -> LaunchTemplate:
     """The template a launch names, by id or by name (the tenant's own before a published
     one of the same name); a field error on `template` when it sees none such."""
     templates = visible(tenant)
+    pk = integers.reference_id(ref)
     ref = str(ref).strip()
-    found = templates.filter(pk=int(ref)).first() if ref.isdigit() else None
+    found = templates.filter(pk=pk).first() if pk is not None else None
     if found is None:
         named = templates.filter(name=ref)
         found = named.filter(tenant=tenant).first() or named.first()

@@ -28,6 +28,7 @@ from functools import partial
 
 import orjson
 
+from console import integers
 from console.metrics.intake import intake
 from console.metrics.samples import (
     MAX_BODY_BYTES,
@@ -86,6 +87,14 @@ async def _answer(send, status: int, answer: dict) -> None:
     await send({"type": "http.response.body", "body": orjson.dumps(answer)})
 
 
+def _length(header: bytes) -> int | None:
+    """The Content-Length a request says, None when it says none that is a number."""
+    try:
+        return integers.parse(header.decode("latin-1"))
+    except integers.NotAWholeNumber:
+        return None
+
+
 def with_samples_route(django_app):
     """An ASGI app that answers POST /agent/v1/samples itself and hands all else to Django."""
 
@@ -96,15 +105,15 @@ def with_samples_route(django_app):
             return await django_app(scope, receive, send)
         headers = dict(scope["headers"])
         authorization = headers.get(b"authorization", b"").decode("latin-1")
-        length = headers.get(b"content-length", b"")
+        length = _length(headers.get(b"content-length", b""))
         try:
-            if length.isdigit() and int(length) <= READ_AHEAD_BYTES:
+            if length is not None and length <= READ_AHEAD_BYTES:
                 body = await _read_body(receive, READ_AHEAD_BYTES)
                 if body is not None:
                     await _answer(send, *await _accept_request(authorization, body))
                 return
             host = await _authenticate(authorization)
-            if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            if length is not None and length > MAX_BODY_BYTES:
                 raise too_large()
             body = await _read_body(receive, MAX_BODY_BYTES)
         except BatchRefused as refused:

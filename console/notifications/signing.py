@@ -9,6 +9,7 @@ period, a second ``v1`` is made with it: a receiver accepts the request when any
 matches one of the secrets it knows, and refuses a ``t`` too far from its clock (replay)."""
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -16,6 +17,8 @@ import time
 
 from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
+
+from console import integers
 
 HEADER = "Gpucloud-Signature"
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the prefix of generated secrets, not a secret
@@ -73,8 +76,9 @@ def verify(
     timestamp, signatures = None, []
     for part in signature_header.split(","):
         key, _, value = part.strip().partition("=")
-        if key == "t" and value.isdigit():
-            timestamp = int(value)
+        if key == "t":
+            with contextlib.suppress(integers.NotAWholeNumber):
+                timestamp = integers.parse(value)
         elif key == "v1":
             signatures.append(value)
     now = time.time() if now is None else now

@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from console import integers
 from console.snapshots.models import Restore, Schedule, Shelf, Snapshot
 
 
@@ -36,9 +37,7 @@ class SnapshotSerializer(serializers.ModelSerializer):
 class SnapshotCreateSerializer(serializers.Serializer):
     """What to snapshot: an instance's disk or a volume, one of the two."""
 
-    instance = serializers.IntegerField(
-        required=False, help_text="the instance whose disk to snapshot"
-    )
+    instance = integers.Field(required=False, help_text="the instance whose disk to snapshot")
     volume = serializers.CharField(
         required=False, max_length=63, help_text="the volume to snapshot, by id or name"
     )
@@ -51,8 +50,8 @@ class SnapshotCreateSerializer(serializers.Serializer):
 
 
 class ScheduleCreateSerializer(SnapshotCreateSerializer):
-    every_hours = serializers.IntegerField(min_value=1, max_value=24 * 30)
-    keep = serializers.IntegerField(min_value=1, max_value=100)
+    every_hours = integers.Field(min_value=1, max_value=24 * 30)
+    keep = integers.Field(min_value=1, max_value=100)
 
 
 class ScheduleSerializer(serializers.ModelSerializer):
@@ -69,7 +68,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
 
 class RestoreToVolumeSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=63, help_text="the new volume's name")
-    size_gib = serializers.IntegerField(
+    size_gib = integers.Field(
         required=False, min_value=1, help_text="default (and at least): the snapshot's size"
     )
     host = serializers.CharField(

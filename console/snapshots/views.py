@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
+from console import integers
 from console.errors import DomainError
 from console.instances.models import Instance
 from console.snapshots import services
@@ -32,14 +33,22 @@ def _source(request) -> Instance | Volume:
     `volume:ID`); 404 otherwise."""
     kind, _, pk = request.POST.get("source", "").partition(":")
     rows = {"instance": _instances, "volume": _volumes}.get(kind)
-    if rows is None or not pk.isdigit():
+    try:
+        pk = integers.parse(pk, minimum=1)
+    except integers.NotAWholeNumber:
+        raise Http404("No such instance or volume.") from None
+    if rows is None:
         raise Http404("No such instance or volume.")
-    return get_object_or_404(rows(request), pk=int(pk))
+    return get_object_or_404(rows(request), pk=pk)
 
 
 def _whole(request, name: str) -> int | None:
+    """The form's number `name`, None when left empty; a ValidationError on it otherwise."""
     text = request.POST.get(name, "")
-    return int(text) if text.isdigit() else None
+    try:
+        return integers.parse(text, minimum=1) if text else None
+    except integers.NotAWholeNumber as error:
+        raise ValidationError({name: f"{name.replace('_', ' ')}: {error}"}) from None
 
 
 @tenant_view(READ)
@@ -108,13 +117,12 @@ def restore(request, pk):
     tenant = request.membership.tenant
     snapshot = get_object_or_404(Snapshot, pk=pk, tenant=tenant, deleted_at__isnull=True)
     name = request.POST.get("name", "").strip()
-    size = _whole(request, "size_gib")
     _act(
         request,
         lambda: services.restore_to_volume(
             snapshot,
             name=name,
-            size_gib=size,
+            size_gib=_whole(request, "size_gib"),
             host=request.POST.get("host", ""),
             actor=request.user,
         ),
@@ -140,7 +148,11 @@ def delete(request, pk):
 @tenant_view(READ, OPERATE)
 def schedule(request):
     what = _source(request)
-    every, keep = _whole(request, "every_hours") or 0, _whole(request, "keep") or 0
+    try:
+        every, keep = _whole(request, "every_hours") or 0, _whole(request, "keep") or 0
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("snapshots:list")
     _act(
         request,
         lambda: services.set_schedule(what, every, keep),

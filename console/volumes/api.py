@@ -7,6 +7,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from accounts.permissions import request_membership
+from console import integers
 from console.catalog.models import Region
 from console.instances.models import Instance
 from console.volumes import services
@@ -90,15 +91,24 @@ class VolumeViewSet(
         return Response(VolumeSerializer(volume).data)
 
     @extend_schema(
-        parameters=[OpenApiParameter("size_gib", int), OpenApiParameter("region", str)],
+        parameters=[
+            OpenApiParameter(
+                "size_gib",
+                {"type": "integer", "minimum": 1, "maximum": services.MAX_SIZE_GIB},
+                required=True,
+            ),
+            OpenApiParameter("region", str),
+        ],
         responses={200: PriceSerializer},
     )
     @action(detail=False, methods=["get"])
     def price(self, request):
         """What a volume of `size_gib` in `region` would cost, before creating it."""
         text = request.query_params.get("size_gib", "")
-        if not text.isdigit() or not 1 <= int(text) <= services.MAX_SIZE_GIB:
-            raise ValidationError({"size_gib": [f"From 1 to {services.MAX_SIZE_GIB}."]})
+        try:
+            size_gib = integers.parse(text, minimum=1, maximum=services.MAX_SIZE_GIB)
+        except integers.NotAWholeNumber as error:
+            raise ValidationError({"size_gib": [str(error)]}) from None
         code = request.query_params.get("region")
         regions = Region.objects.order_by("code")
         region = regions.filter(code=code).first() if code else regions.first()
@@ -106,8 +116,8 @@ class VolumeViewSet(
             raise ValidationError({"region": ["No such region."]})
         shown = {
             "region": region.code,
-            "size_gib": int(text),
+            "size_gib": size_gib,
             "price_per_gib_month": region.volume_price_per_gib_month,
-            "price_per_month": services.monthly_price(region, int(text)),
+            "price_per_month": services.monthly_price(region, size_gib),
         }
         return Response(PriceSerializer(shown).data)

@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from console import integers
 from console.catalog.models import Region
 from console.volumes import services
 from console.volumes.models import Volume
@@ -26,7 +27,7 @@ class VolumeSerializer(serializers.ModelSerializer):
 
 class VolumeCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=63)
-    size_gib = serializers.IntegerField(min_value=1, max_value=services.MAX_SIZE_GIB)
+    size_gib = integers.Field(min_value=1, max_value=services.MAX_SIZE_GIB)
     region = serializers.SlugRelatedField(
         slug_field="code", queryset=Region.objects.all(), required=False, allow_null=True,
         help_text="A region's code; default: the first region.",
@@ -34,7 +35,7 @@ class VolumeCreateSerializer(serializers.Serializer):
 
 
 class AttachSerializer(serializers.Serializer):
-    instance = serializers.IntegerField(help_text="A stopped instance of yours, by id.")
+    instance = integers.Field(help_text="A stopped instance of yours, by id.")
     mount_path = serializers.CharField(
         max_length=200, required=False, help_text="Default: /mnt/<the volume's name>."
     )

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from accounts import locks as account_locks
 from accounts.models import Tenant
+from console import integers
 from console.audit import recorder as audit
 from console.catalog.models import Region
 from console.celery import enqueue_on_commit
@@ -239,8 +240,8 @@ def tenant_volume(tenant: Tenant, ref, field: str, name_prefix: str = "") -> Vol
         tenant=tenant, deleted_at__isnull=True, name__startswith=name_prefix
     )
     found = None
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-        found = volumes.filter(pk=int(ref)).first()
+    if (pk := integers.reference_id(ref)) is not None:
+        found = volumes.filter(pk=pk).first()
     if found is None and isinstance(ref, str):
         found = volumes.filter(name=ref).first()
     if found is None:

@@ -3,11 +3,13 @@ attaching one to a stopped instance, and detaching or deleting one after a confi
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
+from console import integers
 from console.catalog.models import Region
 from console.errors import DomainError
 from console.instances.models import Instance
@@ -63,19 +65,24 @@ def volumes(request):
 @tenant_view(READ, OPERATE)
 def create(request):
     region = Region.objects.filter(code=request.POST.get("region", "")).first()
-    text = request.POST.get("size_gib", "")
     name = request.POST.get("name", "")
+    try:
+        size_gib = integers.parse(
+            request.POST.get("size_gib", ""), minimum=1, maximum=services.MAX_SIZE_GIB
+        )
+    except integers.NotAWholeNumber:
+        size_gib = None
     if region is None:
         messages.error(request, "Choose a region.")
-    elif not text.isdigit():
-        messages.error(request, "Give the size in whole GiB.")
+    elif size_gib is None:
+        messages.error(request, f"Give the size in whole GiB, 1 to {services.MAX_SIZE_GIB}.")
     else:
         _act(
             request,
             lambda: services.create_volume(
                 request.membership.tenant,
                 name=name,
-                size_gib=int(text),
+                size_gib=size_gib,
                 region=region,
                 actor=request.user,
             ),
@@ -88,11 +95,13 @@ def create(request):
 @tenant_view(READ, OPERATE)
 def attach(request, pk):
     volume = get_object_or_404(_volumes(request), pk=pk)
-    text = request.POST.get("instance", "")
-    instance = Instance.objects.live().filter(
-        tenant=request.membership.tenant, pk=int(text) if text.isdigit() else 0
+    try:
+        instance_pk = integers.parse(request.POST.get("instance", ""), minimum=1)
+    except integers.NotAWholeNumber:
+        raise Http404("No such instance.") from None
+    instance = get_object_or_404(
+        Instance.objects.live(), tenant=request.membership.tenant, pk=instance_pk
     )
-    instance = get_object_or_404(instance)
     _act(
         request,
         lambda: services.attach_volume(

@@ -285,7 +285,7 @@ class TestSshAndPorts:
     @pytest.mark.parametrize(
         ("ports", "error"),
         [
-            ([{"port": 0, "name": "x"}], "greater than or equal to 1"),
+            ([{"port": 0, "name": "x"}], "A whole number from 1 to 65535"),
             ([{"port": 70000, "name": "x"}], "65535"),
             ([{"port": 8080, "name": ""}], "name"),
             ([{"port": 8080, "name": "a"}, {"port": 8080, "name": "b"}], "twice"),

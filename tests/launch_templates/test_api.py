@@ -59,7 +59,7 @@ def test_crud(catalog, api):
     [("name", "", "blank"), ("spec", "nope", "nope"), ("disk_gib", 10, "at least"),
      ("env", {"bad name": "x"}, "not a variable name"), ("command", [], "at least"),
      ("secret_env", {"HF_TOKEN": MASK}, "is how a secret is shown"),
-     ("ports", [{"port": 0, "name": "x"}], "greater than")],
+     ("ports", [{"port": 0, "name": "x"}], "A whole number from 1 to 65535")],
 )  # fmt: skip
 def test_bad_fields_are_field_errors(catalog, api, field, value, error):
     response = api.post("/api/v1/templates/", _body(**{field: value}), format="json")

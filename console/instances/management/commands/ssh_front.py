@@ -6,6 +6,7 @@ import asyncio
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from console import integers
 from console.fleet import ssh_authority
 from console.instances import ssh_front
 
@@ -24,9 +25,11 @@ class Command(BaseCommand):
         if not (listen or settings.SSH_FRONT):
             raise CommandError("Set SSH_FRONT (the host:port users reach) or give --listen.")
         host, _, port = (listen or "").rpartition(":")
-        if listen and not port.isdigit():
-            raise CommandError(f"--listen must be HOST:PORT, not {listen!r}")
-        host, port = (host.strip("[]"), int(port)) if listen else ssh_authority.front_address()
+        try:
+            port = integers.parse(port, maximum=65535) if listen else None
+        except integers.NotAWholeNumber:
+            raise CommandError(f"--listen must be HOST:PORT, not {listen!r}") from None
+        host, port = (host.strip("[]"), port) if listen else ssh_authority.front_address()
         try:
             asyncio.run(ssh_front.serve(host, port))
         except KeyboardInterrupt:
