@@ -107,6 +107,10 @@ REASONS: dict[str, Callable[[Facts], str]] = {
         f"its host holds a disk of that name made for something else{f.said}, so it was not "
         "used — tell your operator"
     ),
+    "volume_busy": lambda f: (
+        f"a disk of it is held by another running instance{f.said} — stop that one, then "
+        f"{AGAIN}"
+    ),
     # its host, its GPU, its slice
     "gpu_lost": lambda f: f"its GPU failed on its host — {AGAIN} to run on a healthy GPU",
     "gpu_missing": lambda f: (

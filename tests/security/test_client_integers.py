@@ -34,6 +34,7 @@ from agent.api import create_app
 from agent.backends.sim import SimBackend
 from agent.gpu_models import MODELS
 from agent.host import LocalHost
+from agent.identity import HostSecret
 from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 from billing import forms as billing_forms
@@ -412,7 +413,9 @@ AGENT_SECRET = "s3cret-of-the-host"  # noqa: S105 - a test host's
 @pytest.fixture
 def agent_app(tmp_path):
     backend = SimBackend("h", MODELS["l4"], ["whole"])
-    return create_app(LocalHost("h", backend, SimRuntime(), StateStore(tmp_path)), AGENT_SECRET)
+    return create_app(
+        LocalHost("h", backend, SimRuntime(), StateStore(tmp_path)), HostSecret(AGENT_SECRET)
+    )
 
 
 def test_the_agent_answers_a_tail_that_is_no_number_with_a_400(agent_app):
