@@ -27,22 +27,29 @@ def _secret(name: str) -> bool:
     return capture.is_secret(name) or secret_env.looks_secret(name.upper())
 
 
+def _text(value, limit: int) -> str:
+    """Text as both databases keep it: no NUL (PostgreSQL's jsonb refuses \\u0000), no lone
+    surrogate (no UTF-8 has one), each made U+FFFD or '?'."""
+    text = str(value)[:limit].replace("\x00", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def asked(value, depth: int = 0):
     """`value` (a request's body) as the log keeps it: a secret field's value masked, long
-    text, long lists and deep nesting cut."""
+    text, long lists and deep nesting cut, text any database keeps."""
     if depth > MAX_DEPTH:
         return "…"
     if isinstance(value, dict):
         items = list(value.items())[:MAX_ITEMS]
         return {
-            str(k)[:64]: secret_env.MASK if _secret(str(k)) else asked(v, depth + 1)
+            _text(k, 64): secret_env.MASK if _secret(str(k)) else asked(v, depth + 1)
             for k, v in items
         }
     if isinstance(value, list | tuple):
         return [asked(item, depth + 1) for item in value[:MAX_ITEMS]]
     if value is None or isinstance(value, bool | int | float):
         return value
-    return str(value)[:MAX_TEXT]
+    return _text(value, MAX_TEXT)
 
 
 def _named(request, view) -> tuple[str, str]:

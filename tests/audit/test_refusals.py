@@ -87,6 +87,21 @@ def test_a_stop_of_a_terminated_instance(api, member, catalog):
     assert entry.error_message == response.json()["detail"]
 
 
+def test_a_refused_body_of_nul_and_lone_surrogates_is_kept_as_any_database_takes_it(
+    api, member, catalog
+):
+    """PostgreSQL's jsonb refuses \\u0000, and no UTF-8 holds a lone surrogate: the refusal
+    is recorded all the same (schemathesis found the 500)."""
+    box = make_instance(catalog, member.tenant, state=State.TERMINATED)
+    body = '{"a\\u0000\\udb44": ["x\\u0000", "\\ud8a6y"], "keep_disk": true}'
+    response = api(member).post(
+        f"/api/v1/instances/{box.pk}/terminate/", body, content_type="application/json"
+    )
+    assert response.status_code == 409
+    kept = the_refusal().after
+    assert kept == {"a\ufffd?": ["x\ufffd", "?y"], "keep_disk": True}
+
+
 def test_another_tenants_instance_is_recorded_in_the_actors_tenant(
     api, member, catalog, other_tenant
 ):
