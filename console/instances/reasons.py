@@ -108,8 +108,7 @@ REASONS: dict[str, Callable[[Facts], str]] = {
         "used — tell your operator"
     ),
     "volume_busy": lambda f: (
-        f"a disk of it is held by another running instance{f.said} — stop that one, then "
-        f"{AGAIN}"
+        f"a disk of it is held by another running instance{f.said} — stop that one, then {AGAIN}"
     ),
     # its host, its GPU, its slice
     "gpu_lost": lambda f: f"its GPU failed on its host — {AGAIN} to run on a healthy GPU",
