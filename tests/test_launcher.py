@@ -34,6 +34,32 @@ def wait_for(check, timeout: float, what: str, log: Path, proc: subprocess.Popen
     raise AssertionError(f"timed out waiting for {what}\n{log.read_text()[-4000:]}")
 
 
+def make_run_env(var: Path, port: int) -> dict[str, str]:
+    """`make run`'s environment on a fresh machine: its own var/ and port, no DATABASE_URL or
+    REDIS_URL (the embedded default)."""
+    dropped = ("DATABASE_URL", "REDIS_URL", "GPUCLOUD_SQLITE_PATH", "PORTS_DOMAIN")
+    return {
+        **{k: v for k, v in os.environ.items() if k not in dropped},
+        "GPUCLOUD_VAR_DIR": str(var),
+        "PORT": str(port),
+        "WEB_CONCURRENCY": "1",
+        "WORKER_CONCURRENCY": "2",
+    }
+
+
+def start_make_run(env: dict[str, str], log) -> subprocess.Popen:
+    """`make run`'s launcher, in a session of its own as a terminal's foreground job (Ctrl-C
+    signals the whole group), writing to `log`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "console.launcher"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 def processes_mentioning(text: str) -> list[str]:
     """The command lines of the running processes that mention `text`."""
     found = []
@@ -80,28 +106,10 @@ def _ssh_through_the_front(api, pk, key, tmp_path, log_path, launcher) -> None:
 def test_ctrl_c_of_make_run_stops_the_instances_and_leaves_nothing_running(tmp_path):
     var = tmp_path / "var"
     port = processes.free_port()
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("DATABASE_URL", "REDIS_URL", "GPUCLOUD_SQLITE_PATH", "PORTS_DOMAIN")
-        },
-        "GPUCLOUD_VAR_DIR": str(var),
-        "PORT": str(port),
-        "WEB_CONCURRENCY": "1",
-        "WORKER_CONCURRENCY": "2",
-    }
+    env = make_run_env(var, port)
     log_path = tmp_path / "make-run.log"
     with log_path.open("wb") as log:
-        # its own session, as a terminal's foreground job: Ctrl-C signals the whole group
-        launcher = subprocess.Popen(
-            [sys.executable, "-m", "console.launcher"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        launcher = start_make_run(env, log)
     try:
         wait_for(
             lambda: "Press Ctrl-C" in log_path.read_text(), 600, "make run", log_path, launcher

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from console import processes
-from tests.test_launcher import wait_for
+from tests.test_launcher import make_run_env, start_make_run, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -48,23 +48,10 @@ def too_open(var: Path) -> list[str]:
 def test_make_runs_state_is_private(tmp_path):
     var = tmp_path / "var"
     port = processes.free_port()
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("DATABASE_URL", "REDIS_URL", "GPUCLOUD_SQLITE_PATH", "PORTS_DOMAIN")
-        },
-        "GPUCLOUD_VAR_DIR": str(var),
-        "PORT": str(port),
-        "WEB_CONCURRENCY": "1",
-        "WORKER_CONCURRENCY": "2",
-    }
+    env = make_run_env(var, port)
     log_path = tmp_path / "make-run.log"
     with log_path.open("wb") as log:
-        launcher = subprocess.Popen(
-            [sys.executable, "-m", "console.launcher"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        launcher = start_make_run(env, log)
     try:
         wait_for(
             lambda: "Press Ctrl-C" in log_path.read_text(), 600, "make run", log_path, launcher
