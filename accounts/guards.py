@@ -14,13 +14,15 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from accounts.roles import READ
+from console.audit import pages
 from console.errors import ErrorCode
 
 
 def tenant_view(needed: str = READ, write_needed: str | None = None):
     """Page guard. `needed` applies to every request, `write_needed` to POSTs as well.
 
-    A role too low for a POST gets a message and goes back to the page, as the API's 403 would."""
+    A role too low for a POST gets a message and goes back to the page, as the API's 403 would;
+    that refusal and a POST's 404 (another tenant's object) are on the audit log's record."""
 
     def decorator(view):
         @wraps(view)
@@ -39,11 +41,15 @@ def tenant_view(needed: str = READ, write_needed: str | None = None):
                 return render(request, "web/suspended.html", status=403)
             role = write_needed if request.method == "POST" and write_needed else needed
             if not membership.can(role):
-                messages.error(
-                    request, f"Your role ({membership.role}) cannot do this; it needs {role}."
-                )
+                why = f"Your role ({membership.role}) cannot do this; it needs {role}."
+                pages.refused(request, ErrorCode.PERMISSION_DENIED, why)
+                messages.error(request, why)
                 return redirect_back(request)
-            return view(request, *args, **kwargs)
+            try:
+                return view(request, *args, **kwargs)
+            except Http404:
+                pages.refused(request, ErrorCode.NOT_FOUND, "Not found.")
+                raise
 
         return wrapper
 

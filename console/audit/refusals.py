@@ -1,7 +1,8 @@
 """Refused actions on record, as cloud audit trails keep them (CloudTrail's errorCode): a
 person's write through the API refused for permission or scope (403), for an object not theirs
 or not there (404), or for its state, a quota or a budget (409) is one entry with the error
-code and what the request asked, its secrets masked as the log masks a model's.
+code and what the request asked, its secrets masked as the log masks a model's. The console's
+pages record theirs the same way (console.audit.pages).
 
 Not recorded: reads (GET, HEAD, OPTIONS), a request nobody is signed in for (401: no actor,
 no tenant), a body that is not valid (400: nothing was refused but the form), throttling
@@ -21,7 +22,7 @@ METHOD_VERBS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": 
 MAX_ITEMS, MAX_DEPTH, MAX_TEXT = 50, 4, 200
 
 
-def _secret(name: str) -> bool:
+def secret_name(name: str) -> bool:
     """A field the log hides from a model's changes, or a name that says it holds a
     credential (`secret_env`, `HF_TOKEN` in `env`, `api_key`)."""
     return capture.is_secret(name) or secret_env.looks_secret(name.upper())
@@ -42,7 +43,7 @@ def asked(value, depth: int = 0):
     if isinstance(value, dict):
         items = list(value.items())[:MAX_ITEMS]
         return {
-            _text(k, 64): secret_env.MASK if _secret(str(k)) else asked(v, depth + 1)
+            _text(k, 64): secret_env.MASK if secret_name(str(k)) else asked(v, depth + 1)
             for k, v in items
         }
     if isinstance(value, list | tuple):

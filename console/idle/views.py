@@ -8,6 +8,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
 from accounts.roles import MANAGE, OPERATE, READ
+from console.audit import pages
 from console.errors import DomainError
 from console.idle import services
 from console.idle.forms import PolicyForm
@@ -97,5 +98,6 @@ def keep_running(request, pk: int):
         services.keep_running(instance, actor=request.user)
         messages.success(request, f"{instance.name} keeps running.")
     except DomainError as error:
+        pages.refused(request, error.code, error.detail)
         messages.error(request, error.detail)
     return redirect("instances:detail", pk=pk)

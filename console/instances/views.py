@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
 from console import integers
+from console.audit import pages
 from console.catalog.models import Region, Spec
 from console.errors import DomainError
 from console.fleet.models import Host
@@ -163,6 +164,7 @@ def launch(request):
             for field, errors in error.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
         except DomainError as error:
+            pages.refused(request, error.code, error.detail)
             form.add_error(None, error.detail)
         else:
             return _launched(request, instance)
@@ -274,6 +276,7 @@ def launch_template(request, template):
     except ValidationError as error:
         messages.error(request, f"{chosen.name} was not launched: {' '.join(error.messages)}")
     except DomainError as error:
+        pages.refused(request, error.code, error.detail)
         messages.error(request, f"{chosen.name} was not launched: {error.detail}")
     else:
         return _launched(request, instance)
@@ -384,6 +387,7 @@ def act(request, pk, action):
         ACTIONS[action](instance, actor=request.user)
         messages.success(request, f"{action.capitalize()} of {instance.name} requested.")
     except DomainError as error:
+        pages.refused(request, error.code, error.detail)
         messages.error(request, error.detail)
     return redirect("instances:detail", pk=pk)
 
@@ -416,6 +420,7 @@ def _resize(request, instance):
         }
         return render(request, "instances/resize_confirm.html", context)
     except DomainError as error:
+        pages.refused(request, error.code, error.detail)
         messages.error(request, error.detail)
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
@@ -435,6 +440,7 @@ def terminate(request, pk):
             keep_disk = request.POST.get("keep_disk") == "1"
             services.terminate_instance(instance, keep_disk=keep_disk, actor=request.user)
         except DomainError as error:
+            pages.refused(request, error.code, error.detail)
             messages.error(request, error.detail)
         except ValidationError as error:
             messages.error(request, " ".join(error.messages))

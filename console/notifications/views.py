@@ -8,6 +8,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.guards import tenant_view
 from accounts.roles import MANAGE
+from console.audit import pages
 from console.errors import DomainError
 from console.notifications import services
 from console.notifications.forms import EndpointEditForm, EndpointForm
@@ -84,6 +85,7 @@ def endpoint_rotate(request, pk):
     try:
         secret = services.rotate_secret(found)
     except DomainError as error:
+        pages.refused(request, error.code, error.detail)
         messages.error(request, error.detail)
     else:
         request.session[NEW_SECRET_KEY] = {"endpoint": found.pk, "secret": secret}

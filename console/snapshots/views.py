@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
 from console import integers
+from console.audit import pages
 from console.errors import DomainError
 from console.instances.models import Instance
 from console.snapshots import services
@@ -85,9 +86,11 @@ def snapshots(request):
 def _act(request, action, done: str):
     try:
         action()
-    except (DomainError, ValidationError) as error:
-        text = error.detail if isinstance(error, DomainError) else " ".join(error.messages)
-        messages.error(request, text)
+    except DomainError as error:
+        pages.refused(request, error.code, error.detail)
+        messages.error(request, error.detail)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
     else:
         messages.success(request, done)
 

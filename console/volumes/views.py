@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
 from console import integers
+from console.audit import pages
 from console.catalog.models import Region
 from console.errors import DomainError
 from console.instances.models import Instance
@@ -32,6 +33,7 @@ def _act(request, action, done: str) -> bool:
     try:
         action()
     except DomainError as error:
+        pages.refused(request, error.code, error.detail)
         messages.error(request, error.detail)
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))

@@ -142,3 +142,84 @@ def test_the_api_and_the_page_show_the_outcome(api, admin, viewer, catalog, sign
     assert "permission_denied" in page and "refused" in page
     csv = b"".join(signed_in(admin).get("/audit/export.csv").streaming_content).decode()
     assert "refused,permission_denied" in csv
+
+
+# --- the console's pages: the same refusals, the same entries ------------------------------
+
+
+def test_a_viewers_stop_through_the_page(signed_in, viewer, catalog):
+    box = make_instance(catalog, viewer.tenant, state=State.RUNNING, name="box")
+    response = signed_in(viewer).post(f"/instances/{box.pk}/stop/", {"confirm": "1"})
+    assert response.status_code == 302
+    entry = the_refusal()
+    assert (entry.action, entry.object_type, entry.object_id) == (
+        "instance.stop", "instance", str(box.pk),
+    )  # fmt: skip
+    assert (entry.error_code, entry.outcome) == ("permission_denied", "refused")
+    assert "viewer" in entry.error_message
+    assert entry.after == {"confirm": "1"}  # never the CSRF token
+    assert (entry.tenant_id, entry.user_id, entry.token_id, entry.address) == (
+        viewer.tenant_id, viewer.user_id, None, ADDRESS,
+    )  # fmt: skip
+    box.refresh_from_db()
+    assert box.state == State.RUNNING
+
+
+def test_a_stop_of_a_terminated_instance_through_the_page(signed_in, member, catalog):
+    box = make_instance(catalog, member.tenant, state=State.TERMINATED)
+    assert signed_in(member).post(f"/instances/{box.pk}/stop/").status_code == 302
+    entry = the_refusal()
+    assert (entry.action, entry.error_code, entry.object_id) == (
+        "instance.stop", "invalid_state", str(box.pk),
+    )  # fmt: skip
+    assert "terminated" in entry.error_message
+
+
+def test_an_over_quota_launch_through_the_page_keeps_no_secret(signed_in, member, catalog, tenant):
+    catalog.cordoned()
+    Quota.objects.filter(tenant=tenant).update(max_instances=1)
+    make_instance(catalog, tenant, state=State.RUNNING)
+    form = {
+        "name": "trainer",
+        "region": "local-1",
+        "spec": "a100-quarter",
+        "image": catalog.image.name,
+        "env": f"SEED=7\nWANDB_API_KEY={SECRET}",
+        "secret_env": f"HF_TOKEN={SECRET}",
+    }
+    page = signed_in(member).post("/instances/launch/", form)
+    assert page.status_code == 200 and "quota" in page.content.decode()
+    entry = the_refusal()
+    assert (entry.action, entry.error_code, entry.object_id) == (
+        "instance.launch", "quota_exceeded", "",
+    )  # fmt: skip
+    assert entry.after["name"] == "trainer"
+    assert entry.after["env"] == "SEED=7\nWANDB_API_KEY=••••••"
+    assert entry.after["secret_env"] == "••••••"
+    assert "csrfmiddlewaretoken" not in entry.after
+    assert SECRET not in str(AuditEntry.objects.values().get())
+
+
+def test_a_post_on_another_tenants_instance_page(signed_in, member, catalog, other_tenant):
+    theirs = make_instance(catalog, other_tenant, state=State.RUNNING)
+    web = signed_in(member)
+    assert web.post(f"/instances/{theirs.pk}/stop/").status_code == 404
+    assert web.post(f"/instances/{theirs.pk}/terminate/", {"keep_disk": "1"}).status_code == 404
+    assert web.get(f"/instances/{theirs.pk}/").status_code == 404  # a read: not recorded
+    entries = AuditEntry.objects.order_by("pk")
+    assert [(e.action, e.error_code, e.object_id) for e in entries] == [
+        ("instance.stop", "not_found", str(theirs.pk)),
+        ("instance.terminate", "not_found", str(theirs.pk)),
+    ]
+    assert {e.tenant_id for e in entries} == {member.tenant_id}
+    theirs.refresh_from_db()
+    assert theirs.state == State.RUNNING
+
+
+def test_what_a_page_does_not_refuse_is_not_recorded(signed_in, member, viewer, catalog):
+    box = make_instance(catalog, member.tenant, state=State.RUNNING)
+    assert signed_in(viewer).get(f"/instances/{box.pk}/").status_code == 200  # a read
+    web = signed_in(member)
+    assert web.post("/instances/launch/", {"name": "No!"}).status_code == 200  # not valid
+    assert web.post(f"/instances/{box.pk}/resize/", {"spec": "nope"}).status_code == 302
+    assert not AuditEntry.objects.exists()
