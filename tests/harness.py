@@ -94,6 +94,9 @@ class Stack:
         self.port = processes.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.procs: list[Proc] = []
+        # each agent's API and SSH ports, by its state directory: an agent started again is the
+        # same host at the same address (a host's address is fixed at its join)
+        self.agent_ports: dict[Path, tuple[int, int]] = {}
         self.web = self.start("web", processes.web_cmd(self.port))
         self.worker = self.start_worker()
         try:
@@ -128,7 +131,10 @@ class Stack:
         heartbeat_interval: float = 0.5,
     ) -> Proc:
         state_dir = state_dir or self.log_dir / f"agent-{hostname}"
-        listen = f"127.0.0.1:{processes.free_port()}"
+        api_port, ssh_port = self.agent_ports.setdefault(
+            state_dir, (processes.free_port(), processes.free_port())
+        )
+        listen = f"127.0.0.1:{api_port}"
         cmd = processes.agent_cmd(
             self.url,
             state_dir,
@@ -141,7 +147,7 @@ class Stack:
             mode=mode,
             runtime=runtime,
             engine_url=engine_url,
-            ssh_listen=f"127.0.0.1:{processes.free_port()}",
+            ssh_listen=f"127.0.0.1:{ssh_port}",
             sample_interval=sample_interval,
             heartbeat_interval=heartbeat_interval,
         )
