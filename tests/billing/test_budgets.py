@@ -3,26 +3,31 @@ launches refused and instances stopped at 100 % when the tenant chose so, all on
 page's spend (volumes and snapshots included), checked by the meter and at once when the
 budget changes."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 import time_machine
 from django.core import mail
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accounts.models import Quota
 from accounts.roles import Role
 from billing import budgets, services
 from billing.models import BudgetAlert
+from billing.rating import month_start
 from billing.usage import usage_report
 from console.celery import app
 from console.instances import outcomes
 from console.instances.models import Instance, State
 from console.notices import notice as notices
-from tests.billing.conftest import MARCH, at, move, stored_amount
+from tests.billing.conftest import MARCH, at, move, stored_amount, walk
 from tests.billing.test_snapshot_storage import GIB
 from tests.billing.test_snapshot_storage import stored as kept
 from tests.billing.test_volumes import volume
-from tests.factories import TenantFactory
+from tests.factories import MembershipFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -341,3 +346,60 @@ def test_a_budget_stop_comes_within_a_metering_interval_or_at_once(
     assert Instance.objects.get(pk=second.pk).state_reason == (
         "budget_stopped: monthly budget of 1.00 USD reached at 1.07 USD"
     )
+
+
+SECONDS = st.integers(0, 40 * 86400).map(lambda s: timedelta(seconds=s, microseconds=s % 997))
+LIFETIMES = st.one_of(st.none(), st.integers(1, 20 * 86400).map(lambda s: timedelta(seconds=s)))
+PRICES = st.integers(1, 50).map(lambda cents: Decimal(cents) / 100)
+history = st.lists(
+    st.one_of(
+        st.tuples(st.just("volume"), SECONDS, LIFETIMES, st.integers(1, 200), PRICES),
+        st.tuples(st.just("snapshot"), SECONDS, LIFETIMES, st.integers(1, 200 * GIB), PRICES),
+        st.tuples(st.just("run"), SECONDS, LIFETIMES, st.booleans()),
+    ),
+    max_size=6,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # shrinking a failure replays many histories
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(items=history, elapsed=SECONDS, cents=st.integers(1, 20_000))
+def test_the_budget_spends_what_the_usage_page_shows(world, items, elapsed, cents):
+    """For any history of volumes, snapshots and runs around a month start, the budget's
+    figure (alerts, banner, launch check) is the usage page's total at the same moment, and
+    its alerts are exactly the thresholds that total reaches."""
+    start, budget = at(2026, 2, 20), Decimal(cents) / 100
+    now = start + elapsed
+    with transaction.atomic():
+        tenant = TenantFactory()
+        member = MembershipFactory(tenant=tenant)
+        Quota.objects.filter(tenant=tenant).update(monthly_budget=budget)
+        for n, (kind, offset, lifetime, *rest) in enumerate(items):
+            begin = start + offset
+            end = begin + lifetime if lifetime is not None else None
+            if kind == "volume":
+                volume(
+                    world, tenant, begin, deleted=end, gib=rest[0], price=str(rest[1]), name=f"v{n}"
+                )
+            elif kind == "snapshot":
+                kept(world, tenant, begin, deleted=end, bytes_stored=rest[0], price=str(rest[1]))
+            elif begin < now:
+                box = world.running(tenant, begin, spec=world.whole if rest[0] else None)
+                if end is not None and end < now:
+                    walk(box, [S.STOPPING, S.STOPPED], end)
+        total = usage_report(tenant, month_start(now).date(), now).total
+        created = budgets.check_budgets(now, tenant_ids=[tenant.pk])
+        levels = budgets.crossed(total, budget)
+        assert [(a.threshold, a.spent) for a in created] == [(level, total) for level in levels]
+        assert budgets.month_to_date(tenant, now) == total
+        banner = budgets.notice(member, now)
+        if levels:
+            assert (banner.level, banner.spent) == (levels[-1], total)
+        else:
+            assert banner is None
+        transaction.set_rollback(True)
