@@ -1,18 +1,19 @@
-"""Monthly budgets (``Quota.monthly_budget``): alerts at 50, 80 and 100 % of it, each at
-most once per tenant and month (a unique ``BudgetAlert`` row), by email to the tenant's
-owners and admins and as a notice in the console; and, when the tenant chose
-``budget_action = stop``, at 100 % new launches are refused (``ensure_launch_allowed``)
-and running instances are stopped (``enforce``, from a Celery task).
+"""Monthly budgets (``Quota.monthly_budget``): alerts at 50, 80 and 100 % of the budget in
+force, each at most once per tenant, month and budget (a unique ``BudgetAlert`` row: a raised
+budget alerts again at its own thresholds), by email to the tenant's owners and admins and as
+a notice in the console, stating the highest level reached; and, when the tenant chose
+``budget_action = stop``, at 100 % new launches are refused (``ensure_launch_allowed``) and
+running instances are stopped (``enforce``, from a Celery task).
 
-Spend is the month so far (``usage.so_far``): rated live from the segments, the figure the
-usage page, the draft invoice, the admin and the API show at the same moment. The meter's
-pass (``check_budgets``, every minute, over every tenant with a budget) reads the same figure
-from the pieces it stored a moment before at the same ``now``, in one query instead of
-rating every segment of the month again.
+Spend is ``spent_this_month``: the usage page's total as of the same moment
+(``usage.so_far``, rated live, volumes and snapshots included). The alerts and the stop
+(``check_budgets``), the enforcement, the launch check and the banner all read it, so they
+agree with the usage page at any instant. ``check_budgets`` runs in the minute meter for every
+tenant with a budget, and for one tenant right after its budget changed (``services.set_budget``
+queues ``billing.tasks.check_budget``), so a crossing is acted on within a metering interval.
 """
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -20,16 +21,15 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import Membership, Quota, Tenant
 from accounts.roles import Role
 from billing import locks
-from billing.models import BudgetAlert, BudgetNoticeDismissal, UsagePiece, micros_to_decimal
+from billing.models import BudgetAlert, BudgetNoticeDismissal
 from billing.money import format_money
 from billing.rating import month_start
-from billing.usage import month_corrections, so_far
+from billing.usage import so_far
 from console.celery import enqueue_on_commit
 from console.errors import DomainError, ErrorCode
 from console.instances import reasons
@@ -45,26 +45,18 @@ STOPPABLE = (State.RUNNING, State.PENDING)
 RESEND_AFTER = timedelta(minutes=2)
 
 
-def stored_spend(month: date, tenant_ids) -> dict[int, Decimal]:
-    """Each tenant's spend in ``month`` from the stored pieces and corrections (6 places):
-    ``so_far`` as of
-    the meter's last rating, which is now when the meter has just rated."""
-    rows = (
-        UsagePiece.objects.filter(month=month, tenant_id__in=tenant_ids)
-        .values("tenant_id")
-        .annotate(micros=Sum("amount_micros"))
-        .order_by()
-    )
-    spent: dict[int, int] = defaultdict(int)
-    for row in [*rows, *month_corrections(tenant_ids, month)]:
-        spent[row["tenant_id"]] += row["micros"]
-    return {tenant_id: micros_to_decimal(micros) for tenant_id, micros in spent.items()}
+def spent_this_month(tenant_ids, now: datetime) -> dict[int, Decimal]:
+    """Each tenant's spend in the UTC month of ``now`` as of ``now`` (6 places): the usage
+    page's total at that moment, volumes and snapshots included. Every budget figure is this
+    one."""
+    figures = so_far(tenant_ids, month_start(now).date(), now)
+    return {tenant_id: figure.amount for tenant_id, figure in figures.items()}
 
 
 def month_to_date(tenant: Tenant, now: datetime | None = None) -> Decimal:
     """What the tenant has spent this UTC month as of ``now`` (6 places)."""
     now = now or timezone.now()
-    return so_far([tenant.pk], month_start(now).date(), now)[tenant.pk].amount
+    return spent_this_month([tenant.pk], now)[tenant.pk]
 
 
 def crossed(spent: Decimal, budget: Decimal) -> list[int]:
@@ -99,35 +91,44 @@ def ensure_launch_allowed(tenant: Tenant) -> None:
         )
 
 
-def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
-    """The meter's budget pass, right after it rated as of ``now``: record every threshold
-    newly reached this month (and send its email after commit), and queue enforcement for
-    tenants that chose to stop and still have something running. Answers the alerts
-    created."""
+def check_budgets(now: datetime | None = None, tenant_ids=None) -> list[BudgetAlert]:
+    """Record every threshold of the budget in force that the month's spend as of ``now``
+    reaches and that has no alert yet, then, after commit, email and notify each tenant once,
+    at the highest level it reached; and queue enforcement for tenants that chose to stop, are
+    at 100 % and still have something running. For the given tenants (None: every tenant with
+    a budget, the meter's minute pass). Answers the alerts created."""
     now = now or timezone.now()
     month = month_start(now).date()
+    quotas = Quota.objects.filter(monthly_budget__isnull=False)
+    if tenant_ids is not None:
+        quotas = quotas.filter(tenant_id__in=tenant_ids)
     budgets = {
         tenant_id: (budget, action)
-        for tenant_id, budget, action in Quota.objects.filter(
-            monthly_budget__isnull=False
-        ).values_list("tenant_id", "monthly_budget", "budget_action")
+        for tenant_id, budget, action in quotas.values_list(
+            "tenant_id", "monthly_budget", "budget_action"
+        )
     }
     if not budgets:
         return []
-    spent = stored_spend(month, list(budgets))  # rate_pending(now) ran just before
-    fired = set(BudgetAlert.objects.filter(month=month).values_list("tenant_id", "threshold"))
+    spent = spent_this_month(list(budgets), now)
+    fired = set(
+        BudgetAlert.objects.filter(month=month, tenant_id__in=list(budgets)).values_list(
+            "tenant_id", "threshold", "budget"
+        )
+    )
     created: list[BudgetAlert] = []
     to_enforce: list[int] = []
     with transaction.atomic():
         for tenant_id, (budget, action) in sorted(budgets.items()):
-            amount = spent.get(tenant_id, Decimal(0))
-            new = [t for t in crossed(amount, budget) if (tenant_id, t) not in fired]
+            amount = spent[tenant_id]
+            new = [t for t in crossed(amount, budget) if (tenant_id, t, budget) not in fired]
             for threshold in new:
                 alert, was_created = BudgetAlert.objects.get_or_create(
                     tenant_id=tenant_id,
                     month=month,
                     threshold=threshold,
-                    defaults={"spent": amount, "budget": budget, "created_at": now},
+                    budget=budget,
+                    defaults={"spent": amount, "created_at": now},
                 )
                 if was_created:
                     created.append(alert)
@@ -141,7 +142,7 @@ def check_budgets(now: datetime | None = None) -> list[BudgetAlert]:
             ):
                 highest[alert.tenant_id] = alert
         lost = BudgetAlert.objects.filter(
-            emailed_at__isnull=True, created_at__lt=now - RESEND_AFTER
+            tenant_id__in=list(budgets), emailed_at__isnull=True, created_at__lt=now - RESEND_AFTER
         ).values_list("pk", flat=True)
         to_send = sorted({alert.pk for alert in highest.values()} | set(lost))
         for alert_pk in to_send:
@@ -223,8 +224,8 @@ def alert_message(alert: BudgetAlert, tenant: Tenant, action: str) -> tuple[str,
 
 
 def send_alert(alert_pk: int, now: datetime | None = None) -> bool:
-    """Email one alert (and mark lower thresholds of the same month, which it covers, as
-    sent). At most once: the row is locked and ``emailed_at`` set in one transaction."""
+    """Email one alert (and mark lower thresholds of the same month and budget, which it
+    covers, as sent). At most once: the row is locked and ``emailed_at`` set in one transaction."""
     now = now or timezone.now()
     with transaction.atomic():
         alert = locks.unsent_alert(alert_pk)
@@ -238,6 +239,7 @@ def send_alert(alert_pk: int, now: datetime | None = None) -> bool:
         BudgetAlert.objects.filter(
             tenant_id=alert.tenant_id,
             month=alert.month,
+            budget=alert.budget,
             threshold__lte=alert.threshold,
             emailed_at__isnull=True,
         ).update(emailed_at=now)

@@ -351,8 +351,10 @@ class CreditApplication(models.Model):
 
 
 class BudgetAlert(models.Model):
-    """A budget threshold crossed in a month. Unique per tenant, month and threshold, so an
-    alert fires at most once; ``emailed_at`` is set once its email went out."""
+    """A threshold of a budget crossed in a month. Unique per tenant, month, threshold and
+    budget, so an alert fires at most once for the budget in force: a budget raised from 10 to
+    100 alerts again at 50, 80 and 100 % of 100. ``emailed_at`` is set once its email went
+    out."""
 
     THRESHOLDS = (50, 80, 100)
 
@@ -368,12 +370,13 @@ class BudgetAlert(models.Model):
         ordering = ["-month", "-threshold"]
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "month", "threshold"], name="one_alert_per_threshold"
+                fields=["tenant", "month", "threshold", "budget"],
+                name="one_alert_per_threshold_of_budget",
             )
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id} {self.month:%Y-%m} {self.threshold}%"
+        return f"{self.tenant_id} {self.month:%Y-%m} {self.threshold}% of {self.budget}"
 
 
 class BudgetNoticeDismissal(models.Model):

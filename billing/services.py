@@ -6,7 +6,7 @@ Each is one transaction (or a series of idempotent ones) and safe to run twice:
 - ``run_meter`` — repair segments from the event history, rate them, check budgets;
 - ``finalize_month`` / ``finalize_due`` — issue a month's invoices;
 - ``mark_paid``, ``void_invoice`` (answers the credit note), ``grant_credit``;
-- ``set_budget`` — a tenant's monthly budget and what happens at 100 %.
+- ``set_budget`` — a tenant's monthly budget and what happens at 100 %, checked at once.
 
 And ``stopped_disk_cost_per_month(instance)``, which the console shows before a stop.
 """
@@ -27,6 +27,7 @@ from billing.credits import grant_credit
 from billing.finalize import finalize_due, finalize_month
 from billing.metering import record_transition
 from billing.usage import disk_cost_per_month
+from console.celery import enqueue_on_commit
 from console.instances.models import Instance
 
 __all__ = [
@@ -72,7 +73,9 @@ def run_meter(now: datetime | None = None) -> MeterResult:
 def set_budget(
     tenant: Tenant, monthly_budget: Decimal | None, budget_action: str, *, actor=None
 ) -> Quota:
-    """An owner's choice: the monthly budget (None: no budget) and alert-or-stop at 100 %."""
+    """An owner's choice: the monthly budget (None: no budget) and alert-or-stop at 100 %.
+    After commit the tenant's spend is checked against it (``budgets.check_budgets``, through
+    Celery as the meter does): a budget lowered below the spend alerts and stops at once."""
     if budget_action not in Quota.BudgetAction.values:
         raise ValidationError({"budget_action": "Choose alert or stop."})
     with transaction.atomic():
@@ -81,4 +84,5 @@ def set_budget(
         quota.budget_action = budget_action
         quota.full_clean()
         quota.save(update_fields=["monthly_budget", "budget_action"])
+        enqueue_on_commit("billing.tasks.check_budget", tenant.pk)
     return quota

@@ -31,6 +31,12 @@ def finalize_invoices() -> None:
     services.finalize_due()
 
 
+@shared_task(name="billing.tasks.check_budget", **OPTIONS)
+def check_budget(tenant_pk: int) -> None:
+    """Right after a tenant's budget changed: its alerts and stop, as the meter's pass."""
+    budgets.check_budgets(tenant_ids=[tenant_pk])
+
+
 @shared_task(name="billing.tasks.send_budget_alert", **OPTIONS)
 def send_budget_alert(alert_pk: int) -> None:
     budgets.send_alert(alert_pk)

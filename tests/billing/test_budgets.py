@@ -1,20 +1,33 @@
-"""Budgets: alerts at 50/80/100 % (once each), launches refused and instances stopped at
-100 % when the tenant chose so."""
+"""Budgets: alerts at 50/80/100 % of the budget in force (once each, at the level reached),
+launches refused and instances stopped at 100 % when the tenant chose so, all on the usage
+page's spend (volumes and snapshots included), checked by the meter and at once when the
+budget changes."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 import time_machine
 from django.core import mail
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accounts.models import Quota
 from accounts.roles import Role
 from billing import budgets, services
 from billing.models import BudgetAlert
+from billing.rating import month_start
+from billing.usage import usage_report
 from console.celery import app
 from console.instances import outcomes
 from console.instances.models import Instance, State
-from tests.billing.conftest import at, move
+from console.notices import notice as notices
+from tests.billing.conftest import MARCH, at, move, stored_amount, walk
+from tests.billing.test_snapshot_storage import GIB
+from tests.billing.test_snapshot_storage import stored as kept
+from tests.billing.test_volumes import volume
+from tests.factories import MembershipFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -172,3 +185,221 @@ def test_set_budget_validates(tenant):
         set_budget(tenant, "1", "explode")
     assert set_budget(tenant, None).monthly_budget is None
     assert Quota.objects.get(tenant=tenant).budget_action == "alert"
+
+
+@pytest.fixture
+def notices_sent():
+    """The console notices sent (console.notices), as (kind, data)."""
+    sent = []
+
+    def receive(sender, kind, data, **kwargs):
+        sent.append((kind, data))
+
+    notices.connect(receive, dispatch_uid="tests.budget_notices")
+    yield sent
+    notices.disconnect(dispatch_uid="tests.budget_notices")
+
+
+def change_budget(tenant, amount, action, now, capture):
+    """An owner saves the budget at ``now``; what its commit queues runs (eager)."""
+    with time_machine.travel(now, tick=False), capture(execute=True):
+        return set_budget(tenant, amount, action)
+
+
+def alerts(tenant) -> list[tuple[int, Decimal, Decimal]]:
+    return list(
+        BudgetAlert.objects.filter(tenant=tenant)
+        .order_by("created_at", "budget", "threshold")
+        .values_list("threshold", "spent", "budget")
+    )
+
+
+def reached(outbox) -> list[str]:
+    return [m.subject.split(" reached ")[1].split(" of ")[0] for m in outbox]
+
+
+def test_a_volume_counts_in_alerts_and_banner_as_on_the_usage_page(
+    world, team, eager, django_capture_on_commit_callbacks, notices_sent
+):
+    """Issue 42, item 2: a 10.00 budget and a 1,000 GiB volume at 0.10 per GiB-month for 10
+    days: the usage page shows 32.26, so do the alerts (none fired before) and the banner."""
+    set_budget(team, "10.00")
+    volume(world, team, at(2026, 3, 1), gib=1000)
+    now = at(2026, 3, 11)
+    meter(now, django_capture_on_commit_callbacks)
+    spent = usage_report(team, MARCH, now).total
+    assert spent == stored_amount(1000, "0.10", 10 * 86400) == Decimal("32.258065")
+    assert alerts(team) == [(50, spent, 10), (80, spent, 10), (100, spent, 10)]
+    assert reached(mail.outbox) == ["100%"]  # one email, at the level reached
+    assert "spent 32.26 USD in March 2026, 100% of its monthly budget of 10.00 USD" in (
+        mail.outbox[0].body
+    )
+    assert [(kind, data["threshold"]) for kind, data in notices_sent] == [("budget.threshold", 100)]
+    banner = budgets.notice(team.memberships.get(role=Role.MEMBER), now)
+    assert (banner.level, banner.spent, banner.percent) == (100, spent, 322)
+
+
+def test_a_snapshot_counts_in_the_budget_stop(
+    world, team, eager, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Issue 42, item 2: a 5.00 stop budget, a 2,000 GiB snapshot (0.10 per GiB-month, kept
+    25 h: 6.720430) and an hour at 0.90: 7.62 spent. Launches were refused, but the meter saw
+    0.90: no alert, and the instance ran on. Now both see 7.62."""
+    from console.instances import queue as instance_queue
+
+    monkeypatch.setattr(instance_queue, "enqueue", lambda *args: None)  # no host calls
+    set_budget(team, "5.00", "stop")
+    kept(world, team, at(2026, 3, 1), bytes_stored=2000 * GIB, price="0.10")
+    box = world.running(team, at(2026, 3, 2))
+    now = at(2026, 3, 2, 1)
+    with time_machine.travel(now, tick=False), pytest.raises(budgets.BudgetExceeded) as refused:
+        budgets.ensure_launch_allowed(team)
+    assert "spent 7.62 USD of its monthly budget of 5.00 USD" in refused.value.detail
+    meter(now, django_capture_on_commit_callbacks)
+    spent = usage_report(team, MARCH, now).total
+    assert spent == Decimal("0.900000") + Decimal("6.720430")
+    assert alerts(team) == [(50, spent, 5), (80, spent, 5), (100, spent, 5)]
+    assert reached(mail.outbox) == ["100%"]
+    stopped = Instance.objects.get(pk=box.pk)
+    assert stopped.state == S.STOPPING
+    assert stopped.state_reason == "budget_stopped: monthly budget of 5.00 USD reached at 7.62 USD"
+
+
+def test_a_raised_budget_alerts_and_stops_at_its_own_thresholds(
+    world, team, eager, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Issue 42, item 7: 3.20/h against 10.00 (alert only): 100 % at 12.80. Raised to 100.00
+    with stop: 50 % of it at 64.00, then 100 % at 100.80, an email and the stop (before, the
+    alerts of 10.00 stood for the month: no email, whatever the budget)."""
+    from console.instances import queue as instance_queue
+
+    monkeypatch.setattr(instance_queue, "enqueue", lambda *args: None)
+    set_budget(team, "10.00")
+    box = world.running(team, at(2026, 3, 2), spec=world.whole)
+    meter(at(2026, 3, 2, 4), django_capture_on_commit_callbacks)
+    change_budget(team, "100.00", "stop", at(2026, 3, 2, 4), django_capture_on_commit_callbacks)
+    assert reached(mail.outbox) == ["100%"]  # 12.8 % of 100.00: nothing new
+    meter(at(2026, 3, 2, 20), django_capture_on_commit_callbacks)
+    assert Instance.objects.get(pk=box.pk).state == S.RUNNING
+    meter(at(2026, 3, 3, 7, 30), django_capture_on_commit_callbacks)
+    assert alerts(team) == [
+        (50, Decimal("12.80"), 10), (80, Decimal("12.80"), 10), (100, Decimal("12.80"), 10),
+        (50, Decimal("64.00"), 100),
+        (80, Decimal("100.80"), 100), (100, Decimal("100.80"), 100),
+    ]  # fmt: skip
+    assert reached(mail.outbox) == ["100%", "50%", "100%"]
+    assert "spent 100.80 USD in March 2026, 100% of its monthly budget of 100.00 USD" in (
+        mail.outbox[-1].body
+    )
+    assert Instance.objects.get(pk=box.pk).state == S.STOPPING
+    # lowered back to 10.00: its alerts of the month were sent already
+    change_budget(team, "10.00", "stop", at(2026, 3, 3, 7, 31), django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 3
+
+
+def test_a_lowered_budget_notifies_the_level_reached_at_once_and_once(
+    world, team, eager, django_capture_on_commit_callbacks, notices_sent
+):
+    """Issue 42, item 8: 0.48 spent (32 min at 0.90), the budget lowered from 1.00 to 0.60:
+    "80 %" at once (it said 50 %, and 80 % a minute later), and nothing more until 100 %."""
+    set_budget(team, "1.00")
+    world.running(team, at(2026, 3, 2))
+    meter(at(2026, 3, 2, 0, 31), django_capture_on_commit_callbacks)  # 0.465: 46.5 %
+    assert alerts(team) == []
+    change_budget(team, "0.60", "alert", at(2026, 3, 2, 0, 32), django_capture_on_commit_callbacks)
+    assert reached(mail.outbox) == ["80%"]
+    assert "spent 0.48 USD in March 2026, 80% of its monthly budget of 0.60 USD" in (
+        mail.outbox[0].body
+    )
+    assert [(kind, data["threshold"], data["spent"]) for kind, data in notices_sent] == [
+        ("budget.threshold", 80, "0.480000")
+    ]
+    meter(at(2026, 3, 2, 0, 33), django_capture_on_commit_callbacks)
+    meter(at(2026, 3, 2, 0, 34), django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 1 and len(notices_sent) == 1
+    meter(at(2026, 3, 2, 0, 40), django_capture_on_commit_callbacks)  # 0.60
+    assert reached(mail.outbox) == ["80%", "100%"]
+    assert [data["threshold"] for _, data in notices_sent] == [80, 100]
+
+
+def test_a_budget_stop_comes_within_a_metering_interval_or_at_once(
+    world, team, eager, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Issue 42, item 8: 3.20/h against a 2.00 stop budget crosses it at 00:37:30; the meter's
+    pass at 00:38 stops it at 2.03 (one interval of running spend at most). A budget lowered
+    below the spend stops at once, without waiting for the meter."""
+    from console.instances import queue as instance_queue
+
+    monkeypatch.setattr(instance_queue, "enqueue", lambda *args: None)
+    set_budget(team, "2.00", "stop")
+    first = world.running(team, at(2026, 3, 2), spec=world.whole)
+    meter(at(2026, 3, 2, 0, 37), django_capture_on_commit_callbacks)  # 1.973333
+    assert Instance.objects.get(pk=first.pk).state == S.RUNNING
+    meter(at(2026, 3, 2, 0, 38), django_capture_on_commit_callbacks)  # 2.026667
+    assert Instance.objects.get(pk=first.pk).state_reason == (
+        "budget_stopped: monthly budget of 2.00 USD reached at 2.03 USD"
+    )
+
+    set_budget(other := TenantFactory(), "10.00", "stop")
+    second = world.running(other, at(2026, 3, 2), spec=world.whole)
+    change_budget(other, "1.00", "stop", at(2026, 3, 2, 0, 20), django_capture_on_commit_callbacks)
+    assert Instance.objects.get(pk=second.pk).state_reason == (
+        "budget_stopped: monthly budget of 1.00 USD reached at 1.07 USD"
+    )
+
+
+SECONDS = st.integers(0, 40 * 86400).map(lambda s: timedelta(seconds=s, microseconds=s % 997))
+LIFETIMES = st.one_of(st.none(), st.integers(1, 20 * 86400).map(lambda s: timedelta(seconds=s)))
+PRICES = st.integers(1, 50).map(lambda cents: Decimal(cents) / 100)
+history = st.lists(
+    st.one_of(
+        st.tuples(st.just("volume"), SECONDS, LIFETIMES, st.integers(1, 200), PRICES),
+        st.tuples(st.just("snapshot"), SECONDS, LIFETIMES, st.integers(1, 200 * GIB), PRICES),
+        st.tuples(st.just("run"), SECONDS, LIFETIMES, st.booleans()),
+    ),
+    max_size=6,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # shrinking a failure replays many histories
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(items=history, elapsed=SECONDS, cents=st.integers(1, 20_000))
+def test_the_budget_spends_what_the_usage_page_shows(world, items, elapsed, cents):
+    """For any history of volumes, snapshots and runs around a month start, the budget's
+    figure (alerts, banner, launch check) is the usage page's total at the same moment, and
+    its alerts are exactly the thresholds that total reaches."""
+    start, budget = at(2026, 2, 20), Decimal(cents) / 100
+    now = start + elapsed
+    with transaction.atomic():
+        tenant = TenantFactory()
+        member = MembershipFactory(tenant=tenant)
+        Quota.objects.filter(tenant=tenant).update(monthly_budget=budget)
+        for n, (kind, offset, lifetime, *rest) in enumerate(items):
+            begin = start + offset
+            end = begin + lifetime if lifetime is not None else None
+            if kind == "volume":
+                volume(
+                    world, tenant, begin, deleted=end, gib=rest[0], price=str(rest[1]), name=f"v{n}"
+                )
+            elif kind == "snapshot":
+                kept(world, tenant, begin, deleted=end, bytes_stored=rest[0], price=str(rest[1]))
+            elif begin < now:
+                box = world.running(tenant, begin, spec=world.whole if rest[0] else None)
+                if end is not None and end < now:
+                    walk(box, [S.STOPPING, S.STOPPED], end)
+        total = usage_report(tenant, month_start(now).date(), now).total
+        created = budgets.check_budgets(now, tenant_ids=[tenant.pk])
+        levels = budgets.crossed(total, budget)
+        assert [(a.threshold, a.spent) for a in created] == [(level, total) for level in levels]
+        assert budgets.month_to_date(tenant, now) == total
+        banner = budgets.notice(member, now)
+        if levels:
+            assert (banner.level, banner.spent) == (levels[-1], total)
+        else:
+            assert banner is None
+        transaction.set_rollback(True)

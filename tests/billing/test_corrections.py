@@ -46,7 +46,7 @@ def test_a_late_failover_after_issue_is_a_line_on_the_next_invoice(world, tenant
     draft = Invoice.objects.get(tenant=tenant, month=february)
     assert with_so_far([draft], now)[0].so_far.amount == Decimal("-2.700000")
     assert budgets.month_to_date(tenant, now) == Decimal("-2.700000")
-    assert budgets.stored_spend(february, [tenant.pk]) == {tenant.pk: Decimal("-2.700000")}
+    assert budgets.spent_this_month([tenant.pk], now) == {tenant.pk: Decimal("-2.700000")}
     assert parse_invoice_csv(export(draft, "csv", now=now).content.decode()).subtotal == Decimal(
         "-2.70"
     )

@@ -133,8 +133,8 @@ def check_documents() -> None:
 def check_one_figure(tenant, api, now) -> None:
     """Every month of the tenant reads the same to the cent wherever it is shown: the usage
     page (``usage_report``), the API, the invoice (a draft's so far, an issued one's
-    subtotal), its CSV and, for the month now open, the budget (the launch refusal's live
-    figure and the meter's stored one). Meant right after the meter ran at ``now``."""
+    subtotal), its CSV and, for the month now open, the budget (``spent_this_month``: its
+    alerts, stop, launch check and banner). Meant right after the meter ran at ``now``."""
     months = set(UsagePiece.objects.filter(tenant=tenant).values_list("month", flat=True))
     invoices = {i.month: i for i in Invoice.objects.filter(tenant=tenant, kind="invoice")}
     for month in sorted(months | invoices.keys()):
@@ -151,8 +151,6 @@ def check_one_figure(tenant, api, now) -> None:
             figures["CSV"] = parse_invoice_csv(csv).subtotal
         if month == month_start(now).date():
             figures["budget"] = round_to_cents(budgets.month_to_date(tenant, now))
-            stored = budgets.stored_spend(month, [tenant.pk]).get(tenant.pk, Decimal(0))
-            figures["budget alerts"] = round_to_cents(stored)
         assert len(set(figures.values())) == 1, f"{month:%Y-%m}: {figures}"
 
 

@@ -97,7 +97,7 @@ def test_the_meter_alerts_on_the_same_figure(running, tenant, other_tenant):
     Quota.objects.filter(tenant=tenant).update(monthly_budget=Decimal("10.00"))
     services.run_meter(NOW)
     figures = so_far([tenant.pk, other_tenant.pk], running.month, NOW)
-    stored = budgets.stored_spend(running.month, [tenant.pk, other_tenant.pk])
-    assert stored == {pk: figure.amount for pk, figure in figures.items()}
+    spent = budgets.spent_this_month([tenant.pk, other_tenant.pk], NOW)
+    assert spent == {pk: figure.amount for pk, figure in figures.items()}
     [alert] = BudgetAlert.objects.filter(tenant=tenant)
     assert (alert.threshold, alert.spent) == (50, Decimal("6.426667"))
