@@ -567,11 +567,12 @@ def close_segment(instance: Instance, kind: str, at: datetime, to_state: str = "
         reconcile_instances([instance.pk])
 
 
-def _holds_disk(instance: Instance, events: QuerySet) -> bool:
-    """Whether the last of ``events`` that makes or removes the instance's disk (a placement,
-    a shelve done) made it."""
+def _holds_disk(instance: Instance, made: Q, removed: Q) -> bool:
+    """Whether the last of the instance's events that made its disk (``made``: placements)
+    or removed it (``removed``: shelves done) made it."""
     last = (
-        events.filter(Q(to_state__in=PLACED_STATES) | Q(shelved=True))
+        InstanceEvent.objects.filter(instance_id=instance.pk)
+        .filter((Q(to_state__in=PLACED_STATES) & made) | (Q(shelved=True) & removed))
         .order_by("-at", "-pk")
         .values_list("shelved", flat=True)
         .first()
@@ -581,12 +582,13 @@ def _holds_disk(instance: Instance, events: QuerySet) -> bool:
 
 def has_disk(instance: Instance, at: datetime) -> bool:
     """Whether the instance had a disk at ``at``: placed by then, and not shelved since."""
-    return _holds_disk(instance, InstanceEvent.objects.filter(instance_id=instance.pk, at__lte=at))
+    return _holds_disk(instance, Q(at__lte=at), Q(at__lte=at))
 
 
 def placed_before(instance: Instance, at: datetime) -> bool:
-    """Whether the instance had a disk just before ``at`` (placed, not shelved since)."""
-    return _holds_disk(instance, InstanceEvent.objects.filter(instance_id=instance.pk, at__lt=at))
+    """Whether the instance had a disk before its placement at ``at``: placed earlier, and
+    not shelved since (a shelve done at that instant comes first)."""
+    return _holds_disk(instance, Q(at__lt=at), Q(at__lte=at))
 
 
 def run_start(instance: Instance, at: datetime) -> datetime | None:
