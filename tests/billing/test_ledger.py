@@ -540,6 +540,25 @@ class Ledger:
     ],
     tail=timedelta(0),
 )
+# Issue 42, items 1 and 4: shelved after an hour stopped, started while shelved (queued: no
+# disk), unshelved by a start, resized live 5 s in, adopted after a silence with the meter
+# running during it, restarted by its policy, stopped and shelved again with the signal lost.
+@example(
+    steps=[
+        ("launch", timedelta(0), 0, ""),
+        ("stop", 0, timedelta(hours=1)),
+        ("shelve", 0, timedelta(hours=1), False),
+        ("start", 0, timedelta(days=1), "queued"),
+        ("suspend", timedelta(hours=5)),
+        ("start", 0, timedelta(hours=1), ""),
+        ("live", 0, timedelta(seconds=5), 1, False),
+        ("adopt", 0, timedelta(seconds=10, microseconds=500_000), timedelta(seconds=40), True),
+        ("restart", 0, timedelta(seconds=13), timedelta(seconds=20)),
+        ("stop", 0, timedelta(seconds=5)),
+        ("shelve", 0, timedelta(0), True),
+    ],
+    tail=timedelta(days=2),
+)
 def test_issued_invoices_never_change_and_billed_time_is_running_time(
     world, token_client, steps, tail
 ):
