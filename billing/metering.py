@@ -537,7 +537,7 @@ def open_segment(instance: Instance, kind: str, at: datetime) -> UsageSegment:
     if earlier_open.exists():  # the close of an earlier one was lost
         reconcile_instances([instance.pk])
     elif kind == UsageKind.GPU:
-        settle_runs([instance.pk])
+        settle_runs([instance.pk], segment.run_started_at)
     return segment
 
 
@@ -551,7 +551,7 @@ def close_segment(instance: Instance, kind: str, at: datetime, to_state: str = "
                 UsageSegment.objects.filter(
                     instance_id=instance.pk, kind=kind, ended_at__isnull=True, started_at__lte=at
                 )
-            ).values_list("pk", "started_at", named=True)
+            ).values_list("pk", "started_at", "run_started_at", named=True)
         )
         open_ids = [segment.pk for segment in open_segments]
         if len(open_ids) == 1:
@@ -560,7 +560,7 @@ def close_segment(instance: Instance, kind: str, at: datetime, to_state: str = "
                 return
             UsageSegment.objects.filter(pk=open_ids[0]).update(ended_at=at, rated=False)
             if kind == UsageKind.GPU:  # a later part of its run, opened first, follows it
-                settle_runs([instance.pk])
+                settle_runs([instance.pk], open_segments[0].run_started_at)
             return
     closed = UsageSegment.objects.filter(instance_id=instance.pk, kind=kind, ended_at=at)
     if open_ids or not closed.exists():  # lost open, or lost closes: the events know
@@ -603,23 +603,25 @@ def run_start(instance: Instance, at: datetime) -> datetime | None:
     )
 
 
-def settle_runs(instance_ids: Iterable[int]) -> int:
-    """Give each GPU segment of the instances the time its run ran in the run's earlier
-    segments (``run_before``; None for the first), marking unrated those it changes, so that
-    a run is billed one minimum and one rounding up, whatever split it (a segment repaired
-    or pulled back included). Answers how many changed."""
+def settle_runs(instance_ids: Iterable[int], run_started_at: datetime | None = None) -> int:
+    """Give each GPU segment of the instances (of their run begun at ``run_started_at`` only,
+    when given) the time its run ran in the run's earlier segments (``run_before``; None for
+    the first), marking unrated those it changes, so that a run is billed one minimum and
+    one rounding up, whatever split it (a segment repaired or pulled back included). Answers
+    how many changed."""
+    runs = Q(run_started_at__isnull=False)
+    if run_started_at is not None:
+        runs = Q(run_started_at=run_started_at)
     rows = (
-        UsageSegment.objects.filter(
-            instance_id__in=set(instance_ids), kind=UsageKind.GPU, run_started_at__isnull=False
-        )
+        UsageSegment.objects.filter(runs, instance_id__in=set(instance_ids), kind=UsageKind.GPU)
         .order_by("instance_id", "run_started_at", "started_at", "pk")
         .values_list("pk", "instance_id", "run_started_at", "started_at", "ended_at", "run_before")
     )
     changed: dict[int, timedelta | None] = {}
     run, ran = None, None
-    for pk, instance_id, run_started_at, started_at, ended_at, run_before in rows:
-        if (instance_id, run_started_at) != run:
-            run, ran = (instance_id, run_started_at), None
+    for pk, instance_id, began, started_at, ended_at, run_before in rows:
+        if (instance_id, began) != run:
+            run, ran = (instance_id, began), None
         if run_before != ran:
             changed[pk] = ran
         ran = (ran or timedelta(0)) + ((ended_at or started_at) - started_at)
