@@ -33,7 +33,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, Max, Min, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from billing import locks
@@ -85,6 +85,24 @@ KIND_STATES = {
 # Entering these places an instance on a host, where its disk is made: only an instance that
 # was placed has a disk to bill (one stopped while still queued has none).
 PLACED_STATES = (State.PROVISIONING, State.STARTING)
+# A run (billed one minimum and one rounding up) begins at the launch (an instance's first
+# event) and at each start the tenant asks for, out of these states; a start the platform
+# makes (``InstanceEvent.continues_run``), a reboot, an adoption and a live resize go on
+# with the run.
+RESTING_STATES = (State.STOPPED, State.FAILED)
+STARTS = (State.STARTING, State.PENDING)
+RUN_OPENERS = Q(from_state="") | Q(
+    from_state__in=RESTING_STATES, to_state__in=STARTS, continues_run=False
+)
+
+
+def opens_run(from_state: str, to_state: str, continues_run: bool) -> bool:
+    """Whether an event begins a run (``RUN_OPENERS``)."""
+    if not from_state:
+        return True
+    return from_state in RESTING_STATES and to_state in STARTS and not continues_run
+
+
 # Instances with a transition this recent are checked against their segments on every run.
 REPAIR_WINDOW = timedelta(hours=1)
 CHUNK_SIZE = 2000
@@ -153,6 +171,7 @@ def rate(
             prices[segment.spec_id],
             now=now,
             minimum_seconds=minimum_seconds(),
+            run_before=segment.run_before,
         )
     return rate_disk(
         segment.started_at,
@@ -181,6 +200,7 @@ SEGMENT_COLUMNS = (
     "disk_price_per_gib_month",
     "started_at",
     "ended_at",
+    "run_before",
 )
 
 
@@ -489,9 +509,11 @@ def _new_segment(
 
 
 def open_segment(instance: Instance, kind: str, at: datetime) -> UsageSegment:
-    """The instance entered the state ``kind`` bills for at ``at``. Idempotent."""
+    """The instance entered the state ``kind`` bills for at ``at`` (a run: the one its
+    tenant's last start began). Idempotent."""
     at = as_utc(at, "at")
-    segment = _new_segment(instance, kind, at)
+    run = {"run_started_at": run_start(instance, at)} if kind == UsageKind.GPU else {}
+    segment = _new_segment(instance, kind, at, **run)
     with transaction.atomic():
         segment, _ = UsageSegment.objects.get_or_create(
             instance_id=instance.pk,
@@ -505,6 +527,7 @@ def open_segment(instance: Instance, kind: str, at: datetime) -> UsageSegment:
                     "disk_gib",
                     "disk_price_per_gib_month",
                     "source",
+                    "run_started_at",
                 )
             },
         )
@@ -513,6 +536,8 @@ def open_segment(instance: Instance, kind: str, at: datetime) -> UsageSegment:
     )
     if earlier_open.exists():  # the close of an earlier one was lost
         reconcile_instances([instance.pk])
+    elif kind == UsageKind.GPU:
+        settle_runs([instance.pk], segment.run_started_at)
     return segment
 
 
@@ -526,7 +551,7 @@ def close_segment(instance: Instance, kind: str, at: datetime, to_state: str = "
                 UsageSegment.objects.filter(
                     instance_id=instance.pk, kind=kind, ended_at__isnull=True, started_at__lte=at
                 )
-            ).values_list("pk", "started_at", named=True)
+            ).values_list("pk", "started_at", "run_started_at", named=True)
         )
         open_ids = [segment.pk for segment in open_segments]
         if len(open_ids) == 1:
@@ -534,24 +559,75 @@ def close_segment(instance: Instance, kind: str, at: datetime, to_state: str = "
                 drop_segments(open_ids, at)
                 return
             UsageSegment.objects.filter(pk=open_ids[0]).update(ended_at=at, rated=False)
+            if kind == UsageKind.GPU:  # a later part of its run, opened first, follows it
+                settle_runs([instance.pk], open_segments[0].run_started_at)
             return
     closed = UsageSegment.objects.filter(instance_id=instance.pk, kind=kind, ended_at=at)
     if open_ids or not closed.exists():  # lost open, or lost closes: the events know
         reconcile_instances([instance.pk])
 
 
+def _holds_disk(instance: Instance, made: Q, removed: Q) -> bool:
+    """Whether the last of the instance's events that made its disk (``made``: placements)
+    or removed it (``removed``: shelves done) made it."""
+    last = (
+        InstanceEvent.objects.filter(instance_id=instance.pk)
+        .filter((Q(to_state__in=PLACED_STATES) & made) | (Q(shelved=True) & removed))
+        .order_by("-at", "-pk")
+        .values_list("shelved", flat=True)
+        .first()
+    )
+    return last is False
+
+
 def has_disk(instance: Instance, at: datetime) -> bool:
-    """Whether the instance had been placed (so had a disk) by ``at``."""
-    return InstanceEvent.objects.filter(
-        instance_id=instance.pk, to_state__in=PLACED_STATES, at__lte=at
-    ).exists()
+    """Whether the instance had a disk at ``at``: placed by then, and not shelved since."""
+    return _holds_disk(instance, Q(at__lte=at), Q(at__lte=at))
 
 
 def placed_before(instance: Instance, at: datetime) -> bool:
-    """Whether the instance had been placed (so had a disk) before ``at``."""
-    return InstanceEvent.objects.filter(
-        instance_id=instance.pk, to_state__in=PLACED_STATES, at__lt=at
-    ).exists()
+    """Whether the instance had a disk before its placement at ``at``: placed earlier, and
+    not shelved since (a shelve done at that instant comes first)."""
+    return _holds_disk(instance, Q(at__lt=at), Q(at__lte=at))
+
+
+def run_start(instance: Instance, at: datetime) -> datetime | None:
+    """When the run going on at ``at`` began: the instance's launch or last start its tenant
+    asked for by then (``RUN_OPENERS``)."""
+    return (
+        InstanceEvent.objects.filter(instance_id=instance.pk, at__lte=at)
+        .filter(RUN_OPENERS)
+        .order_by("-at", "-pk")
+        .values_list("at", flat=True)
+        .first()
+    )
+
+
+def settle_runs(instance_ids: Iterable[int], run_started_at: datetime | None = None) -> int:
+    """Give each GPU segment of the instances (of their run begun at ``run_started_at`` only,
+    when given) the time its run ran in the run's earlier segments (``run_before``; None for
+    the first), marking unrated those it changes, so that a run is billed one minimum and
+    one rounding up, whatever split it (a segment repaired or pulled back included). Answers
+    how many changed."""
+    runs = Q(run_started_at__isnull=False)
+    if run_started_at is not None:
+        runs = Q(run_started_at=run_started_at)
+    rows = (
+        UsageSegment.objects.filter(runs, instance_id__in=set(instance_ids), kind=UsageKind.GPU)
+        .order_by("instance_id", "run_started_at", "started_at", "pk")
+        .values_list("pk", "instance_id", "run_started_at", "started_at", "ended_at", "run_before")
+    )
+    changed: dict[int, timedelta | None] = {}
+    run, ran = None, None
+    for pk, instance_id, began, started_at, ended_at, run_before in rows:
+        if (instance_id, began) != run:
+            run, ran = (instance_id, began), None
+        if run_before != ran:
+            changed[pk] = ran
+        ran = (ran or timedelta(0)) + ((ended_at or started_at) - started_at)
+    for pk, ran in changed.items():
+        UsageSegment.objects.filter(pk=pk).update(run_before=ran, rated=False)
+    return len(changed)
 
 
 def record_transition(instance: Instance, from_state: str, to_state: str, at: datetime) -> None:
@@ -559,6 +635,10 @@ def record_transition(instance: Instance, from_state: str, to_state: str, at: da
     if from_state == to_state == State.RUNNING:  # a live resize: the run goes on, new spec
         close_segment(instance, UsageKind.GPU, at, to_state)
         open_segment(instance, UsageKind.GPU, at)
+        return
+    if from_state == to_state:  # a shelve done: its disk is on no host from here
+        if not has_disk(instance, at):
+            close_segment(instance, UsageKind.DISK, at, to_state)
         return
     for kind, states in KIND_STATES.items():
         if from_state in states and to_state not in states:
@@ -607,9 +687,11 @@ def end_at_last_heartbeat(instance: Instance, at: datetime) -> int:
     from the events, so a lost signal cannot hide one. Answers how many were pulled back."""
     at = as_utc(at, "at")
     reconcile_instances([instance.pk])
-    return UsageSegment.objects.filter(
+    pulled = UsageSegment.objects.filter(
         instance_id=instance.pk, kind=UsageKind.GPU, started_at__lte=at, ended_at__gt=at
     ).update(ended_at=at, rated=False)
+    settle_runs([instance.pk])
+    return pulled
 
 
 # --- repair from the event history -------------------------------------------------------
@@ -626,22 +708,38 @@ class Period:
     spec_id: int | None
     ended_by: str = ""
     disk_gib: int | None = None
+    run_started_at: datetime | None = None  # GPU periods: when the tenant started the run
 
 
-Event = tuple[str, str, datetime, int | None, int | None]
+# (from_state, to_state, at, spec_id, disk_gib, continues_run, shelved), as on InstanceEvent
+Event = tuple[str, str, datetime, int | None, int | None, bool, bool]
+EVENT_COLUMNS = (
+    "from_state",
+    "to_state",
+    "at",
+    "spec_id",
+    "disk_gib",
+    "continues_run",
+    "shelved",
+)
 
 
 def periods_from_events(events: Iterable[Event]) -> dict[str, list[Period]]:
     """Per segment kind, the periods the instance spent in its states, from its events
-    (from_state, to_state, at, spec_id, disk_gib) in order; the last one may still be open
-    (end None). A period has the spec and disk size of the event that began it, as a segment
-    opened by the signal does. Time before the instance was first placed has no disk: no
-    disk period. A disk that grows (a resize while stopped: a note) begins a new period at
-    its new size; so does a run whose spec changes live (a resize's note while running)."""
+    (``Event``) in order; the last one may still be open (end None). A period has the spec
+    and disk size of the event that began it, as a segment opened by the signal does, and a
+    GPU period the start of its run (its launch or its tenant's last start: ``opens_run``).
+    Time before the instance was placed has no disk, nor has time from a shelve done until
+    it is placed again: no disk period. A disk that grows (a resize while stopped: a note)
+    begins a new period at its new size; so does a run whose spec changes live (a resize's
+    note while running)."""
     periods: dict[str, list[Period]] = {kind: [] for kind in KIND_STATES}
     placed = False
-    for _from_state, to_state, at, spec_id, disk_gib in events:
-        placed = placed or to_state in PLACED_STATES
+    run_started_at = None
+    for from_state, to_state, at, spec_id, disk_gib, continues_run, shelved in events:
+        placed = (placed or to_state in PLACED_STATES) and not shelved
+        if opens_run(from_state, to_state, continues_run):
+            run_started_at = at
         for kind, billed in KIND_STATES.items():
             spans = periods[kind]
             is_open = bool(spans) and spans[-1].end is None
@@ -665,7 +763,8 @@ def periods_from_events(events: Iterable[Event]) -> dict[str, list[Period]]:
             if bills_now and (not is_open or grown or respecced):
                 if kind == UsageKind.DISK and spans and spans[-1].start == spans[-1].end == at:
                     spans.pop()  # of no length, so billed nothing: one period per start
-                spans.append(Period(at, None, spec_id, disk_gib=disk_gib))
+                run = run_started_at if kind == UsageKind.GPU else None
+                spans.append(Period(at, None, spec_id, disk_gib=disk_gib, run_started_at=run))
     return periods
 
 
@@ -686,10 +785,11 @@ def disk_price_at(at: datetime) -> Decimal:
 def reconcile_instances(instance_ids: Iterable[int]) -> int:
     """Make the instances' segments match their event history: create the segments of
     periods that have none (each with the spec it had then, the disk of that spec and the
-    disk price of that time), close open segments whose period ended, pull back to its
-    period's end a segment closed later than that (never forward: a GPU segment ended at a
-    lost host's last heartbeat stays there), and drop those of periods that bill nothing.
-    Answers how many segments were created, closed or dropped."""
+    disk price of that time, a GPU segment the run it is part of), close open segments whose
+    period ended, pull back to its period's end a segment closed later than that (never
+    forward: a GPU segment ended at a lost host's last heartbeat stays there), drop those of
+    periods that bill nothing, and settle the runs (``settle_runs``). Answers how many
+    segments were created, closed, dropped or given to another run."""
     instance_ids = sorted(set(instance_ids))
     if not instance_ids:
         return 0
@@ -697,7 +797,7 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
     rows = (
         InstanceEvent.objects.filter(instance_id__in=instance_ids)
         .order_by("instance_id", "at", "pk")
-        .values_list("instance_id", "from_state", "to_state", "at", "spec_id", "disk_gib")
+        .values_list("instance_id", *EVENT_COLUMNS)
     )
     for instance_id, *event in rows:
         events[instance_id].append(tuple(event))
@@ -715,6 +815,7 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
     to_create: list[UsageSegment] = []
     to_close: list[tuple[int, datetime]] = []
     to_drop: list[tuple[int, datetime]] = []
+    to_rerun: list[tuple[int, datetime]] = []  # GPU segments given to another run
     for instance_id, history in events.items():
         instance = instances.get(instance_id)
         if instance is None:
@@ -739,10 +840,14 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
                             if kind == UsageKind.DISK
                             else None,
                             ended_at=period.end,
+                            run_started_at=period.run_started_at,
                             source=UsageSegment.Source.REPAIR,
                         )
                     )
-                elif period.end is not None and (
+                    continue
+                if segment.run_started_at not in (None, period.run_started_at):
+                    to_rerun.append((segment.pk, period.run_started_at))
+                if period.end is not None and (
                     segment.ended_at is None or segment.ended_at > period.end
                 ):
                     # open, or closed too late: a close signal lost, and the next close of
@@ -761,6 +866,11 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
             )
         for pk, start in sorted(to_drop):
             changed += drop_segments([pk], start)
+        for pk, run_started_at in sorted(to_rerun):
+            changed += UsageSegment.objects.filter(pk=pk).update(
+                run_started_at=run_started_at, rated=False
+            )
+        settle_runs(instance_ids)
     if changed:
         log.warning(
             "billing repaired %d segment(s) of instance(s) %s from their events",
@@ -772,17 +882,22 @@ def reconcile_instances(instance_ids: Iterable[int]) -> int:
 
 def instances_to_reconcile(now: datetime, window: timedelta = REPAIR_WINDOW) -> set[int]:
     """Instances whose segments may not match their history: in a billed state without an
-    open segment (for the disk: once placed), with an open segment while out of its states,
-    or with a recent transition."""
+    open segment (for the disk: while it has one, placed and not shelved since), with an
+    open segment while out of its states, or with a recent transition or shelve."""
     candidates: set[int] = set()
-    placed = InstanceEvent.objects.filter(instance=OuterRef("pk"), to_state__in=PLACED_STATES)
+    shelved_last = Subquery(
+        InstanceEvent.objects.filter(instance=OuterRef("pk"))
+        .filter(Q(to_state__in=PLACED_STATES) | Q(shelved=True))
+        .order_by("-at", "-pk")
+        .values("shelved")[:1]
+    )
     for kind, states in KIND_STATES.items():
         open_segment_of = UsageSegment.objects.filter(
             instance=OuterRef("pk"), kind=kind, ended_at__isnull=True
         )
         billed = Instance.objects.filter(state__in=states).exclude(Exists(open_segment_of))
         if kind == UsageKind.DISK:
-            billed = billed.filter(Exists(placed))
+            billed = billed.annotate(shelved_last=shelved_last).filter(shelved_last=False)
         candidates.update(billed.values_list("pk", flat=True))
         candidates.update(
             UsageSegment.objects.filter(kind=kind, ended_at__isnull=True)
@@ -791,7 +906,7 @@ def instances_to_reconcile(now: datetime, window: timedelta = REPAIR_WINDOW) -> 
         )
     candidates.update(
         InstanceEvent.objects.filter(at__gte=now - window)
-        .exclude(from_state=F("to_state"))
+        .exclude(Q(from_state=F("to_state")) & Q(shelved=False))
         .values_list("instance_id", flat=True)
         .distinct()
     )

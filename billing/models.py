@@ -72,6 +72,12 @@ class UsageSegment(models.Model):
     )
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # GPU segments: the run this one is part of, by the moment the tenant started it (launch,
+    # start; None: older than this field, a run of its own), and the time the run ran in its
+    # earlier segments (None: the run's first). A run is billed one minimum and one rounding
+    # up, however it is split (billing.rating).
+    run_started_at = models.DateTimeField(null=True, blank=True)
+    run_before = models.DurationField(null=True, blank=True)
     rated = models.BooleanField(default=False)
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.SIGNAL)
     created_at = models.DateTimeField(default=timezone.now)

@@ -13,15 +13,18 @@ Roundings (each has one named function with an explicit mode):
 
 How a segment is billed and split (``rate_segment``)
 ----------------------------------------------------
-A segment is billed ``max(ceil(length), minimum_seconds)`` seconds. The minimum is
-incurred at the start, so seconds accrue along the cumulative curve
+A run (from a start the tenant asked for, however often a resize, an adoption or a restart
+of the platform splits it into segments) is billed ``max(ceil(length), minimum_seconds)``
+seconds. The minimum is incurred at the start, so seconds accrue along the cumulative curve
 
-    billed(t) = max(ceil(t - start), minimum_seconds)      for t >= start
+    billed(r) = max(ceil(r), minimum_seconds)      for the run's time r >= 0
 
-which jumps to the minimum as the instance starts. The segment is cut at every UTC month
+which jumps to the minimum as the instance starts. A segment is the part of its run from
+``run_before`` (the time the run ran in its earlier segments) on, and a moment ``t`` in it
+is the run's time ``r = run_before + (t - start)``. The segment is cut at every UTC month
 start and every price change inside it, and piece ``i`` over ``[b_i, b_i+1)`` gets
-``billed(b_i+1) - billed(b_i)`` seconds, where ``billed(start)`` counts as 0 for the first
-piece. The sum telescopes to ``billed(end)``, so splitting never changes the total. The
+``billed(b_i+1) - billed(b_i)`` seconds, where ``billed`` at the run's start counts as 0.
+The sum telescopes to ``billed(end)``, so splitting never changes the total. The
 first piece carries the minimum top-up (it gets at least ``minimum_seconds``), and a
 later piece that lies wholly inside the first ``minimum_seconds`` gets 0 seconds. A piece
 depends only on its own boundaries, never on where the segment will end, so a piece of an
@@ -259,8 +262,10 @@ def rate_segment(
     *,
     now: datetime | None = None,
     minimum_seconds: int = DEFAULT_MINIMUM_SECONDS,
+    run_before: timedelta | None = None,
 ) -> tuple[RatedPiece, ...]:
-    """Rate one running segment, split at UTC month starts and price changes.
+    """Rate one running segment, split at UTC month starts and price changes, as the part of
+    its run after ``run_before`` of the run's time (None: the run's first segment).
 
     ``end=None`` is an open segment, rated up to ``now``; a closed one is rated up to
     ``min(end, now)``. The module docstring describes the split and rounding scheme.
@@ -269,18 +274,24 @@ def rate_segment(
         raise TypeError("minimum_seconds must be an int")
     if minimum_seconds < 0:
         raise ValueError(f"minimum_seconds must not be negative, got {minimum_seconds}")
+    if run_before is not None and run_before < timedelta(0):
+        raise ValueError(f"run_before must not be negative, got {run_before}")
     start, until, closed = _window(start, end, now)
     runs = _price_runs(prices, start, until)
     spans = _spans(start, until, (run_from for run_from, _ in runs[1:]))
+    ran_before = run_before or timedelta(0)
+
+    def billed_at(moment: datetime) -> int:
+        return max(ceil_seconds(ran_before + (moment - start)), minimum_seconds)
 
     pieces = []
-    billed_before = 0
+    billed_before = 0 if run_before is None else billed_at(start)
     run_index, run_seconds, run_amount = 0, 0, ZERO
     for index, (piece_start, piece_end) in enumerate(spans):
         if run_index + 1 < len(runs) and runs[run_index + 1][0] <= piece_start:
             run_index, run_seconds, run_amount = run_index + 1, 0, ZERO
         price = runs[run_index][1]
-        billed = max(ceil_seconds(piece_end - start), minimum_seconds)
+        billed = billed_at(piece_end)
         seconds, billed_before = billed - billed_before, billed
         run_seconds += seconds
         run_total = _hourly_amount(run_seconds, price)

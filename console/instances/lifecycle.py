@@ -101,10 +101,12 @@ def transition(
     message: str = "",
     reason: str | None = None,
     at: datetime | None = None,
+    continues_run: bool = False,
 ) -> InstanceEvent:
     """Move `instance` (locked by the caller, inside its transaction) to `to_state`.
 
-    `reason` becomes the instance's state_reason (cleared when None). The write is a
+    `reason` becomes the instance's state_reason (cleared when None); `continues_run`: a start
+    the platform made (billing's run goes on, InstanceEvent.continues_run). The write is a
     compare-and-swap on the old state, so a caller that works from a stale row fails loudly
     instead of overwriting someone else's transition."""
     if not connection.in_atomic_block:
@@ -132,6 +134,7 @@ def transition(
         message=message[:300],
         spec_id=instance.spec_id,
         disk_gib=instance.disk_gib,
+        continues_run=continues_run,
     )
     payload = state_payload(instance, from_state, at)
     transaction.on_commit(
@@ -181,9 +184,15 @@ def record_created(instance: Instance, *, actor=None, message: str = "") -> Inst
 
 
 def note(
-    instance: Instance, message: str, *, actor=None, at: datetime | None = None
+    instance: Instance,
+    message: str,
+    *,
+    actor=None,
+    at: datetime | None = None,
+    shelved: bool = False,
 ) -> InstanceEvent:
-    """An event that changes no state (a resize of a stopped instance, an ssh session)."""
+    """An event that changes no state (a resize of a stopped instance, an ssh session);
+    `shelved`: its shelve is done (InstanceEvent.shelved)."""
     return InstanceEvent.objects.create(
         instance=instance,
         at=at or timezone.now(),
@@ -194,6 +203,7 @@ def note(
         message=message[:300],
         spec_id=instance.spec_id,
         disk_gib=instance.disk_gib,
+        shelved=shelved,
     )
 
 
@@ -222,14 +232,29 @@ def record_live_change(instance: Instance, message: str, actor=None) -> Instance
     tenant's browsers see live, and, after commit, the state signal from running to running,
     at which billing rates the rest of the run at the new spec."""
     event = announce_note(instance, message, actor=actor)
-    state, at = instance.state, event.at
+    _signal_unchanged(instance, event.at)
+    return event
+
+
+def record_shelved(instance: Instance, message: str) -> InstanceEvent:
+    """Its shelve is done (its disk in snapshots, on no host): a note the tenant's browsers
+    see live, and, after commit, the state signal from its state to the same, at which
+    billing stops billing its disk until it is placed again."""
+    event = note(instance, message, shelved=True)
+    announce_unchanged(instance, event.at)
+    _signal_unchanged(instance, event.at)
+    return event
+
+
+def _signal_unchanged(instance: Instance, at: datetime) -> None:
+    """After commit, the state signal from the instance's state to the same at `at`."""
+    state = instance.state
     transaction.on_commit(
         lambda: instance_state_changed.send(
             sender=Instance, instance=instance, from_state=state, to_state=state, at=at
         ),
         robust=True,
     )
-    return event
 
 
 def events_group(tenant_id: int) -> str:

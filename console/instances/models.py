@@ -154,6 +154,13 @@ class InstanceEvent(models.Model):
     # Its disk's size as of this event: billing bills a disk that grew (a resize while
     # stopped) at its new size from then on. Empty on events older than this field.
     disk_gib = models.PositiveIntegerField(null=True, blank=True)
+    # A start the platform made (its restart policy's, a resize's that stopped it, a failover's
+    # onto a fresh disk): billing's run goes on, with no new minimum (a launch or a start the
+    # tenant asked for begins a new one).
+    continues_run = models.BooleanField(default=False)
+    # A shelve done: its disk is in snapshots, on no host, until it is placed again; billing
+    # bills no disk from here until then.
+    shelved = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["at", "pk"]

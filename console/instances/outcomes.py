@@ -118,16 +118,14 @@ def stop_here(instance: Instance, message: str) -> None:
     )
     reason = instance.state_reason if kept else None
     lifecycle.transition(instance, S.STOPPED, message=message, reason=reason)
-    if (
-        resume
-        and queue.place(instance, S.STARTING, message=f"Starting again as {instance.spec.code}")
-        != "placed"
-    ):
+    again = f"Starting again as {instance.spec.code}"
+    if resume and queue.place(instance, S.STARTING, message=again, continues_run=True) != "placed":
         lifecycle.transition(
             instance,
             S.PENDING,
             message=f"Waiting for capacity to start again as {instance.spec.code}",
             reason=queue.waiting_reason(instance),
+            continues_run=True,
         )
     queue.kick_scheduler()
 

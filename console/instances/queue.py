@@ -51,10 +51,13 @@ def waiting_reason(instance: Instance) -> str:
     return f"Waiting for capacity: no {instance.spec.name} free in {instance.region.name}."
 
 
-def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str:
-    """Try to give `instance` (locked) a slice now; on success move it to `to_state` and
-    queue its provisioning. An instance that has a disk goes only to the host that holds it
-    (a disk does not move between hosts). Answers "placed", "full" (nothing fits now) or
+def place(
+    instance: Instance, to_state: str, *, actor=None, message: str, continues_run: bool = False
+) -> str:
+    """Try to give `instance` (locked) a slice now; on success move it to `to_state` (a start
+    the platform made: `continues_run`, see lifecycle.transition) and queue its provisioning.
+    An instance that has a disk goes only to the host that holds it (a disk does not move
+    between hosts). Answers "placed", "full" (nothing fits now) or
     "busy" (other workers kept taking the slices it chose: the scheduler tries again soon)."""
     pinned = placement.pinned_host(instance)
     holding = images.holders(instance.region_id, instance.image.reference)
@@ -71,7 +74,9 @@ def place(instance: Instance, to_state: str, *, actor=None, message: str) -> str
         return "busy"
     if allocation is None:
         return "full"
-    lifecycle.transition(instance, to_state, actor=actor, message=message)
+    lifecycle.transition(
+        instance, to_state, actor=actor, message=message, continues_run=continues_run
+    )
     if pulling := pulls.pull_note(instance, allocation, pinned, holding):
         lifecycle.note(instance, pulling)
     enqueue("provision", instance.pk)

@@ -152,12 +152,16 @@ def _on_fresh_disk(instance_pk: int, host: Host) -> None:
         disk_name=instance.disk_name, disk_host=None, exit_code=None
     )
     message = f"Re-placed on a fresh disk after host {host.name} was lost"
-    if queue.place(instance, S.STARTING, message=f"{message}; GPU slice reserved") != "placed":
+    placed = queue.place(
+        instance, S.STARTING, message=f"{message}; GPU slice reserved", continues_run=True
+    )
+    if placed != "placed":
         lifecycle.transition(
             instance,
             S.PENDING,
             message=f"{message}; waiting for capacity",
             reason=queue.waiting_reason(instance),
+            continues_run=True,
         )
     fleet.report(
         host,

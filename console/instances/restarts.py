@@ -119,7 +119,9 @@ def restart(instance_pk: int, due: str) -> bool:
         if instance.state not in (S.STOPPED, S.FAILED):
             return False
         try:
-            services.start_instance(instance, message=f"Restart {instance.restart_count}")
+            services.start_instance(
+                instance, message=f"Restart {instance.restart_count}", new_run=False
+            )
         except DomainError as error:
             cancel(instance, f"Not restarted: {error}")
             log.info("restart of instance %s refused: %s", instance_pk, error)

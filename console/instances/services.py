@@ -324,9 +324,12 @@ def stop_all(tenant: Tenant, states: Iterable[str], stop: Callable[[Instance], b
     return sum(stop(instance) for instance in instances)
 
 
-def start_instance(instance: Instance, *, actor=None, message: str = "Start requested") -> Instance:
+def start_instance(
+    instance: Instance, *, actor=None, message: str = "Start requested", new_run: bool = True
+) -> Instance:
     """Start a stopped (or failed) instance: placed again, or queued when nothing fits.
-    `message` begins its event (a restart says which)."""
+    `message` begins its event (a restart says which); `new_run`: the tenant asked for it,
+    so billing begins a new run (a restart of the restart policy goes on with the run)."""
     with transaction.atomic():
         quota = _lock_quota(instance.tenant)
         _check_active(instance, "start")
@@ -336,7 +339,11 @@ def start_instance(instance: Instance, *, actor=None, message: str = "Start requ
         _check_budget(instance.tenant)
         _forget_exit(instance)
         placed = queue.place(
-            instance, S.STARTING, actor=actor, message=f"{message}; GPU slice reserved"
+            instance,
+            S.STARTING,
+            actor=actor,
+            message=f"{message}; GPU slice reserved",
+            continues_run=not new_run,
         )
         if placed != "placed":
             lifecycle.transition(
@@ -345,6 +352,7 @@ def start_instance(instance: Instance, *, actor=None, message: str = "Start requ
                 actor=actor,
                 message=f"{message}; waiting for capacity",
                 reason=queue.waiting_reason(instance),
+                continues_run=not new_run,
             )
         audit.record("instance.start", instance, before=was, after=_was(instance))
     return instance

@@ -434,7 +434,7 @@ def _shelved(snapshot: Snapshot) -> None:
         shelf.state, shelf.shelved_at = Shelf.State.SHELVED, timezone.now()
         shelf.save(update_fields=["state", "shelved_at"])
         held = f" and volumes {', '.join(v.name for v in volumes)}" if volumes else ""
-        lifecycle.announce_note(
+        lifecycle.record_shelved(
             instance,
             f"Shelved: its disk{held} are in snapshots; it holds nothing on "
             f"{shelf.host.name if shelf.host else 'its host'} any more",
@@ -532,8 +532,7 @@ def _restore_failed(restore: Restore) -> None:
         # the instance first, then its shelf, as shelve and terminate lock them
         shelved = Shelf.objects.filter(pk=restore.shelf_id).values_list("instance_id", flat=True)
         instance_id = shelved.first()
-        if instance_id is not None:
-            locks.instance_to_change(instance_id)
+        instance = locks.instance_to_change(instance_id) if instance_id is not None else None
         shelf = snapshot_locks.shelf(pk=restore.shelf_id)
         unshelving = shelf is not None and shelf.state == Shelf.State.UNSHELVING
         if not unshelving or shelf.host_id != restore.host_id:
@@ -544,6 +543,7 @@ def _restore_failed(restore: Restore) -> None:
         shelf.save(update_fields=["state", "host"])
         Volume.objects.filter(pk__in=shelf.snapshots.values("volume_id")).update(host=None)
         Instance.objects.filter(pk=shelf.instance_id).update(disk_host=None)
+        lifecycle.record_shelved(instance, f"Shelved again: nothing of it stays on {host.name}")
         for ended in shelf.restores.filter(host=host).exclude(state=RUNNING):
             _discard(ended)
     what = f"volume {restore.volume.name}" if restore.volume_id else "disk"

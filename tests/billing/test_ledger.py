@@ -1,14 +1,17 @@
 """The ledger as an accountant reads it, for any sequence of launches, stops, starts,
-resizes, price changes (past- and future-dated), host failovers (a stop clicked during the
-silence or not), voids and month ends:
+resizes (restarting or live), shelves and unshelves, adoptions after a silent host, restarts
+of the platform, price changes (past- and future-dated), host failovers (a stop clicked
+during the silence or not), voids and month ends:
 
 - an issued invoice never changes afterwards, and none is issued empty;
 - every issued document adds up: sum(lines) - credits + tax = total, and a credit note is
   its invoice negated;
-- billed GPU seconds are the running intervals, each rounded up to a second with the
-  60 s minimum per start; billed disk seconds are the intervals in every other state after
-  placement until terminate, each at the disk's size then (a resize grows it); a late
-  correction of an issued month included (billed on a later invoice);
+- billed GPU seconds are the running intervals of each run (from a launch or a start the
+  tenant asks for to the next), rounded up to a second once with the 60 s minimum once per
+  run; billed disk seconds are the intervals in every other state after placement until
+  terminate, each at the disk's size then (a resize grows it), none from a shelve done to
+  the next placement; a late correction of an issued month included (billed on a later
+  invoice);
 - with price points back-dated into the open month (as the admin allows), every month reads
   the same to the cent on the invoice, the usage page, the API, the CSV and (this month) the
   budget: one rating path, and an issued month reads as issued.
@@ -69,6 +72,15 @@ actions = st.one_of(
     # a late batch from the agent of a held instance: it ran, and (maybe) its workload
     # exited, both at their own times, in one batch or in two with the meter between
     st.tuples(st.just("agent"), pick, gaps, st.booleans(), st.booleans()),
+    # a live resize: to which spec, its signal lost (the meter repairs it)
+    st.tuples(st.just("live"), pick, gaps, st.integers(0, 1), st.booleans()),
+    # a host silent for a while, then heard again and the run adopted back (the meter maybe
+    # running during the silence)
+    st.tuples(st.just("adopt"), pick, gaps, gaps, st.booleans()),
+    # the workload exits and the restart policy starts it again after a pause
+    st.tuples(st.just("restart"), pick, gaps, gaps),
+    # a stopped instance's shelve is done (its signal lost or not); a start unshelves it
+    st.tuples(st.just("shelve"), pick, gaps, st.booleans()),
     # the tenant is suspended, whatever state its instances are in, then reactivated
     st.tuples(st.just("suspend"), gaps),
     # seconds from now (negative: past-dated), which spec, the new price
@@ -92,6 +104,19 @@ ledger_actions = st.one_of(actions, backdated_prices)
 
 def ceil_seconds(length: timedelta) -> int:
     return -(-length // timedelta(seconds=1))
+
+
+def committed(action, *, lost=False) -> None:
+    """Run ``action`` in a transaction, then its after-commit callbacks (the state signal),
+    unless ``lost`` (a crash right after the commit)."""
+    start = len(connection.run_on_commit)
+    with transaction.atomic():
+        action()
+    callbacks = connection.run_on_commit[start:]
+    del connection.run_on_commit[start:]
+    if not lost:
+        for _, callback, _robust in callbacks:
+            callback()
 
 
 def issued() -> dict[str, tuple]:
@@ -162,7 +187,9 @@ class Ledger:
         self.world, self.tenant, self.specs, self.clock = world, tenant, specs, clock
         self.now = START
         self.boxes: list[Instance] = []
-        self.gpu: dict[int, list[list]] = {}  # instance pk: [[start, end or None], …]
+        self.gpu: dict[int, list[list]] = {}  # instance pk: [[start, end or None, run], …]
+        self.run_of: dict[int, int] = {}  # instance pk: its run (a launch, a tenant's start)
+        self.runs = 0
         self.disk: dict[int, list[list]] = {}  # instance pk: [[start, end or None, GiB], …]
         self.placed: set[int] = set()  # instances whose disk was made
         self.seen: dict[str, tuple] = {}
@@ -176,7 +203,12 @@ class Ledger:
         return boxes[index % len(boxes)] if boxes else None
 
     def enter(self, box, kind, periods, when=None):
-        periods.setdefault(box.pk, []).append([when or self.now, None])
+        periods.setdefault(box.pk, []).append([when or self.now, None, self.run_of[box.pk]])
+
+    def new_run(self, box):
+        """A launch or a start the tenant asks for: a new run, its own minimum."""
+        self.runs += 1
+        self.run_of[box.pk] = self.runs
 
     def leave(self, box, periods, when=None):
         periods[box.pk][-1][1] = when or self.now
@@ -197,6 +229,7 @@ class Ledger:
         spec = self.specs[spec_index]
         box = self.world.instance(self.tenant, spec=spec, when=self.now, disk_gib=spec.disk_gib)
         self.boxes.append(box)
+        self.new_run(box)
         if wait != "queued":
             self.run(box, [S.PROVISIONING, S.RUNNING], wait)
 
@@ -214,6 +247,7 @@ class Ledger:
         if box is None:
             return
         self.tick(gap)
+        self.new_run(box)
         if wait == "queued" and box.state == S.STOPPED:  # no room: queued, its disk kept
             move(box, S.PENDING, self.now)
             return
@@ -290,6 +324,63 @@ class Ledger:
         self.disk_on(box)
         self.tick(timedelta(seconds=20))
         self.run(box, [S.RUNNING], wait)
+
+    def live(self, index, gap, spec_index, lost):
+        """A resize its host takes live (resize_instance's record_live_change): the run goes
+        on at the new spec's price."""
+        box = self.in_state({S.RUNNING}, index)
+        spec = self.specs[spec_index]
+        if box is None or box.spec_id == spec.pk:
+            return
+        self.tick(gap)
+
+        def resize():
+            Instance.objects.filter(pk=box.pk).update(spec=spec)
+            box.spec = spec
+            lifecycle.record_live_change(box, f"Resized to {spec.code}")
+
+        committed(resize, lost=lost)
+        self.leave(box, self.gpu)
+        self.enter(box, UsageKind.GPU, self.gpu)
+
+    def adopt(self, index, gap, silence, split):
+        """Its host goes silent, then is heard again ``silence`` later still running it:
+        adopted, billed on from where it went silent (recovery's adoption)."""
+        box = self.in_state({S.RUNNING}, index)
+        if box is None:
+            return
+        self.tick(gap)
+        since = self.now
+        move(box, S.UNREACHABLE, since)
+        self.tick(silence)
+        if split:
+            self.meter(timedelta(0))
+        move(box, S.RUNNING, since)
+
+    def restart(self, index, gap, pause):
+        """The workload exits; ``pause`` later the restart policy starts it again: the run
+        goes on."""
+        box = self.in_state({S.RUNNING}, index)
+        if box is None:
+            return
+        self.tick(gap)
+        walk(box, [S.STOPPING, S.STOPPED], self.now)
+        self.leave(box, self.gpu)
+        self.disk_on(box)
+        self.tick(pause)
+        committed(lambda: lifecycle.transition(box, S.STARTING, at=self.now, continues_run=True))
+        self.run(box, [S.RUNNING], "")
+
+    def shelve(self, index, gap, lost):
+        """A stopped instance's shelve is done (console.snapshots' _shelved): its disk is in
+        a snapshot, on no host, until a start places it again."""
+        box = self.in_state({S.STOPPED, S.FAILED}, index)
+        if box is None or box.pk not in self.placed:
+            return
+        self.tick(gap)
+        committed(lambda: lifecycle.record_shelved(box, "Shelved"), lost=lost)
+        self.disk_off(box)
+        self.placed.discard(box.pk)
 
     def price(self, offset, spec_index, per_hour):
         effective = self.now + timedelta(seconds=offset)
@@ -368,17 +459,18 @@ class Ledger:
         check_documents()
 
     def check_seconds(self):
-        """Billed seconds are the seconds of the truth's periods; the disk's GiB-seconds too,
-        each period at its size."""
-        for kind, periods, minimum in (
-            (UsageKind.GPU, self.gpu, MINIMUM),
-            (UsageKind.DISK, self.disk, 0),
+        """Billed seconds are the seconds of the truth's periods, a run's rounded up once with
+        one minimum; the disk's GiB-seconds too, each period at its size."""
+        runs: dict[int, timedelta] = {}
+        for spans in self.gpu.values():
+            for start, end, run in spans:
+                runs[run] = runs.get(run, timedelta(0)) + (end or self.now) - start
+        disk = (ceil_seconds((end or self.now) - start) for spans in self.disk.values()
+                for start, end, _ in spans)  # fmt: skip
+        for kind, expected in (
+            (UsageKind.GPU, sum(max(ceil_seconds(ran), MINIMUM) for ran in runs.values())),
+            (UsageKind.DISK, sum(disk)),
         ):
-            expected = sum(
-                max(ceil_seconds((end or self.now) - start), minimum)
-                for spans in periods.values()
-                for start, end, *_ in spans
-            )
             billed = sum(  # as invoiced, plus the corrections billed since
                 row.seconds
                 for model in (UsagePiece, UsageCorrection)
@@ -445,6 +537,25 @@ class Ledger:
         ("agent", 0, timedelta(hours=1), True, True),
     ],
     tail=timedelta(0),
+)
+# Issue 42, items 1 and 4: shelved after an hour stopped, started while shelved (queued: no
+# disk), unshelved by a start, resized live 5 s in, adopted after a silence with the meter
+# running during it, restarted by its policy, stopped and shelved again with the signal lost.
+@example(
+    steps=[
+        ("launch", timedelta(0), 0, ""),
+        ("stop", 0, timedelta(hours=1)),
+        ("shelve", 0, timedelta(hours=1), False),
+        ("start", 0, timedelta(days=1), "queued"),
+        ("suspend", timedelta(hours=5)),
+        ("start", 0, timedelta(hours=1), ""),
+        ("live", 0, timedelta(seconds=5), 1, False),
+        ("adopt", 0, timedelta(seconds=10, microseconds=500_000), timedelta(seconds=40), True),
+        ("restart", 0, timedelta(seconds=13), timedelta(seconds=20)),
+        ("stop", 0, timedelta(seconds=5)),
+        ("shelve", 0, timedelta(0), True),
+    ],
+    tail=timedelta(days=2),
 )
 def test_issued_invoices_never_change_and_billed_time_is_running_time(
     world, token_client, steps, tail

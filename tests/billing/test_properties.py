@@ -1,8 +1,9 @@
 """Property tests of the billing pipeline: for any walk through the lifecycle with clock
 jumps (time_machine), lost signals, silent hosts and price changes, the stored pieces bill
-exactly the running time (each start rounded up to a second, the minimum applied), month
-and price splits never change the total, and metering or finalizing again changes
-nothing."""
+exactly the running time (each run, from a start out of stopped or failed to the next,
+rounded up to a second once, the minimum applied once, however a reboot or an adoption
+splits it), month and price splits never change the total, and metering or finalizing again
+changes nothing."""
 
 from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -68,11 +69,12 @@ def half_up_6(value: Decimal) -> Decimal:
     return value.quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
 
 
-def oracle_amount(start, end, minimum, history) -> Decimal:
-    """Amount of a segment without month splits: one cumulative curve per price run."""
+def oracle_amount(start, end, minimum, history, before=None) -> Decimal:
+    """Amount of a segment without month splits: one cumulative curve per price run, the
+    segment's part of its run after ``before`` of the run's time (None: its first)."""
 
     def billed(moment):
-        return max(ceil_seconds(moment - start), minimum)
+        return max(ceil_seconds((before or ZERO) + (moment - start)), minimum)
 
     points = [(t, p) for t, p in history if start < t < end]
     runs, current = [], [p for t, p in history if t <= start][-1]
@@ -83,12 +85,23 @@ def oracle_amount(start, end, minimum, history) -> Decimal:
             bounds.append(moment)
             current = price
     runs.append((bounds[-1], end, current))
-    total, before = Decimal(0), 0
+    total, billed_before = Decimal(0), 0 if before is None else billed(start)
     for _run_start, run_end, price in runs:
-        seconds = billed(run_end) - before
-        before = billed(run_end)
+        seconds = billed(run_end) - billed_before
+        billed_before = billed(run_end)
         total += half_up_6(Decimal(seconds) * price / 3600)
     return total
+
+
+def by_run(spans, now) -> list[tuple]:
+    """Each GPU span (start, end or None, run) as (start, end, its run's time before it:
+    None for the run's first)."""
+    ran: dict[int, timedelta] = {}
+    out = []
+    for start, end, run in spans:
+        out.append((start, end or now, ran.get(run)))
+        ran[run] = ran.get(run, ZERO) + (end or now) - start
+    return out
 
 
 @pytest.mark.django_db
@@ -146,8 +159,9 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
 
     now = START + timedelta(microseconds=jitter)
     box = world.instance(tenant, spec=spec, when=now)
-    state, last, placed = S.PENDING, now, False
-    periods = {UsageKind.GPU: [], UsageKind.DISK: []}  # the truth: [start, end or None]
+    state, last, placed, run = S.PENDING, now, False, 0
+    # the truth: [start, end or None] (GPU: and its run)
+    periods = {UsageKind.GPU: [], UsageKind.DISK: []}
     # the disk is billed in every state but running once placed, until terminate; a run
     # that fails as it begins never ran
     billed_state = {UsageKind.GPU: {S.RUNNING}, UsageKind.DISK: DISK_STATES}
@@ -164,6 +178,8 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
                 when = last + (now - last) * (1 - silent)  # the last heartbeat
             move(box, target, when, deliver=deliver)
             placed = placed or target in (S.PROVISIONING, S.STARTING)  # its disk is made
+            if state in (S.STOPPED, S.FAILED) and target in (S.STARTING, S.PENDING):
+                run += 1  # a start: a new run (a reboot, an adoption go on with it)
             for kind, billed in billed_state.items():
                 spans = periods[kind]
                 is_open = bool(spans) and spans[-1][1] is None
@@ -173,7 +189,7 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
                     if when == spans[-1][0] and (kind == UsageKind.DISK or target == S.FAILED):
                         spans.pop()  # of no length: bills nothing
                 elif bills_now and not is_open:
-                    spans.append([when, None])
+                    spans.append([when, None, run] if kind == UsageKind.GPU else [when, None])
             state, last = target, when
         now += tail
         clock.move_to(now)
@@ -185,14 +201,18 @@ def _scenario(world, walk, changes, minimum, tail, jitter):
         pieces = UsagePiece.objects.filter(instance=box)
         gpu = [p for p in pieces if p.kind == UsageKind.GPU]
         disk = [p for p in pieces if p.kind == UsageKind.DISK]
-        expected_gpu = sum(
-            max(ceil_seconds((end or now) - start), minimum) for start, end in periods["gpu"]
-        )
+        runs: dict[int, timedelta] = {}
+        for start, end, of in periods["gpu"]:
+            runs[of] = runs.get(of, ZERO) + (end or now) - start
+        expected_gpu = sum(max(ceil_seconds(length), minimum) for length in runs.values())
         expected_disk = sum(ceil_seconds((end or now) - start) for start, end in periods["disk"])
         assert sum(p.seconds for p in gpu) == expected_gpu
         assert sum(p.seconds for p in disk) == expected_disk
         expected_amount = sum(
-            (oracle_amount(start, end or now, minimum, history) for start, end in periods["gpu"]),
+            (
+                oracle_amount(start, end, minimum, history, before)
+                for start, end, before in by_run(periods["gpu"], now)
+            ),
             Decimal(0),
         )
         assert sum((p.amount for p in gpu), Decimal(0)) == expected_amount

@@ -441,3 +441,35 @@ def test_invoice_totals_properties(amounts, credit, tax_rate):
     assert totals.tax == half_up_cents(expected_tax)
     assert totals.total == totals.subtotal - totals.credits_applied + totals.tax
     assert totals.total >= 0
+
+
+def test_the_parts_of_a_run_share_one_minimum_and_one_rounding():
+    start = at(2026, 3, 10, 8)
+    cut, end = start + timedelta(seconds=300.4), start + timedelta(seconds=600)
+    first = rate_segment(start, cut, flat("1"))
+    second = rate_segment(cut, end, flat("1"), run_before=cut - start)
+    assert [p.seconds for p in (*first, *second)] == [301, 299]  # was 301 + 300
+    short = rate_segment(
+        cut, cut + timedelta(seconds=5), flat("1"), run_before=timedelta(seconds=13)
+    )
+    assert [p.seconds for p in short] == [0]  # inside the run's minimum, already billed
+    with pytest.raises(ValueError, match="run_before"):
+        rate_segment(start, end, flat("1"), run_before=timedelta(seconds=-1))
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(intervals, minimums, st.lists(st.floats(0, 1), max_size=4))
+def test_a_run_cut_anywhere_bills_what_it_bills_whole(spans, minimum, cuts):
+    """Cut a run at any moments (a resize, an adoption): its parts, each rated after the
+    run's time before it, add up to the whole run's seconds."""
+    for start, end in spans:
+        moments = sorted(start + (end - start) * fraction for fraction in cuts)
+        bounds = [start, *moments, end]
+        parts = [
+            rate_segment(low, high, flat("1"), minimum_seconds=minimum,
+                         run_before=low - start if index else None)
+            for index, (low, high) in enumerate(itertools.pairwise(bounds))
+        ]  # fmt: skip
+        whole = rate_segment(start, end, flat("1"), minimum_seconds=minimum)
+        assert sum(p.seconds for part in parts for p in part) == sum(p.seconds for p in whole)
