@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("billing", "0008_snapshot_usage_kind"),
+        ("billing", "0009_budget_alert_per_budget"),
     ]
 
     operations = [
