@@ -20,7 +20,7 @@ from console.instances import lifecycle, locks, outcomes
 from console.instances.models import Instance, State
 from console.notices import notice
 from console.snapshots import locks as snapshot_locks
-from console.snapshots.models import Restore, Schedule, Shelf, Snapshot
+from console.snapshots.models import Restore, Schedule, Shelf, Snapshot, StoreMeasurement
 from console.volumes import locks as volume_locks
 from console.volumes import services as volumes
 from console.volumes.models import Volume
@@ -628,6 +628,7 @@ def snapshot_done(snapshot_pk: int, view: dict) -> None:
         snapshot.bytes_stored = int(result.get("bytes_added") or 0)
         snapshot.eta_seconds = 0
         snapshot.save()
+        record_measurement(snapshot, result)
         _say(snapshot, "snapshot.done", f"Snapshot {snapshot.pk} of {snapshot.source_name} is done")
         if snapshot.shelf_id is not None:
             _shelved(snapshot)
@@ -687,5 +688,34 @@ def restore_failed(restore_pk: int, error: str) -> None:
         _restore_failed(restore)
 
 
-def forgotten(snapshot_pk: int) -> None:
-    Snapshot.objects.filter(pk=snapshot_pk).update(forgotten=True)
+def forgotten(snapshot_pk: int, view: dict) -> None:
+    with transaction.atomic():
+        snapshot = snapshot_locks.snapshot(snapshot_pk)
+        if snapshot is None or snapshot.forgotten:
+            return
+        Snapshot.objects.filter(pk=snapshot.pk).update(forgotten=True)
+        record_measurement(snapshot, view.get("result") or {})
+
+
+def record_measurement(snapshot: Snapshot, result: dict) -> StoreMeasurement | None:
+    """What the tenant's repository holds now, as the agent measured it after the job on
+    `snapshot` (its `store`; none when the agent could not tell, or of the shared repository):
+    billed from this second on, at the price of the snapshot's region, and each snapshot's
+    share of it, shown on the snapshot."""
+    store = result.get("store")
+    if snapshot.store != Snapshot.Store.TENANT or not isinstance(store, dict):
+        return None
+    held = store.get("snapshots") or {}
+    for row in Snapshot.objects.filter(
+        tenant_id=snapshot.tenant_id, store=Snapshot.Store.TENANT, restic_id__in=list(held)
+    ):
+        share = held[row.restic_id]
+        Snapshot.objects.filter(pk=row.pk).update(
+            bytes_unique=int(share["unique"]), bytes_shared=int(share["shared"])
+        )
+    return StoreMeasurement.objects.create(
+        tenant_id=snapshot.tenant_id,
+        measured_at=timezone.now().replace(microsecond=0),
+        bytes=int(store["bytes"]),
+        price_per_gib_month=snapshot.region.snapshot_price_per_gib_month,
+    )

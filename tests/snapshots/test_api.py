@@ -144,11 +144,11 @@ def test_a_schedule_runs_when_due_and_prunes_beyond_keep(stopped, no_tasks):
     assert list(kept.values_list("pk", flat=True)) == taken[1:]
 
 
-def test_storage_is_billed_per_gib_month_to_the_second(stopped):
+def test_a_shared_store_snapshot_is_billed_per_gib_month_to_the_second(stopped):
     finished = datetime(2026, 11, 10, 12, 0, 0, 250000, tzinfo=UTC)
     snapshot = done_snapshot(
         stopped, finished_at=finished, deleted_at=finished + timedelta(seconds=3600.5),
-        bytes_stored=3 * 1024**3, price_per_gib_month=Decimal("0.05"),
+        bytes_stored=3 * 1024**3, price_per_gib_month=Decimal("0.05"), store="legacy",
     )  # fmt: skip
     tenant, november = stopped.tenant, finished.date().replace(day=1)
     (line,) = usage_report(tenant, november, finished + timedelta(days=2)).lines
