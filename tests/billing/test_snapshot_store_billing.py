@@ -6,9 +6,13 @@ figure, the draft and the invoice. Each snapshot shows its unique and shared byt
 
 from datetime import timedelta
 from decimal import Decimal
+from itertools import pairwise
 
 import pytest
 import time_machine
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from billing import services as billing
 from billing.models import Invoice
@@ -16,6 +20,7 @@ from billing.usage import so_far, usage_report
 from console.snapshots import services
 from console.snapshots.models import Snapshot, StoreMeasurement
 from tests.billing.conftest import APRIL_1, MARCH, at, snapshot, stored_amount
+from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -169,3 +174,50 @@ def test_the_store_lines_on_the_draft_and_the_invoice(tenant, kept_two):
     assert [line.amount for line in usage_report(tenant, MARCH, now=APRIL_1).lines] == [
         row[2] for row in rows
     ]
+
+
+MONTH_SECONDS = 31 * DAY
+measurements = st.lists(
+    st.tuples(
+        st.integers(-5 * DAY, 40 * DAY),  # seconds after March 1 (February and April too)
+        st.integers(0, 999_999),  # and microseconds
+        st.integers(0, 4 * 1024**2),  # MiB held (0: every snapshot deleted)
+    ),
+    max_size=12,
+)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(taken_at=measurements, now_after=st.integers(1, 45 * DAY))
+def test_billed_gib_seconds_are_the_integral_of_the_measured_size(world, taken_at, now_after):
+    march = at(2026, 3, 1)
+    ordered = sorted(taken_at, key=lambda m: m[:2])
+    with transaction.atomic():
+        tenant = TenantFactory()
+        anchor = taken(world, tenant)
+        for offset, micros, mib in ordered:
+            when = march + timedelta(seconds=offset, microseconds=micros)
+            with time_machine.travel(when, tick=False):
+                services.record_measurement(anchor, {"store": {"bytes": mib * 1024**2}})
+        now = march + timedelta(seconds=now_after)
+        report = usage_report(tenant, MARCH, now=now)
+        billed = sum(Decimal(line.disk_gib) * GIB * line.seconds for line in report.lines)
+        # the measured size, second by second of March until now: each measurement from its
+        # second on (the last of a second counts)
+        size = {offset: mib * 1024**2 for offset, _, mib in ordered}
+        end = int((min(now, at(2026, 4, 1)) - march).total_seconds())
+        moments = sorted(size)
+        integral = sum(
+            size[moment] * max(0, min(after, end) - max(moment, 0))
+            for moment, after in pairwise([*moments, end])
+        )
+        assert billed == integral
+        expected = Decimal(integral) / GIB * Decimal("0.05") / MONTH_SECONDS
+        assert abs(report.total - expected) <= Decimal("0.000001") * (len(moments) + 1)
+        assert so_far([tenant.pk], MARCH, now)[tenant.pk].amount == report.total
+        transaction.set_rollback(True)
