@@ -181,3 +181,27 @@ def test_the_shelf_shows_its_restores_progress(client, stopped):
     assert shown["state"] == "shelving" and shown["snapshot"] == snapshot.pk
     assert shown["restore"] == {"state": "running", "bytes_done": 300, "bytes_total": 1200,
                                 "percent": 25, "eta_seconds": 4.5, "error": ""}  # fmt: skip
+
+
+def test_each_snapshot_shows_its_share_of_the_store(client, stopped):
+    older = done_snapshot(stopped, restic_id="0a" * 32)
+    newer = Snapshot.objects.create(
+        tenant=stopped.tenant, region=stopped.region, instance=stopped, source_name="keeper",
+        disk_name=stopped.disk_name, size_gib=10, host_id=stopped.disk_host_id,
+    )  # fmt: skip
+    held = {
+        "0a" * 32: {"bytes": 5 * 1024**3, "unique": 1024**3, "shared": 4 * 1024**3},
+        "0b" * 32: {"bytes": 6 * 1024**3, "unique": 2 * 1024**3, "shared": 4 * 1024**3},
+    }
+    result = {"snapshot": "0b" * 32, "bytes_added": 2 * 1024**3,
+              "store": {"bytes": 7 * 1024**3, "snapshots": held}}  # fmt: skip
+    services.snapshot_done(newer.pk, {"state": "done", "result": result})
+    shown = {s["id"]: s for s in client.get(URL).json()["results"]}
+    assert (shown[older.pk]["bytes_unique"], shown[older.pk]["bytes_shared"]) == (
+        1024**3, 4 * 1024**3,
+    )  # fmt: skip
+    assert (shown[newer.pk]["bytes_unique"], shown[newer.pk]["bytes_shared"]) == (
+        2 * 1024**3, 4 * 1024**3,
+    )  # fmt: skip
+    running = client.post(URL, {"instance": stopped.pk}, format="json").json()
+    assert (running["bytes_unique"], running["bytes_shared"]) == (None, None)  # not measured
