@@ -701,21 +701,39 @@ def record_measurement(snapshot: Snapshot, result: dict) -> StoreMeasurement | N
     """What the tenant's repository holds now, as the agent measured it after the job on
     `snapshot` (its `store`; none when the agent could not tell, or of the shared repository):
     billed from this second on, at the price of the snapshot's region, and each snapshot's
-    share of it, shown on the snapshot."""
-    store = result.get("store")
-    if snapshot.store != Snapshot.Store.TENANT or not isinstance(store, dict):
+    share of it, shown on the snapshot. A malformed measurement is left out (the last one
+    stands)."""
+    if snapshot.store != Snapshot.Store.TENANT or "store" not in result:
         return None
-    held = store.get("snapshots") or {}
+    try:
+        total, held = _measured(result["store"])
+    except (TypeError, ValueError, KeyError, AttributeError):
+        log.warning("snapshot %s: a malformed store measurement: %.200r", snapshot.pk, result)
+        return None
     for row in Snapshot.objects.filter(
         tenant_id=snapshot.tenant_id, store=Snapshot.Store.TENANT, restic_id__in=list(held)
     ):
-        share = held[row.restic_id]
-        Snapshot.objects.filter(pk=row.pk).update(
-            bytes_unique=int(share["unique"]), bytes_shared=int(share["shared"])
-        )
+        unique, shared = held[row.restic_id]
+        Snapshot.objects.filter(pk=row.pk).update(bytes_unique=unique, bytes_shared=shared)
     return StoreMeasurement.objects.create(
         tenant_id=snapshot.tenant_id,
         measured_at=timezone.now().replace(microsecond=0),
-        bytes=int(store["bytes"]),
+        bytes=total,
         price_per_gib_month=snapshot.region.snapshot_price_per_gib_month,
     )
+
+
+def _measured(store: dict) -> tuple[int, dict[str, tuple[int, int]]]:
+    """(the repository's bytes, {restic id: (unique, shared) bytes}) from an agent's `store`;
+    ValueError when a figure is not a whole number of bytes."""
+
+    def size(value) -> int:
+        if type(value) is not int or value < 0:
+            raise ValueError(f"not a number of bytes: {value!r}")
+        return value
+
+    held = {
+        str(restic_id): (size(share["unique"]), size(share["shared"]))
+        for restic_id, share in (store.get("snapshots") or {}).items()
+    }
+    return size(store["bytes"]), held

@@ -140,6 +140,18 @@ def test_a_job_that_could_not_measure_keeps_the_last_measurement(world, tenant):
     assert Snapshot.objects.get(pk=second.pk).bytes_unique is None  # shown as not measured
 
 
+@pytest.mark.parametrize(
+    "measured",
+    [{"bytes": -1}, {"bytes": "5"}, {"bytes": 5, "snapshots": {"ab": {"unique": 1.5}}}, ["x"]],
+)
+def test_a_malformed_measurement_is_left_out(world, tenant, measured):
+    first, second = taken(world, tenant), taken(world, tenant)
+    done(first, at(2026, 3, 2), 1, 10, store(10, s1=(10, 0)))
+    done(second, at(2026, 3, 3), 2, 5, measured)
+    assert Snapshot.objects.get(pk=second.pk).state == Snapshot.State.DONE
+    assert lines(tenant, at(2026, 3, 4)) == [held(10, 2 * DAY)]
+
+
 def test_two_measurements_in_one_second_the_later_counts(world, tenant):
     first, second = taken(world, tenant), taken(world, tenant)
     done(first, at(2026, 3, 2) + timedelta(milliseconds=200), 1, 10, store(10, s1=(10, 0)))
