@@ -4,16 +4,18 @@ repository and password come with each job and are never written to disk or logg
 restic reads what its backend needs beyond them (AWS_ACCESS_KEY_ID, …) from the agent's
 environment.
 
-A job is one restic run in a thread of its own: `backup` reads a disk's mounted file system
-as it is (crash-consistent while its instance runs), `restore` fills a new disk from a
-snapshot (and removes that disk again when it fails), `forget` removes snapshots and prunes
-the data no other snapshot holds. restic runs as root, so a backup or restore runs confined
-(agent/confine.py): on the disk, the kernel follows no symlink, and the agent's state
-directory holds nothing but that disk and restic's cache. A backup or restore that makes no
-progress for `STALL_SECONDS` is ended (a FIFO swapped in for a file between restic's lstat
-and its open would block the open forever). The console puts a job under an id of its own
-and polls it for its progress (bytes done of total, ETA) and outcome. Jobs live in memory: a
-restarted agent knows none, and the console then fails the job it polled.
+A job is one restic run in a thread of its own: `backup` reads a disk's mounted file system as
+it is (crash-consistent while its instance runs), `restore` fills a new disk from a snapshot
+(and removes that disk again when it fails), `forget` removes snapshots and prunes the data no
+other snapshot holds. A backup or forget asked to `measure` answers, beside its outcome, what
+the repository holds after it (`Restic.measure`): what its tenant is billed for. restic runs as
+root, so a backup or restore runs confined (agent/confine.py): on the disk, the kernel follows
+no symlink, and the agent's state directory holds nothing but that disk and restic's cache. A
+backup or restore that makes no progress for `STALL_SECONDS` is ended (a FIFO swapped in for a
+file between restic's lstat and its open would block the open forever). The console puts a job
+under an id of its own and polls it for its progress (bytes done of total, ETA) and outcome.
+Jobs live in memory: a restarted agent knows none, and the console then fails the job it
+polled.
 """
 
 import contextlib
@@ -166,6 +168,28 @@ class Restic:
             "bytes_total": total,
             "bytes_added": int(summary.get("data_added") or 0),
         }
+
+    def _raw_data(self, snapshots: list[str]) -> int:
+        """The bytes the repository stores for the snapshots' data and trees together, each
+        blob once (restic `stats --mode raw-data`); none given: for every snapshot."""
+        stats = self._run("stats", "--json", "--mode", "raw-data", *snapshots)
+        return int(json.loads(stats)["total_size"])
+
+    def measure(self) -> dict:
+        """What the repository holds: {"bytes": its total, "snapshots": {id: {"bytes": what
+        the snapshot refers to, "unique": what deleting it frees (held by no other snapshot),
+        "shared": what it shares with others}}}. The unique part of a snapshot is the total
+        less what all the others refer to together, so one restic run per snapshot and
+        two more."""
+        ids = [s["id"] for s in json.loads(self._run("snapshots", "--json"))]
+        total = self._raw_data([]) if ids else 0
+        held = {}
+        for snapshot in ids:
+            others = [other for other in ids if other != snapshot]
+            unique = total - (self._raw_data(others) if others else 0)
+            own = self._raw_data([snapshot])
+            held[snapshot] = {"bytes": own, "unique": unique, "shared": own - unique}
+        return {"bytes": total, "snapshots": held}
 
     def size(self, snapshot: str) -> int:
         """The bytes a restore of the snapshot writes."""
@@ -372,6 +396,11 @@ def parse_job(body) -> tuple[str, Store, dict]:
         for snapshot in snapshots:
             _string({"snapshot": snapshot}, "snapshot", SNAPSHOT_ID)
         args["snapshots"] = snapshots
+    if kind in ("backup", "forget"):
+        measure = body.get("measure", False)
+        if not isinstance(measure, bool):
+            raise invalid("measure must be true or false")
+        args["measure"] = measure
     return kind, store, args
 
 
@@ -450,6 +479,8 @@ class SnapshotJobs:
                 job.result = self._restore(restic, args, progress)
             else:
                 job.result = restic.forget(args["snapshots"])
+            if args.get("measure"):
+                job.result.update(self._measured(job, restic))
         except Exception as exc:  # every failure is the job's outcome, for the console
             job.error = f"{exc.__class__.__name__}: {exc}"
             job.state = "failed"
@@ -457,6 +488,15 @@ class SnapshotJobs:
         else:
             job.state = "done"
             log.info("snapshot job %s (%s) done: %s", job.id, job.kind, job.result)
+
+    def _measured(self, job: Job, restic: Restic) -> dict:
+        """{"store": what the repository holds now}; nothing when restic cannot tell (the job
+        did its work all the same: the console keeps its last measurement until the next)."""
+        try:
+            return {"store": restic.measure()}
+        except ResticError as exc:
+            log.warning("snapshot job %s could not measure its repository: %s", job.id, exc)
+            return {}
 
     def _restore(self, restic: Restic, args: dict, progress: Progress) -> dict:
         """Fill the disk from the snapshot. A restore that fails removes the disk it was

@@ -61,7 +61,8 @@ class LineKey:
     disk_gib: int | Decimal  # a snapshot's line: the GiB it stores
     corrects: str = ""  # a correction's line: the number of the issued invoice it corrects
     volume_id: int = 0  # a volume's line: the volume
-    snapshot_id: int = 0  # a snapshot's line: the snapshot (its GiB stored in disk_gib)
+    snapshot_id: int = 0  # a snapshot's line: the snapshot (its GiB stored in disk_gib); 0:
+    # the tenant's repository's (the GiB it held)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,9 @@ def describe(key: LineKey, spec_name: str, instance_name: str) -> str:
     elif key.kind == UsageKind.VOLUME:
         price = f"{key.unit_price.normalize():f}"
         return f"Volume {instance_name}: {key.disk_gib} GiB at {price} per GiB-month"
+    elif key.kind == UsageKind.SNAPSHOT and not key.snapshot_id:
+        price = f"{key.unit_price.normalize():f}"
+        return f"Snapshot store: {key.disk_gib:.3f} GiB held at {price} per GiB-month"
     elif key.kind == UsageKind.SNAPSHOT:
         price = f"{key.unit_price.normalize():f}"
         return (
@@ -234,7 +238,12 @@ class UsageReport:
         snapshots = [line for line in self.lines if line.kind == UsageKind.SNAPSHOT]
         return _breakdown(
             snapshots,
-            lambda line: (str(line.snapshot_id), f"{line.snapshot_id} of {line.instance_name}"),
+            lambda line: (
+                str(line.snapshot_id),
+                f"{line.snapshot_id} of {line.instance_name}"
+                if line.snapshot_id
+                else line.instance_name,
+            ),
         )
 
     @property
@@ -367,18 +376,26 @@ def stored_key(item: storage.StoredPiece) -> LineKey:
 def stored_lines(tenant_ids, month: date, now: datetime) -> dict[int, list[UsageLine]]:
     """Each tenant's volume and snapshot lines of ``month`` as of ``now`` (finalization's,
     after it)."""
-    lines: dict[int, list[UsageLine]] = defaultdict(list)
+    seconds: dict[tuple[int, LineKey], int] = defaultdict(int)
+    micros: dict[tuple[int, LineKey], int] = defaultdict(int)
+    names: dict[LineKey, str] = {}
     for item in storage.month_pieces(tenant_ids, month, now):
+        key = (item.tenant_id, stored_key(item))
+        seconds[key] += item.piece.seconds
+        micros[key] += decimal_to_micros(item.piece.amount)
+        names[key[1]] = item.name
+    lines: dict[int, list[UsageLine]] = defaultdict(list)
+    for (tenant_id, key), total in seconds.items():
         line = make_line(
-            stored_key(item),
+            key,
             month=month,
-            instance_name=item.name,
+            instance_name=names[key],
             spec_code="",
             spec_name="",
-            seconds=item.piece.seconds,
-            amount_micros=decimal_to_micros(item.piece.amount),
+            seconds=total,
+            amount_micros=micros[(tenant_id, key)],
         )
-        lines[item.tenant_id].append(line)
+        lines[tenant_id].append(line)
     return lines
 
 

@@ -3,7 +3,7 @@
 
 from cli import confirm
 
-COLUMNS = ["id", "source_name", "kind", "state", "progress", "stored", "created_at"]
+COLUMNS = ["id", "source_name", "kind", "state", "progress", "share", "created_at"]
 SCHEDULE_COLUMNS = ["id", "source_name", "every_hours", "keep", "last_run_at"]
 RESTORE_COLUMNS = ["id", "snapshot", "volume_name", "host", "state", "progress"]
 MIB = 1024 * 1024
@@ -66,11 +66,20 @@ def progress(snapshot: dict) -> str:
     return text
 
 
+def share(snapshot: dict) -> str:
+    """A snapshot's share of its store as last measured (what deleting it frees, and what it
+    shares); one of the shared store of before the split: the data it added there."""
+    if snapshot.get("bytes_unique") is not None:
+        unique, shared = snapshot["bytes_unique"] / MIB, snapshot["bytes_shared"] / MIB
+        return f"{unique:.1f} MiB unique, {shared:.1f} MiB shared"
+    return f"{snapshot['bytes_stored'] / MIB:.1f} MiB added" if snapshot["bytes_stored"] else ""
+
+
 def rows(jobs: list[dict]) -> list[dict]:
-    """Snapshots or restores, with their progress (and a snapshot's stored data)."""
+    """Snapshots or restores, with their progress (and a snapshot's share of its store)."""
     return [
         {**job, "progress": progress(job)}
-        | ({"stored": f"{job['bytes_stored'] / MIB:.1f} MiB"} if "bytes_stored" in job else {})
+        | ({"share": share(job)} if "bytes_stored" in job else {})
         for job in jobs
     ]
 

@@ -3,7 +3,7 @@ change goes through console.snapshots.services)."""
 
 from django.contrib import admin
 
-from console.snapshots.models import Restore, Schedule, Shelf, Snapshot
+from console.snapshots.models import Restore, Schedule, Shelf, Snapshot, StoreMeasurement
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -17,7 +17,7 @@ class ReadOnly(admin.ModelAdmin):
 @admin.register(Snapshot)
 class SnapshotAdmin(ReadOnly):
     list_display = ("id", "tenant", "source_name", "kind", "state", "store", "bytes_stored",
-                    "host", "created_at", "deleted_at")  # fmt: skip
+                    "bytes_unique", "bytes_shared", "host", "created_at", "deleted_at")  # fmt: skip
     list_filter = ("state", "kind", "store")
     search_fields = ("source_name", "restic_id")
 
@@ -38,3 +38,14 @@ class ShelfAdmin(ReadOnly):
 @admin.register(Schedule)
 class ScheduleAdmin(ReadOnly):
     list_display = ("instance", "volume", "tenant", "every_hours", "keep", "last_run_at")
+
+
+@admin.register(StoreMeasurement)
+class StoreMeasurementAdmin(ReadOnly):
+    """What tenants' repositories held: what their snapshot storage is billed from, kept."""
+
+    list_display = ("tenant", "measured_at", "bytes", "price_per_gib_month")
+    list_filter = ("tenant",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -117,11 +117,32 @@ class Schedule(models.Model):
         )
 
 
+class StoreMeasurement(models.Model):
+    """What a tenant's repository held at `measured_at` (a whole second), measured by restic
+    after a backup, a forget or a prune there: the tenant is billed for `bytes` from then until
+    the next measurement (billing/storage.py), at the price per GiB-month of the region of the
+    snapshot whose job measured it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="store_measurements")
+    measured_at = models.DateTimeField()
+    bytes = models.BigIntegerField()
+    price_per_gib_month = models.DecimalField(max_digits=12, decimal_places=6)
+
+    class Meta:
+        ordering = ["tenant", "measured_at", "pk"]
+        indexes = [models.Index(fields=["tenant", "measured_at"])]
+
+    def __str__(self) -> str:
+        return f"the snapshot store of {self.tenant}: {self.bytes} bytes at {self.measured_at}"
+
+
 class Snapshot(Progress):
     """A snapshot of an instance's disk or of a volume, taken on its host into its tenant's
-    repository (or, taken before the store was split per tenant, the shared one). Billed
-    for `bytes_stored` (the new data it added to that repository) from `finished_at` until
-    `deleted_at`."""
+    repository (or, taken before the store was split per tenant, the shared one). One in its
+    tenant's repository is billed as part of that repository (StoreMeasurement), and knows
+    its share of it as last measured: `bytes_unique` (what deleting it frees), `bytes_shared`
+    (what other snapshots hold too). One in the shared repository is billed for
+    `bytes_stored` (the new data it added there) from `finished_at` until `deleted_at`."""
 
     class Kind(models.TextChoices):
         ON_DEMAND = "on_demand", "On demand"
@@ -154,6 +175,8 @@ class Snapshot(Progress):
     )  # fmt: skip
     restic_id = models.CharField(max_length=64, blank=True)
     bytes_stored = models.BigIntegerField(default=0)
+    bytes_unique = models.BigIntegerField(null=True, blank=True)
+    bytes_shared = models.BigIntegerField(null=True, blank=True)
     # The region's price when it was taken: what its stored data is billed at until deleted.
     price_per_gib_month = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
     created_by = models.ForeignKey(

@@ -27,6 +27,8 @@ class SnapshotSerializer(serializers.ModelSerializer):
             "percent",
             "eta_seconds",
             "bytes_stored",
+            "bytes_unique",
+            "bytes_shared",
             "error",
             "created_at",
             "finished_at",

@@ -20,7 +20,7 @@ from console.instances import lifecycle, locks, outcomes
 from console.instances.models import Instance, State
 from console.notices import notice
 from console.snapshots import locks as snapshot_locks
-from console.snapshots.models import Restore, Schedule, Shelf, Snapshot
+from console.snapshots.models import Restore, Schedule, Shelf, Snapshot, StoreMeasurement
 from console.volumes import locks as volume_locks
 from console.volumes import services as volumes
 from console.volumes.models import Volume
@@ -628,6 +628,7 @@ def snapshot_done(snapshot_pk: int, view: dict) -> None:
         snapshot.bytes_stored = int(result.get("bytes_added") or 0)
         snapshot.eta_seconds = 0
         snapshot.save()
+        record_measurement(snapshot, result)
         _say(snapshot, "snapshot.done", f"Snapshot {snapshot.pk} of {snapshot.source_name} is done")
         if snapshot.shelf_id is not None:
             _shelved(snapshot)
@@ -687,5 +688,52 @@ def restore_failed(restore_pk: int, error: str) -> None:
         _restore_failed(restore)
 
 
-def forgotten(snapshot_pk: int) -> None:
-    Snapshot.objects.filter(pk=snapshot_pk).update(forgotten=True)
+def forgotten(snapshot_pk: int, view: dict) -> None:
+    with transaction.atomic():
+        snapshot = snapshot_locks.snapshot(snapshot_pk)
+        if snapshot is None or snapshot.forgotten:
+            return
+        Snapshot.objects.filter(pk=snapshot.pk).update(forgotten=True)
+        record_measurement(snapshot, view.get("result") or {})
+
+
+def record_measurement(snapshot: Snapshot, result: dict) -> StoreMeasurement | None:
+    """What the tenant's repository holds now, as the agent measured it after the job on
+    `snapshot` (its `store`; none when the agent could not tell, or of the shared repository):
+    billed from this second on, at the price of the snapshot's region, and each snapshot's
+    share of it, shown on the snapshot. A malformed measurement is left out (the last one
+    stands)."""
+    if snapshot.store != Snapshot.Store.TENANT or "store" not in result:
+        return None
+    try:
+        total, held = _measured(result["store"])
+    except (TypeError, ValueError, KeyError, AttributeError):
+        log.warning("snapshot %s: a malformed store measurement: %.200r", snapshot.pk, result)
+        return None
+    for row in Snapshot.objects.filter(
+        tenant_id=snapshot.tenant_id, store=Snapshot.Store.TENANT, restic_id__in=list(held)
+    ):
+        unique, shared = held[row.restic_id]
+        Snapshot.objects.filter(pk=row.pk).update(bytes_unique=unique, bytes_shared=shared)
+    return StoreMeasurement.objects.create(
+        tenant_id=snapshot.tenant_id,
+        measured_at=timezone.now().replace(microsecond=0),
+        bytes=total,
+        price_per_gib_month=snapshot.region.snapshot_price_per_gib_month,
+    )
+
+
+def _measured(store: dict) -> tuple[int, dict[str, tuple[int, int]]]:
+    """(the repository's bytes, {restic id: (unique, shared) bytes}) from an agent's `store`;
+    ValueError when a figure is not a whole number of bytes."""
+
+    def size(value) -> int:
+        if type(value) is not int or value < 0:
+            raise ValueError(f"not a number of bytes: {value!r}")
+        return value
+
+    held = {
+        str(restic_id): (size(share["unique"]), size(share["shared"]))
+        for restic_id, share in (store.get("snapshots") or {}).items()
+    }
+    return size(store["bytes"]), held

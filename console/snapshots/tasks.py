@@ -39,6 +39,7 @@ def _backup(snapshot: Snapshot) -> tuple[Host | None, str, dict]:
         "store": stores.for_snapshot(snapshot),
         "volume": snapshot.disk_name,
         "tags": [f"tenant={snapshot.tenant_id}", f"snapshot={snapshot.pk}"],
+        "measure": snapshot.store == Snapshot.Store.TENANT,
     }
     return snapshot.host, snapshot.job_id, body
 
@@ -62,7 +63,8 @@ def _restore(restore: Restore) -> tuple[Host | None, str, dict]:
 def _forget(snapshot: Snapshot) -> tuple[Host | None, str, dict]:
     """Any host of the snapshot's region that answers may forget it, with its tenant's store
     (or the shared one of before the split): the one it was taken on first. One job per
-    snapshot, so one tenant's store per job."""
+    snapshot, so one tenant's store per job. A backup or forget in a tenant's repository
+    measures it after (services.record_measurement)."""
     hosts = Host.objects.filter(region_id=snapshot.region_id).exclude(
         Q(status__in=(Host.Status.UNREACHABLE, Host.Status.RETIRED))
     )
@@ -71,6 +73,7 @@ def _forget(snapshot: Snapshot) -> tuple[Host | None, str, dict]:
         "kind": "forget",
         "store": stores.for_snapshot(snapshot),
         "snapshots": [snapshot.restic_id],
+        "measure": snapshot.store == Snapshot.Store.TENANT,
     }
     return host, f"forget-{snapshot.pk}", body
 
@@ -99,7 +102,7 @@ KINDS = {
             .first()
         ),
         _forget,
-        lambda pk, view: services.forgotten(pk),
+        services.forgotten,
         lambda pk, error: log.warning("snapshot %s could not be forgotten: %s", pk, error),
     ),
 }

@@ -193,3 +193,12 @@ def test_a_host_without_disks_refuses_backups(tmp_path):
     with pytest.raises(ApiError) as refused:
         jobs.start("snap-1", body)
     assert (refused.value.status, refused.value.code) == (409, "no_disks")
+
+
+def test_measure_must_be_true_or_false(tmp_path):
+    jobs = SnapshotJobs(FolderDisks(tmp_path), tmp_path / "state")
+    store = {"repository": str(tmp_path / "repo"), "password": PASSWORD}
+    body = {"kind": "forget", "store": store, "snapshots": ["ab" * 32], "measure": "yes"}
+    with pytest.raises(ApiError) as refused:
+        jobs.start("forget-1", body)
+    assert (refused.value.status, refused.value.detail) == (400, "measure must be true or false")

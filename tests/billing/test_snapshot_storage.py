@@ -1,7 +1,9 @@
-"""Snapshot storage on the bill: the data each snapshot added to the store, per GiB-second from
-the moment it is done until it is deleted, at its region's price per GiB-month when it was
-taken, split at month starts; a line of its own on the usage page, the draft, the finalized
-invoice, its exports, the month's CSV and the budget; every job run twice changes nothing."""
+"""Snapshot storage on the bill, for snapshots of the shared store of before the split per tenant
+(their tenants' repositories are test_snapshot_store_billing.py's): the data each snapshot added
+to the store, per GiB-second from the moment it is done until it is deleted, at its region's
+price per GiB-month when it was taken, split at month starts; a line of its own on the usage
+page, the draft, the finalized invoice, its exports, the month's CSV and the budget; every job
+run twice changes nothing."""
 
 import csv
 import io
@@ -28,7 +30,7 @@ def stored(world, tenant, finished, *, bytes_stored=2 * GIB, price="0.05", delet
         tenant=tenant, region=world.region, source_name=source, disk_name=f"disk-{source}",
         size_gib=10, state=state, created_at=finished - timedelta(minutes=5),
         finished_at=finished, deleted_at=deleted, bytes_stored=bytes_stored,
-        price_per_gib_month=Decimal(price), restic_id="ab" * 32,
+        price_per_gib_month=Decimal(price), restic_id="ab" * 32, store=Snapshot.Store.LEGACY,
     )  # fmt: skip
 
 

@@ -24,10 +24,10 @@ def test_take_list_schedule_delete_and_shelve(cli):
     assert "keeper" in out and "running" in out
     taken = Snapshot.objects.get()
     Snapshot.objects.filter(pk=taken.pk).update(
-        state="done", finished_at=timezone.now(), bytes_stored=3 * 1024 * 1024
+        state="done", finished_at=timezone.now(), bytes_unique=3 * 1024**2, bytes_shared=1024**3
     )
     code, out, _ = cli("snapshots", "list")
-    assert "3.0 MiB" in out and "done" in out
+    assert "3.0 MiB unique, 1024.0 MiB shared" in out and "done" in out
     code, out, _ = cli("--json", "snapshots", "schedule", "keeper", "--every-hours", "6",
                        "--keep", "4")  # fmt: skip
     assert code == 0 and json.loads(out)["keep"] == 4

@@ -144,11 +144,11 @@ def test_a_schedule_runs_when_due_and_prunes_beyond_keep(stopped, no_tasks):
     assert list(kept.values_list("pk", flat=True)) == taken[1:]
 
 
-def test_storage_is_billed_per_gib_month_to_the_second(stopped):
+def test_a_shared_store_snapshot_is_billed_per_gib_month_to_the_second(stopped):
     finished = datetime(2026, 11, 10, 12, 0, 0, 250000, tzinfo=UTC)
     snapshot = done_snapshot(
         stopped, finished_at=finished, deleted_at=finished + timedelta(seconds=3600.5),
-        bytes_stored=3 * 1024**3, price_per_gib_month=Decimal("0.05"),
+        bytes_stored=3 * 1024**3, price_per_gib_month=Decimal("0.05"), store="legacy",
     )  # fmt: skip
     tenant, november = stopped.tenant, finished.date().replace(day=1)
     (line,) = usage_report(tenant, november, finished + timedelta(days=2)).lines
@@ -181,3 +181,27 @@ def test_the_shelf_shows_its_restores_progress(client, stopped):
     assert shown["state"] == "shelving" and shown["snapshot"] == snapshot.pk
     assert shown["restore"] == {"state": "running", "bytes_done": 300, "bytes_total": 1200,
                                 "percent": 25, "eta_seconds": 4.5, "error": ""}  # fmt: skip
+
+
+def test_each_snapshot_shows_its_share_of_the_store(client, stopped):
+    older = done_snapshot(stopped, restic_id="0a" * 32)
+    newer = Snapshot.objects.create(
+        tenant=stopped.tenant, region=stopped.region, instance=stopped, source_name="keeper",
+        disk_name=stopped.disk_name, size_gib=10, host_id=stopped.disk_host_id,
+    )  # fmt: skip
+    held = {
+        "0a" * 32: {"bytes": 5 * 1024**3, "unique": 1024**3, "shared": 4 * 1024**3},
+        "0b" * 32: {"bytes": 6 * 1024**3, "unique": 2 * 1024**3, "shared": 4 * 1024**3},
+    }
+    result = {"snapshot": "0b" * 32, "bytes_added": 2 * 1024**3,
+              "store": {"bytes": 7 * 1024**3, "snapshots": held}}  # fmt: skip
+    services.snapshot_done(newer.pk, {"state": "done", "result": result})
+    shown = {s["id"]: s for s in client.get(URL).json()["results"]}
+    assert (shown[older.pk]["bytes_unique"], shown[older.pk]["bytes_shared"]) == (
+        1024**3, 4 * 1024**3,
+    )  # fmt: skip
+    assert (shown[newer.pk]["bytes_unique"], shown[newer.pk]["bytes_shared"]) == (
+        2 * 1024**3, 4 * 1024**3,
+    )  # fmt: skip
+    running = client.post(URL, {"instance": stopped.pk}, format="json").json()
+    assert (running["bytes_unique"], running["bytes_shared"]) == (None, None)  # not measured

@@ -18,7 +18,7 @@ from console import processes
 from console.fleet.models import Host
 from console.instances.models import Instance
 from console.snapshots import store as stores
-from console.snapshots.models import Schedule, Shelf, Snapshot
+from console.snapshots.models import Schedule, Shelf, Snapshot, StoreMeasurement
 from tests.instances.e2e import wait_for, wait_state
 from tests.snapshots.conftest import SNAPSHOT_MASTER_SECRET
 
@@ -126,21 +126,29 @@ def test_a_shelved_instance_restarts_on_the_other_host_with_its_data(snapshot_st
     # the shelve's snapshot went with the unshelve; the one taken on demand stays
     assert [s["id"] for s in api.get("/snapshots/").json()["results"]] == [snapshot["id"]]
 
-    # its stored data is billed to the second, from the moment it was done until deleted (or
-    # now); the shelve's snapshot of the same, unchanged disk added nothing to the store
-    kept, shelve = Snapshot.objects.get(pk=snapshot["id"]), Snapshot.objects.get(kind="shelve")
+    # the tenant's repository is billed to the second, for what each measurement said it held
+    # (after the first backup, the shelve's, and the prune of the shelve's snapshot), from the
+    # first until now; the kept snapshot shows its share of it
+    kept = Snapshot.objects.get(pk=snapshot["id"])
+    of_tenant = StoreMeasurement.objects.filter(tenant=kept.tenant).order_by("measured_at", "pk")
+    wait_for(lambda: of_tenant.count() == 3, what="the prune's measurement", stack=stack)
+    measured = list(of_tenant)
+    assert all(m.bytes > 0 for m in measured)
     now = timezone.now()
     report = usage_report(kept.tenant, now.date().replace(day=1), now)
-    lines = {line.snapshot_id: line for line in report.lines if line.kind == "snapshot"}
-    assert lines[kept.pk].seconds == math.ceil((now - kept.finished_at).total_seconds())
-    gib = Decimal(kept.bytes_stored) / 1024**3
-    cost = gib * kept.price_per_gib_month * lines[kept.pk].seconds
-    assert lines[kept.pk].amount == (cost / seconds_in_month(now)).quantize(Decimal("0.000001"))
-    if shelve.bytes_stored:
-        held = shelve.deleted_at - shelve.finished_at
-        assert lines[shelve.pk].seconds == math.ceil(held.total_seconds())
-    else:
-        assert shelve.pk not in lines
+    store = [line for line in report.lines if line.kind == "snapshot"]
+    assert {line.snapshot_id for line in store} == {0}  # the store's lines, none per snapshot
+    if measured[0].measured_at.month == now.month:
+        held = math.ceil((now - measured[0].measured_at).total_seconds())
+        assert sum(line.seconds for line in store) == held
+    for line in store:  # each a size held, over one or more measurements' time
+        cost = Decimal(line.disk_gib) * kept.price_per_gib_month * line.seconds
+        assert abs(line.amount - cost / seconds_in_month(now)) <= Decimal("0.000002")
+    wait_for(lambda: api.get(f"/snapshots/{kept.pk}/").json()["bytes_unique"], stack=stack,
+             what="its share")  # fmt: skip
+    shown = api.get(f"/snapshots/{kept.pk}/").json()
+    assert shown["bytes_unique"] + shown["bytes_shared"] > 0
+    assert shown["bytes_unique"] == measured[-1].bytes  # alone in the repository now
 
 
 def test_a_schedule_keeps_the_newest_n(snapshot_store, stack, cloud):

@@ -11,6 +11,7 @@ import pytest
 from billing.usage import usage_report
 from console.fleet.models import Host
 from console.instances.models import Allocation
+from console.snapshots.models import StoreMeasurement
 from console.volumes.models import Volume
 from tests.instances.e2e import wait_for, wait_state
 
@@ -92,12 +93,15 @@ def test_a_volume_snapshot_is_restored_into_a_new_volume_on_another_host(
     assert Allocation.objects.filter(instance_id=reader, host=second).exists()
     assert _sum(api, reader, stack) == written
 
-    # the snapshot's stored data is a line of its own on the bill
+    # the tenant's snapshot store is on the bill, and the snapshot, alone in it, holds it all
     tenant = copy.tenant
     lines = usage_report(tenant, copy.created_at.date().replace(day=1)).lines
-    assert any(line.kind == "snapshot" and line.snapshot_id == snapshot["id"] for line in lines), (
-        lines
-    )
+    store = [line for line in lines if line.kind == "snapshot"]
+    assert [line.instance_name for line in store] == ["snapshot store"], lines
+    shown = api.get(f"/snapshots/{snapshot['id']}/").json()
+    assert (shown["bytes_unique"], shown["bytes_shared"]) == (
+        StoreMeasurement.objects.get(tenant=tenant).bytes, 0,
+    )  # fmt: skip
 
 
 KEEPER = (

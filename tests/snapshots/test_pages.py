@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from console.instances.models import State
-from console.snapshots.models import Restore, Shelf, Snapshot
+from console.snapshots.models import Restore, Shelf, Snapshot, StoreMeasurement
 from console.volumes.models import Volume
 from tests.clients import signed_in
 from tests.instances.helpers import make_instance
@@ -70,15 +70,23 @@ def test_another_tenants_things_are_not_found(member, catalog, other_tenant):
     assert "theirs" not in web.get("/snapshots/").content.decode()
 
 
-def test_the_usage_page_shows_snapshot_storage(member, stopped):
+def test_the_usage_page_shows_the_store_and_the_snapshots_page_each_share(member, stopped):
     snapshot = Snapshot.objects.create(
         tenant=stopped.tenant, region=stopped.region, instance=stopped, source_name="keeper",
-        disk_name=stopped.disk_name, size_gib=10, state="done", bytes_stored=2 * 1024**3,
+        disk_name=stopped.disk_name, size_gib=10, state="done",
+        bytes_unique=512 * 1024**2, bytes_shared=1024**3,
         finished_at=timezone.now() - timedelta(hours=1), price_per_gib_month=Decimal("0.05"),
     )  # fmt: skip
-    page = signed_in(member).get("/billing/usage/").content.decode()
+    StoreMeasurement.objects.create(
+        tenant=stopped.tenant, measured_at=snapshot.finished_at, bytes=2 * 1024**3,
+        price_per_gib_month=Decimal("0.05"),
+    )  # fmt: skip
+    web = signed_in(member)
+    page = web.get("/billing/usage/").content.decode()
     assert 'data-testid="snapshot-storage"' in page
-    assert f"Snapshot {snapshot.pk} of keeper: 2.000 GiB stored at 0.05 per GiB-month" in page
+    assert "Snapshot store: 2.000 GiB held at 0.05 per GiB-month" in page
+    listed = web.get("/snapshots/").content.decode()
+    assert f'data-testid="share-{snapshot.pk}">512.0\xa0MB · 1.0\xa0GB<' in listed
 
 
 def test_a_volume_is_snapshotted_from_the_volumes_page_and_restored(member, stopped, catalog):
