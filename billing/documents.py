@@ -337,6 +337,8 @@ def render_invoice_json(invoice: Invoice) -> str:
     """Every field; amounts as decimal strings, times as ISO 8601."""
     document = {
         "number": invoice.number,
+        "document": invoice.document,
+        "corrects": invoice.corrects,
         "status": invoice.status.value,
         "currency": invoice.currency,
         "issuer": {
@@ -417,6 +419,8 @@ def parse_invoice_json(text: str) -> Invoice:
         tax_amount=_parse_decimal(data["tax_amount"], "tax_amount"),
         total=_parse_decimal(data["total"], "total"),
         currency=data["currency"],
+        document=data.get("document", "invoice"),
+        corrects=data.get("corrects"),
     )
 
 

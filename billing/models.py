@@ -160,11 +160,14 @@ class InvoiceSequence(models.Model):
 
 
 class Invoice(models.Model):
-    """One tenant's invoice for one UTC month, or a credit note that voids one.
+    """One tenant's invoice for one UTC month, or a credit note against one: it voids it
+    (``credits`` void), or takes back what a late correction found was billed too much
+    (``credits`` correction; ``finalize``).
 
     A draft has no number and no stored lines or totals: they are the month's usage so
     far. Finalization stores the lines, the totals, the issuer and tenant as they were, and
-    gives the number; after that only the status moves on (paid, void), through services.
+    gives the number (none when the subtotal is 0.00: nothing to pay); after that only the
+    status moves on (paid, void), through services.
     """
 
     class Kind(models.TextChoices):
@@ -197,13 +200,21 @@ class Invoice(models.Model):
     paid_at = models.DateTimeField(null=True, blank=True)
     voided_at = models.DateTimeField(null=True, blank=True)
     void_reason = models.CharField(max_length=200, blank=True)
-    corrects = models.OneToOneField(
+
+    class Credits(models.TextChoices):
+        VOID = "void", "The whole invoice, voided"
+        CORRECTION = "correction", "A late correction of its usage"
+
+    corrects = models.ForeignKey(
         "self",
         on_delete=models.PROTECT,
         null=True,
         blank=True,
-        related_name="credit_note",
-        help_text="credit notes: the invoice they void",
+        related_name="credit_notes",
+        help_text="credit notes: the invoice they credit",
+    )
+    credits = models.CharField(
+        max_length=12, choices=Credits.choices, blank=True, help_text="credit notes: what for"
     )
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -237,6 +248,11 @@ class Invoice(models.Model):
     def is_credit_note(self) -> bool:
         return self.kind == self.Kind.CREDIT_NOTE
 
+    @property
+    def nothing_to_pay(self) -> bool:
+        """Issued with a subtotal of 0.00: no number, nothing to pay."""
+        return not self.is_draft and not self.number
+
 
 class InvoiceLine(models.Model):
     """A line of a finalized invoice or credit note, as issued (names copied)."""
@@ -266,9 +282,10 @@ class InvoiceLine(models.Model):
 
 class UsageCorrection(models.Model):
     """A change to usage of a month whose invoice is already issued (a late failover that
-    moves a stop back, a repair from the events): the issued invoice stands, and the
-    difference is billed on the invoice of ``month``, the month open when the meter found
-    it, as a line naming the invoice it corrects.
+    moves a stop back, a repair from the events): the issued invoice stands. When ``month``
+    (the month open when the meter found it) is finalized, the corrections of one issued
+    invoice that take money back are a credit note against it (``credit_note``); those that
+    add are lines on the invoice of ``month`` naming the invoice they correct.
 
     Keyed like the piece it corrects, ``(segment, start)``; the meter adds a row only for
     what the rows of that key do not hold yet, so running it again adds nothing."""
@@ -285,6 +302,14 @@ class UsageCorrection(models.Model):
     month = models.DateField(help_text="first day of the UTC month it is billed in")
     seconds = models.BigIntegerField(help_text="seconds added (negative: taken back)")
     amount_micros = models.BigIntegerField(help_text="the amount in millionths")
+    credit_note = models.ForeignKey(
+        Invoice,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="credited_corrections",
+        help_text="the credit note that took it back, once issued",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -135,7 +135,11 @@ class InvoiceSerializer(serializers.ModelSerializer):
     )
     tax_amount = _cents()
     total = _cents()
-    credit_note = serializers.SerializerMethodField()
+    credit_note = serializers.SerializerMethodField(help_text="a void invoice: its reversal")
+    credit_notes = serializers.SerializerMethodField(
+        help_text="every credit note against the invoice: its reversal, and those of late "
+        "corrections"
+    )
     exports = serializers.SerializerMethodField()
     as_of = serializers.SerializerMethodField(
         help_text="a draft: the moment its totals (the month so far) were computed; null once "
@@ -163,14 +167,21 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "voided_at",
             "corrects",
             "credit_note",
+            "credit_notes",
+            "credits",
             "exports",
             "as_of",
         ]
         read_only_fields = fields
 
     def get_credit_note(self, invoice) -> int | None:
-        note = getattr(invoice, "credit_note", None) if invoice.status == "void" else None
-        return note.pk if note else None
+        if invoice.status != "void":
+            return None
+        notes = invoice.credit_notes.all()
+        return next((note.pk for note in notes if note.credits == Invoice.Credits.VOID), None)
+
+    def get_credit_notes(self, invoice) -> list[int]:
+        return sorted(note.pk for note in invoice.credit_notes.all())
 
     def get_exports(self, invoice) -> dict[str, str]:
         request = self.context.get("request")

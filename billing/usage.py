@@ -59,7 +59,7 @@ class LineKey:
     spec_id: int
     unit_price: Decimal
     disk_gib: int | Decimal  # a snapshot's line: the GiB it stores
-    corrects: str = ""  # a correction's line: the number of the issued invoice it corrects
+    corrects: str = ""  # a correction's line: the issued invoice it corrects (its number)
     volume_id: int = 0  # a volume's line: the volume
     snapshot_id: int = 0  # a snapshot's line: the snapshot (its GiB stored in disk_gib)
 
@@ -394,21 +394,42 @@ LINE_GROUP = (
     "unit_price",
     "disk_gib",
 )
-CORRECTION_GROUP = (*LINE_GROUP, "corrects__number")
+CORRECTION_GROUP = (*LINE_GROUP, "corrects__number", "corrects__month")
 
 
-def month_corrections(tenant_ids, month: date, now: datetime | None = None):
-    """The corrections billed in ``month`` (made by ``now``), grouped by line, with their
-    ``total_seconds`` and ``micros``: what the month's invoice adds for issued invoices that
-    changed (``UsageCorrection``)."""
+def corrections_of(tenant_ids, month: date, now: datetime | None = None, *, credited=False):
+    """The corrections found in ``month`` (made by ``now``; ``UsageCorrection``): those billed
+    on the month's invoice, or (``credited``) those a credit note takes back at its
+    finalization. The corrections of one issued invoice found in one month go together:
+    a credit note when they take money back (their sum is below zero), else lines."""
     rows = UsageCorrection.objects.filter(tenant_id__in=tenant_ids, month=month)
     if now is not None:
         rows = rows.filter(created_at__lte=now)
+    taking_back = list(
+        rows.values("corrects_id")
+        .annotate(net=Sum("amount_micros"))
+        .filter(net__lt=0)
+        .values_list("corrects_id", flat=True)
+    )
+    if credited:
+        return rows.filter(corrects_id__in=taking_back)
+    return rows.exclude(corrects_id__in=taking_back)
+
+
+def grouped_corrections(rows, *also: str):
+    """Corrections grouped by line (and by ``also``), with their ``total_seconds`` and
+    ``micros``."""
     return (
-        rows.values(*CORRECTION_GROUP)
+        rows.values(*CORRECTION_GROUP, *also)
         .annotate(total_seconds=Sum("seconds"), micros=Sum("amount_micros"))
         .order_by()
     )
+
+
+def month_corrections(tenant_ids, month: date, now: datetime | None = None):
+    """The corrections billed on ``month``'s invoice (made by ``now``), grouped by line: what
+    it adds for issued invoices that turned out to bill too little."""
+    return grouped_corrections(corrections_of(tenant_ids, month, now))
 
 
 def correction_key(row: dict) -> LineKey:
@@ -418,7 +439,7 @@ def correction_key(row: dict) -> LineKey:
         row["spec_id"],
         row["unit_price"],
         row["disk_gib"],
-        row["corrects__number"],
+        row["corrects__number"] or f"{row['corrects__month']:%B %Y} (nothing to pay)",
     )
 
 
@@ -595,13 +616,13 @@ def issued_report(invoice: Invoice, now: datetime) -> UsageReport:
 
 
 def correction_days(tenant_id: int, month: date, now: datetime) -> list[tuple[date, int]]:
-    """The corrections billed in ``month`` by ``now``: the day each was made, its amount
-    (millionths)."""
+    """The corrections billed on ``month``'s invoice by ``now``: the day each was made, its
+    amount (millionths)."""
     return [
         (made.date(), micros)
-        for made, micros in UsageCorrection.objects.filter(
-            tenant_id=tenant_id, month=month, created_at__lte=now
-        ).values_list("created_at", "amount_micros")
+        for made, micros in corrections_of([tenant_id], month, now).values_list(
+            "created_at", "amount_micros"
+        )
     ]
 
 
