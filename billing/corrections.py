@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from billing import locks
 from billing.issuing import CREDIT_NOTE_SERIES, format_number
-from billing.models import CreditGrant, Invoice, InvoiceLine, UsageCorrection
+from billing.models import CreditGrant, Invoice, InvoiceLine, UsageCorrection, gib_to_bytes
 from billing.rating import ZERO, InvoiceTotals, invoice_totals, reversed_totals, round_to_cents
 from billing.usage import correction_key, corrections_of, grouped_corrections, make_line
 from console.audit import recorder as audit
@@ -150,6 +150,9 @@ def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice
             spec_code=line.spec_code,
             seconds=line.seconds,
             unit_price_per_hour=line.unit_price_per_hour,
+            storage_bytes=line.storage_bytes,
+            month_seconds=line.month_seconds,
+            unit_price_per_gib_month=line.unit_price_per_gib_month,
             amount=-line.amount,
         )
         for position, line in enumerate(original.lines.order_by("position"), start=1)
@@ -235,6 +238,9 @@ def _correction_note(original: Invoice, number: str | None, lines, now: datetime
             description=line.description,
             seconds=line.seconds,
             unit_price_per_hour=line.unit_price_per_hour,
+            storage_bytes=None if line.gib is None else gib_to_bytes(line.gib),
+            month_seconds=line.month_seconds,
+            unit_price_per_gib_month=line.unit_price_per_gib_month,
             amount=line.amount,
         )
         for position, line in enumerate(lines, start=1)

@@ -83,6 +83,9 @@ def _draft_document(invoice: Invoice, now: datetime | None) -> documents.Invoice
             seconds=line.seconds,
             unit_price_per_hour=line.unit_price_per_hour,
             amount=line.amount,
+            gib=line.gib,
+            month_seconds=line.month_seconds,
+            unit_price_per_gib_month=line.unit_price_per_gib_month,
         )
         for line in draft_lines(invoice, now)
     ]
@@ -130,6 +133,9 @@ def _issued_document(invoice: Invoice) -> documents.Invoice:
                 seconds=row.seconds,
                 unit_price_per_hour=row.unit_price_per_hour,
                 amount=row.amount,
+                gib=row.gib,
+                month_seconds=row.month_seconds,
+                unit_price_per_gib_month=row.unit_price_per_gib_month,
             )
             for row in rows
         ),

@@ -37,6 +37,7 @@ from billing.models import (
     Invoice,
     InvoiceLine,
     UsagePiece,
+    gib_to_bytes,
     month_bounds,
 )
 from billing.rating import ZERO, invoice_totals, month_start
@@ -63,6 +64,9 @@ LINE_FIELDS = (
     "description",
     "seconds",
     "unit_price_per_hour",
+    "storage_bytes",
+    "month_seconds",
+    "unit_price_per_gib_month",
     "amount",
 )
 INVOICE_TOTAL_FIELDS = (
@@ -377,6 +381,9 @@ def _line_row(invoice_id: int, position: int, line: UsageLine) -> InvoiceLine:
         description=line.description,
         seconds=line.seconds,
         unit_price_per_hour=line.unit_price_per_hour,
+        storage_bytes=None if line.gib is None else gib_to_bytes(line.gib),
+        month_seconds=line.month_seconds,
+        unit_price_per_gib_month=line.unit_price_per_gib_month,
         amount=line.amount,
     )
 

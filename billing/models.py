@@ -8,7 +8,7 @@ database sums pieces exactly on every backend (SQLite would sum a decimal column
 """
 
 from datetime import UTC, date, datetime
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from django.conf import settings
 from django.db import models
@@ -22,6 +22,17 @@ from console.catalog.models import Spec
 from console.instances.models import Instance
 
 MICROS = Decimal(1_000_000)
+GIB = Decimal(1024**3)
+_EXACT = Context(prec=60)  # a GiB figure of bytes has up to 30 decimal places
+
+
+def bytes_to_gib(count: int) -> Decimal:
+    """Bytes as GiB, every digit (2^-30 has 30 decimal places)."""
+    return _EXACT.divide(Decimal(count), GIB).normalize(_EXACT)
+
+
+def gib_to_bytes(gib: Decimal | int) -> int:
+    return int((Decimal(gib) * GIB).to_integral_value())
 
 
 def micros_to_decimal(micros: int | None) -> Decimal:
@@ -255,7 +266,9 @@ class Invoice(models.Model):
 
 
 class InvoiceLine(models.Model):
-    """A line of a finalized invoice or credit note, as issued (names copied)."""
+    """A line of a finalized invoice or credit note, as issued (names copied). GPU time is
+    priced per hour; storage (disk while not running, volumes, snapshots) per GiB-month,
+    with its size and its month's seconds, so that its figures multiply to its amount."""
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     position = models.PositiveIntegerField()
@@ -267,7 +280,18 @@ class InvoiceLine(models.Model):
     spec_code = models.CharField(max_length=60, blank=True)
     description = models.CharField(max_length=300)
     seconds = models.BigIntegerField(default=0)
-    unit_price_per_hour = models.DecimalField(max_digits=18, decimal_places=6)
+    unit_price_per_hour = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, help_text="GPU time"
+    )
+    storage_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="storage: the size billed (GiB × 2^30)"
+    )
+    month_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="storage: the seconds of the month it was rated in"
+    )
+    unit_price_per_gib_month = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, help_text="storage"
+    )
     amount = models.DecimalField(max_digits=20, decimal_places=6)
 
     class Meta:
@@ -278,6 +302,10 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.description}: {self.amount}"
+
+    @property
+    def gib(self) -> Decimal | None:
+        return None if self.storage_bytes is None else bytes_to_gib(self.storage_bytes)
 
 
 class UsageCorrection(models.Model):

@@ -54,6 +54,20 @@ def _amount(**kwargs):
     return serializers.DecimalField(max_digits=24, decimal_places=6, read_only=True, **kwargs)
 
 
+def _gib():
+    """Storage: the GiB billed, every digit (amount = gib × seconds / month_seconds × price
+    per GiB-month, rounded once to 6 places)."""
+    return serializers.DecimalField(
+        max_digits=60, decimal_places=30, read_only=True, allow_null=True, normalize_output=True
+    )
+
+
+def _month_seconds():
+    return serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="storage: the seconds of its UTC month"
+    )
+
+
 def _cents(**kwargs):
     return serializers.DecimalField(max_digits=16, decimal_places=2, read_only=True, **kwargs)
 
@@ -69,7 +83,10 @@ class UsageLineSerializer(serializers.Serializer):
     spec = serializers.CharField(source="spec_code")
     description = serializers.CharField()
     seconds = serializers.IntegerField()
-    price_per_hour = _amount(source="unit_price_per_hour")
+    price_per_hour = _amount(source="unit_price_per_hour", allow_null=True, help_text="GPU time")
+    gib = _gib()
+    month_seconds = _month_seconds()
+    price_per_gib_month = _amount(source="unit_price_per_gib_month", allow_null=True)
     amount = _amount()
 
 
@@ -117,7 +134,10 @@ class InvoiceLineSerializer(serializers.Serializer):
     instance = serializers.CharField(source="instance_name")
     spec = serializers.CharField(source="spec_code")
     seconds = serializers.IntegerField()
-    price_per_hour = _amount(source="unit_price_per_hour")
+    price_per_hour = _amount(source="unit_price_per_hour", allow_null=True, help_text="GPU time")
+    gib = _gib()
+    month_seconds = _month_seconds()
+    price_per_gib_month = _amount(source="unit_price_per_gib_month", allow_null=True)
     amount = _amount()
 
 

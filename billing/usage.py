@@ -62,6 +62,7 @@ class LineKey:
     corrects: str = ""  # a correction's line: the issued invoice it corrects (its number)
     volume_id: int = 0  # a volume's line: the volume
     snapshot_id: int = 0  # a snapshot's line: the snapshot (its GiB stored in disk_gib)
+    corrects_month: date | None = None  # a correction's line: the month it corrects
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,26 @@ class UsageLine:
     spec_name: str
     description: str
     seconds: int
-    unit_price: Decimal  # per hour (GPU), per GiB-month (disk)
-    unit_price_per_hour: Decimal
-    disk_gib: int
+    unit_price: Decimal  # per hour (GPU), per GiB-month (storage)
+    unit_price_per_hour: Decimal | None  # GPU time only
+    disk_gib: int | Decimal
     amount: Decimal
     volume_id: int = 0  # a volume's line (kind volume): the volume, named in instance_name
     snapshot_id: int = 0  # a snapshot's line: the snapshot, its source named in instance_name
+    # storage: amount = disk_gib × seconds / month_seconds × unit_price, rounded once
+    month_seconds: int | None = None
+
+    @property
+    def is_storage(self) -> bool:
+        return self.month_seconds is not None
+
+    @property
+    def unit_price_per_gib_month(self) -> Decimal | None:
+        return self.unit_price if self.is_storage else None
+
+    @property
+    def gib(self) -> Decimal | None:
+        return Decimal(self.disk_gib) if self.is_storage else None
 
     @property
     def sort_key(self) -> tuple:
@@ -131,10 +146,11 @@ def make_line(
     seconds: int,
     amount_micros: int,
 ) -> UsageLine:
-    if key.kind == UsageKind.GPU:
-        hourly = key.unit_price
-    else:
-        hourly = disk_hourly(key.disk_gib, key.unit_price, month)
+    hourly, month_seconds = key.unit_price, None
+    if key.kind != UsageKind.GPU:  # rated in its own month (a correction: the one it corrects)
+        rated_in = key.corrects_month or month
+        hourly = None
+        month_seconds = seconds_in_month(datetime(rated_in.year, rated_in.month, 1, tzinfo=UTC))
     return UsageLine(
         kind=key.kind,
         instance_id=key.instance_id,
@@ -149,6 +165,7 @@ def make_line(
         amount=micros_to_decimal(amount_micros),
         volume_id=key.volume_id,
         snapshot_id=key.snapshot_id,
+        month_seconds=month_seconds,
     )
 
 
@@ -440,6 +457,7 @@ def correction_key(row: dict) -> LineKey:
         row["unit_price"],
         row["disk_gib"],
         row["corrects__number"] or f"{row['corrects__month']:%B %Y} (nothing to pay)",
+        corrects_month=row["corrects__month"],
     )
 
 
@@ -590,10 +608,11 @@ def issued_report(invoice: Invoice, now: datetime) -> UsageReport:
             spec_name=names.get(row.spec_code, row.spec_code),
             description=row.description,
             seconds=row.seconds,
-            unit_price=row.unit_price_per_hour,  # an issued line keeps its price per hour only
+            unit_price=row.unit_price_per_gib_month or row.unit_price_per_hour,
             unit_price_per_hour=row.unit_price_per_hour,
-            disk_gib=0,
+            disk_gib=row.gib or 0,
             amount=row.amount,
+            month_seconds=row.month_seconds,
         )
         for row in rows
     ]
