@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from enum import StrEnum
 
 from fpdf import FPDF
@@ -669,9 +669,12 @@ def _lines_table(pdf: FPDF, invoice: Invoice) -> None:
             )
 
 
+_EXACT = Context(prec=60)  # a GiB figure of bytes has up to 30 decimal places
+
+
 def gib_text(gib: Decimal) -> str:
     """GiB as exactly as they are billed (a snapshot's: its bytes / 2^30, every digit)."""
-    return _plain(gib.normalize()) if gib != gib.to_integral_value() else f"{gib:.0f}"
+    return _plain(gib.normalize(_EXACT)) if gib != gib.to_integral_value() else f"{gib:.0f}"
 
 
 def storage_text(line: InvoiceLine) -> str:

@@ -19,7 +19,7 @@ from decimal import Decimal
 from django.db.models import Q, QuerySet
 
 from billing.metering import ensure_drafts
-from billing.models import UsageKind
+from billing.models import UsageKind, bytes_to_gib
 from billing.rating import DiskPiece, month_start, next_month_start, rate_disk
 from console.snapshots.models import Snapshot
 from console.volumes.models import Volume
@@ -90,7 +90,7 @@ def month_pieces(tenant_ids, month: date, now: datetime) -> list[StoredPiece]:
         gib = Decimal(volume.size_gib)
         pieces += _pieces(UsageKind.VOLUME, volume, volume.created_at, gib, start, now)
     for snapshot in snapshots_in(tenant_ids, start, until):
-        gib = Decimal(snapshot.bytes_stored) / GIB
+        gib = bytes_to_gib(snapshot.bytes_stored)  # every digit: its line shows them
         pieces += _pieces(UsageKind.SNAPSHOT, snapshot, snapshot.finished_at, gib, start, now)
     return pieces
 
