@@ -69,6 +69,8 @@ def void_invoice(
             return Invoice.objects.get(corrects=original, credits=Invoice.Credits.VOID)
         if original.status == Invoice.Status.DRAFT:
             raise InvalidInvoiceState("A draft is not issued yet, so it cannot be voided.")
+        if original.nothing_to_pay:
+            raise InvalidInvoiceState("A month with nothing to pay has nothing to void.")
         _return_credits(original)
         sequence.last_number += 1
         sequence.save(update_fields=["last_number"])
@@ -110,14 +112,16 @@ def _return_credits(original: Invoice) -> None:
 
 def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice:
     """The credit note ``number`` that reverses ``original``: its lines and totals negated,
+    net of what its corrections' credit notes already took back (their lines negated too),
     its issuer, tenant and tax rate as they were on ``original``."""
+    corrected = list(original.credit_notes.filter(credits=Invoice.Credits.CORRECTION))
     totals = reversed_totals(
         InvoiceTotals(
-            subtotal=original.subtotal,
+            subtotal=original.subtotal + sum((note.subtotal for note in corrected), ZERO),
             credits_applied=original.credits_applied,
             credit_remaining=ZERO,
-            tax=original.tax_amount,
-            total=original.total,
+            tax=original.tax_amount + sum((note.tax_amount for note in corrected), ZERO),
+            total=original.total + sum((note.total for note in corrected), ZERO),
         )
     )
     note = Invoice.objects.create(
@@ -155,7 +159,12 @@ def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice
             unit_price_per_gib_month=line.unit_price_per_gib_month,
             amount=-line.amount,
         )
-        for position, line in enumerate(original.lines.order_by("position"), start=1)
+        for position, line in enumerate(
+            InvoiceLine.objects.filter(invoice__in=[original, *corrected]).order_by(
+                "invoice_id", "position"
+            ),
+            start=1,
+        )
     )
     return note
 

@@ -13,6 +13,7 @@ from django.test import override_settings
 from pypdf import PdfReader
 
 from billing import budgets, services
+from billing.corrections import InvalidInvoiceState
 from billing.documents import parse_invoice_csv, parse_invoice_json
 from billing.exports import export, with_so_far
 from billing.metering import end_at_last_heartbeat
@@ -120,6 +121,13 @@ def test_a_late_failover_that_takes_hours_back_is_a_credit_note_against_its_mont
     assert "CN-2026-000001" in page and "credit note for GC-2026-000001" in page
     page = web.get(f"/billing/invoices/{march.pk}/").content.decode()
     assert "Corrected by credit note" in page and "CN-2026-000001" in page
+    # Voiding March now reverses what is left of it: 12.85 - 9.90.
+    void = services.void_invoice(march, now=at(2026, 5, 2))
+    assert (void.number, void.total) == ("CN-2026-000002", Decimal("-2.95"))
+    assert sorted(void.lines.values_list("amount", flat=True)) == [
+        Decimal("-12.850000"),
+        Decimal("9.900000"),
+    ]
 
 
 def test_a_late_report_that_finds_more_usage_is_a_line_on_the_open_month(world, tenant):
@@ -158,6 +166,8 @@ def test_a_month_of_nothing_to_pay_has_no_number(world, tenant, web):
     assert march.nothing_to_pay
     page = web.get("/billing/invoices/").content.decode()
     assert "Nothing to pay" in page
+    with pytest.raises(InvalidInvoiceState):
+        services.void_invoice(march, now=at(2026, 4, 2))
     # The next invoice takes the first number: none was used up.
     world.running(tenant, at(2026, 4, 2))
     services.run_meter(at(2026, 5, 1, 1))

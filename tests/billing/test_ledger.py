@@ -139,13 +139,15 @@ def check_documents() -> None:
             fixes = UsageCorrection.objects.filter(credit_note=doc)
             assert sum(lines, Decimal(0)) == Decimal(sum(f.amount_micros for f in fixes)) / 10**6
             assert doc.total <= 0 and doc.corrects.month < doc.issued_at.date()
-        elif doc.is_credit_note:
+        elif doc.is_credit_note:  # a void: its invoice negated, net of correction notes
             original = doc.corrects
+            notes = original.credit_notes.filter(credits=Invoice.Credits.CORRECTION, pk__lt=doc.pk)
+            taken = [sum(n.subtotal for n in notes), sum(n.tax_amount for n in notes)]
             assert (doc.subtotal, doc.credits_applied, doc.tax_amount, doc.total) == (
-                -original.subtotal,
+                -original.subtotal - taken[0],
                 -original.credits_applied,
-                -original.tax_amount,
-                -original.total,
+                -original.tax_amount - taken[1],
+                -original.total - taken[0] - taken[1],
             )
 
 
@@ -384,7 +386,7 @@ class Ledger:
     def void(self, index):
         invoices = list(
             Invoice.objects.filter(
-                kind=Invoice.Kind.INVOICE, status=Invoice.Status.FINALIZED
+                kind=Invoice.Kind.INVOICE, status=Invoice.Status.FINALIZED, number__isnull=False
             ).order_by("pk")
         )
         if invoices:
