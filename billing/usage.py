@@ -608,7 +608,9 @@ def issued_report(invoice: Invoice, now: datetime) -> UsageReport:
             spec_name=names.get(row.spec_code, row.spec_code),
             description=row.description,
             seconds=row.seconds,
-            unit_price=row.unit_price_per_gib_month or row.unit_price_per_hour,
+            unit_price=row.unit_price_per_hour
+            if row.month_seconds is None
+            else row.unit_price_per_gib_month,
             unit_price_per_hour=row.unit_price_per_hour,
             disk_gib=row.gib or 0,
             amount=row.amount,
