@@ -3,8 +3,11 @@
 ``finalize_month`` is one transaction for the whole month and a fixed number of queries
 whatever the number of tenants: it locks the number sequence, then the month's drafts in pk
 order, sums the month's stored pieces grouped by invoice line in one query, applies credits,
-and writes lines, credit applications and invoice totals with one bulk statement each.
-Running it again finds no drafts and changes nothing.
+and writes lines, credit applications and invoice totals with one bulk statement each; an
+invoice whose subtotal is 0.00 is issued without a number (nothing to pay). Then the late
+corrections found in the month that take money back become credit notes against the invoices
+they correct (``corrections.issue_correction_notes``). Running it again finds no drafts and
+no correction without its note, and changes nothing.
 """
 
 import logging
