@@ -66,7 +66,8 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
         tenant = request_membership(self.request).tenant
         return (
             Invoice.objects.filter(tenant=tenant)
-            .select_related("tenant", "credit_note")
+            .select_related("tenant")
+            .prefetch_related("credit_notes")
             .order_by("-month", "-pk")
         )
 

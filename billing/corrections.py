@@ -1,16 +1,20 @@
-"""What happens to an issued invoice: it is paid, or voided. A void invoice is never edited;
-a credit note (its own number, in the ``CN`` series) reverses it exactly."""
+"""What happens to an issued invoice: it is paid, or voided, or a late correction takes back
+some of it. A void invoice is never edited; a credit note (its own number, in the ``CN``
+series) reverses it exactly. A late correction that takes money back is a credit note too,
+against the invoice it corrects, issued when the month it was found in is finalized."""
 
 import logging
-from datetime import datetime
+from collections import defaultdict
+from datetime import date, datetime
 
 from django.db import transaction
 from django.utils import timezone
 
 from billing import locks
 from billing.issuing import CREDIT_NOTE_SERIES, format_number
-from billing.models import CreditGrant, Invoice, InvoiceLine
-from billing.rating import ZERO, InvoiceTotals, reversed_totals
+from billing.models import CreditGrant, Invoice, InvoiceLine, UsageCorrection, gib_to_bytes
+from billing.rating import ZERO, InvoiceTotals, invoice_totals, reversed_totals, round_to_cents
+from billing.usage import correction_key, corrections_of, grouped_corrections, make_line
 from console.audit import recorder as audit
 from console.errors import DomainError, ErrorCode
 
@@ -62,9 +66,11 @@ def void_invoice(
         if original.kind != Invoice.Kind.INVOICE:
             raise InvalidInvoiceState("A credit note cannot be voided.")
         if original.status == Invoice.Status.VOID:
-            return Invoice.objects.get(corrects=original)
+            return Invoice.objects.get(corrects=original, credits=Invoice.Credits.VOID)
         if original.status == Invoice.Status.DRAFT:
             raise InvalidInvoiceState("A draft is not issued yet, so it cannot be voided.")
+        if original.nothing_to_pay:
+            raise InvalidInvoiceState("A month with nothing to pay has nothing to void.")
         _return_credits(original)
         sequence.last_number += 1
         sequence.save(update_fields=["last_number"])
@@ -106,14 +112,16 @@ def _return_credits(original: Invoice) -> None:
 
 def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice:
     """The credit note ``number`` that reverses ``original``: its lines and totals negated,
+    net of what its corrections' credit notes already took back (their lines negated too),
     its issuer, tenant and tax rate as they were on ``original``."""
+    corrected = list(original.credit_notes.filter(credits=Invoice.Credits.CORRECTION))
     totals = reversed_totals(
         InvoiceTotals(
-            subtotal=original.subtotal,
+            subtotal=original.subtotal + sum((note.subtotal for note in corrected), ZERO),
             credits_applied=original.credits_applied,
             credit_remaining=ZERO,
-            tax=original.tax_amount,
-            total=original.total,
+            tax=original.tax_amount + sum((note.tax_amount for note in corrected), ZERO),
+            total=original.total + sum((note.total for note in corrected), ZERO),
         )
     )
     note = Invoice.objects.create(
@@ -135,6 +143,7 @@ def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice
         tax_amount=totals.tax,
         total=totals.total,
         corrects=original,
+        credits=Invoice.Credits.VOID,
     )
     InvoiceLine.objects.bulk_create(
         InvoiceLine(
@@ -145,8 +154,104 @@ def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice
             spec_code=line.spec_code,
             seconds=line.seconds,
             unit_price_per_hour=line.unit_price_per_hour,
+            storage_bytes=line.storage_bytes,
+            month_seconds=line.month_seconds,
+            unit_price_per_gib_month=line.unit_price_per_gib_month,
             amount=-line.amount,
         )
-        for position, line in enumerate(original.lines.order_by("position"), start=1)
+        for position, line in enumerate(
+            InvoiceLine.objects.filter(invoice__in=[original, *corrected]).order_by(
+                "invoice_id", "position"
+            ),
+            start=1,
+        )
+    )
+    return note
+
+
+def issue_correction_notes(month: date, sequence, now: datetime) -> list[int]:
+    """Within finalization (``sequence``: the ``CN`` series, locked): a credit note for every
+    issued invoice whose corrections found in ``month`` take money back and have no note yet,
+    numbered in pk order of the invoices. Its lines are the corrections, grouped as on an
+    invoice; its tax is at the corrected invoice's rate; no credit is used. Answers the notes'
+    pks; run again, it finds nothing to credit."""
+    tenants = UsageCorrection.objects.filter(month=month).values("tenant_id")
+    pending = corrections_of(tenants, month, credited=True).filter(credit_note__isnull=True)
+    lines = defaultdict(list)
+    for row in grouped_corrections(pending, "corrects_id"):
+        line = make_line(
+            correction_key(row),
+            month=month,
+            instance_name=row["instance__name"],
+            spec_code=row["spec__code"],
+            spec_name=row["spec__name"],
+            seconds=int(row["total_seconds"]),
+            amount_micros=int(row["micros"]),
+        )
+        lines[row["corrects_id"]].append(line)
+    notes = []
+    for original in locks.invoices(Invoice.objects.filter(pk__in=lines)):
+        note_lines = sorted(lines[original.pk], key=lambda line: line.sort_key)
+        number = None  # a note of 0.00: nothing to pay back, no number
+        if round_to_cents(sum((line.amount for line in note_lines), ZERO)):
+            sequence.last_number += 1
+            number = format_number(CREDIT_NOTE_SERIES, now.year, sequence.last_number)
+        notes.append(_correction_note(original, number, note_lines, now))
+        pending.filter(corrects=original).update(credit_note=notes[-1])
+    if notes:
+        sequence.save(update_fields=["last_number"])
+        audit.record_all(
+            [
+                audit.entry(
+                    "invoice.credit",
+                    note.corrects,
+                    after={"credit_note": note.number, "total": note.total},
+                )
+                for note in notes
+            ]
+        )
+    return [note.pk for note in notes]
+
+
+def _correction_note(original: Invoice, number: str | None, lines, now: datetime) -> Invoice:
+    totals = invoice_totals((line.amount for line in lines), tax_rate=original.tax_rate)
+    note = Invoice.objects.create(
+        tenant_id=original.tenant_id,
+        kind=Invoice.Kind.CREDIT_NOTE,
+        credits=Invoice.Credits.CORRECTION,
+        month=original.month,
+        status=Invoice.Status.FINALIZED,
+        number=number,
+        issued_at=now,
+        currency=original.currency,
+        issuer_name=original.issuer_name,
+        issuer_address=original.issuer_address,
+        issuer_tax_id=original.issuer_tax_id,
+        tenant_name=original.tenant_name,
+        tenant_slug=original.tenant_slug,
+        subtotal=totals.subtotal,
+        credits_applied=totals.credits_applied,
+        tax_rate=original.tax_rate,
+        tax_amount=totals.tax,
+        total=totals.total,
+        corrects=original,
+    )
+    InvoiceLine.objects.bulk_create(
+        InvoiceLine(
+            invoice=note,
+            position=position,
+            kind=line.kind,
+            instance_id=line.instance_id or None,
+            instance_name=line.instance_name,
+            spec_code=line.spec_code,
+            description=line.description,
+            seconds=line.seconds,
+            unit_price_per_hour=line.unit_price_per_hour,
+            storage_bytes=None if line.gib is None else gib_to_bytes(line.gib),
+            month_seconds=line.month_seconds,
+            unit_price_per_gib_month=line.unit_price_per_gib_month,
+            amount=line.amount,
+        )
+        for position, line in enumerate(lines, start=1)
     )
     return note

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from enum import StrEnum
 
 from fpdf import FPDF
@@ -45,6 +45,9 @@ CSV_COLUMNS = (
     "spec",
     "seconds",
     "unit_price_per_hour",
+    "gib",
+    "month_seconds",
+    "unit_price_per_gib_month",
     "amount",
     "currency",
 )
@@ -64,6 +67,9 @@ MONTH_EXPORT_COLUMNS = (
     "spec",
     "seconds",
     "unit_price_per_hour",
+    "gib",
+    "month_seconds",
+    "unit_price_per_gib_month",
     "amount",
 )
 _SUMMARY_ROW_TYPES = ("subtotal", "credits", "tax", "total")
@@ -96,20 +102,30 @@ class BillTo:
 
 @dataclass(frozen=True)
 class InvoiceLine:
-    """A line; a correction of an issued invoice may take seconds back (negative)."""
+    """A line; a correction of an issued invoice may take seconds back (negative).
+
+    GPU time is priced per hour (``unit_price_per_hour``). Storage (a disk while not
+    running, a volume, a snapshot) is priced per GiB-month, and its line shows what
+    multiplies to its amount: ``gib`` × ``seconds`` / ``month_seconds`` (the seconds of its
+    UTC month) × ``unit_price_per_gib_month``, rounded once to 6 places; it has no price per
+    hour (one rounded to 6 places would not multiply)."""
 
     description: str
     instance_name: str
     spec_code: str
     seconds: int
-    unit_price_per_hour: Decimal
+    unit_price_per_hour: Decimal | None
     amount: Decimal
+    gib: Decimal | None = None
+    month_seconds: int | None = None
+    unit_price_per_gib_month: Decimal | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.seconds, bool) or not isinstance(self.seconds, int):
             raise TypeError("seconds must be an int")
-        for name in ("unit_price_per_hour", "amount"):
-            object.__setattr__(self, name, as_decimal(getattr(self, name), name))
+        for name in ("unit_price_per_hour", "amount", "gib", "unit_price_per_gib_month"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, as_decimal(getattr(self, name), name))
         if self.amount != quantize_amount(self.amount):
             raise ValueError(f"a line amount has at most 6 places, got {self.amount}")
 
@@ -222,13 +238,24 @@ def _csv_text_back(text: str) -> str:
     return text[1:] if text.startswith("'") else text
 
 
+def _optional(value) -> str:
+    return "" if value is None else _plain(value) if isinstance(value, Decimal) else str(value)
+
+
+def _parse_optional(text: str | None, name: str) -> Decimal | None:
+    return None if text in ("", None) else _parse_decimal(text, name)
+
+
 def _line_cells(line: InvoiceLine) -> list[str]:
     return [
         _csv_text(line.description),
         _csv_text(line.instance_name),
         _csv_text(line.spec_code),
         str(line.seconds),
-        _plain(line.unit_price_per_hour),
+        _optional(line.unit_price_per_hour),
+        _optional(line.gib),
+        _optional(line.month_seconds),
+        _optional(line.unit_price_per_gib_month),
         _plain(line.amount),
     ]
 
@@ -253,7 +280,8 @@ def _summary_cells(invoice: Invoice) -> list[tuple[str, list[str]]]:
         ("tax", tax_label, invoice.tax_amount),
         ("total", "Total", invoice.total),
     )
-    return [(kind, [label, "", "", "", "", _plain(amount)]) for kind, label, amount in summary]
+    blank = [""] * 7
+    return [(kind, [label, *blank, _plain(amount)]) for kind, label, amount in summary]
 
 
 def render_invoice_csv(invoice: Invoice) -> str:
@@ -287,8 +315,13 @@ def parse_invoice_csv(text: str) -> InvoiceSummary:
                     instance_name=_csv_text_back(row["instance"]),
                     spec_code=_csv_text_back(row["spec"]),
                     seconds=int(row["seconds"]),
-                    unit_price_per_hour=_parse_decimal(row["unit_price_per_hour"], "unit price"),
+                    unit_price_per_hour=_parse_optional(row["unit_price_per_hour"], "unit price"),
                     amount=_parse_decimal(row["amount"], "amount"),
+                    gib=_parse_optional(row["gib"], "gib"),
+                    month_seconds=int(row["month_seconds"]) if row["month_seconds"] else None,
+                    unit_price_per_gib_month=_parse_optional(
+                        row["unit_price_per_gib_month"], "unit price per GiB-month"
+                    ),
                 )
             )
         elif row_type in _SUMMARY_ROW_TYPES and row_type not in totals:
@@ -337,6 +370,8 @@ def render_invoice_json(invoice: Invoice) -> str:
     """Every field; amounts as decimal strings, times as ISO 8601."""
     document = {
         "number": invoice.number,
+        "document": invoice.document,
+        "corrects": invoice.corrects,
         "status": invoice.status.value,
         "currency": invoice.currency,
         "issuer": {
@@ -360,7 +395,10 @@ def render_invoice_json(invoice: Invoice) -> str:
                 "instance_name": line.instance_name,
                 "spec_code": line.spec_code,
                 "seconds": line.seconds,
-                "unit_price_per_hour": _plain(line.unit_price_per_hour),
+                "unit_price_per_hour": _optional(line.unit_price_per_hour) or None,
+                "gib": _optional(line.gib) or None,
+                "month_seconds": line.month_seconds,
+                "unit_price_per_gib_month": _optional(line.unit_price_per_gib_month) or None,
                 "amount": _plain(line.amount),
             }
             for line in invoice.lines
@@ -406,8 +444,13 @@ def parse_invoice_json(text: str) -> Invoice:
                 instance_name=line["instance_name"],
                 spec_code=line["spec_code"],
                 seconds=line["seconds"],
-                unit_price_per_hour=_parse_decimal(line["unit_price_per_hour"], "unit price"),
+                unit_price_per_hour=_parse_optional(line["unit_price_per_hour"], "unit price"),
                 amount=_parse_decimal(line["amount"], "amount"),
+                gib=_parse_optional(line.get("gib"), "gib"),
+                month_seconds=line.get("month_seconds"),
+                unit_price_per_gib_month=_parse_optional(
+                    line.get("unit_price_per_gib_month"), "unit price per GiB-month"
+                ),
             )
             for line in data["lines"]
         ),
@@ -417,6 +460,8 @@ def parse_invoice_json(text: str) -> Invoice:
         tax_amount=_parse_decimal(data["tax_amount"], "tax_amount"),
         total=_parse_decimal(data["total"], "total"),
         currency=data["currency"],
+        document=data.get("document", "invoice"),
+        corrects=data.get("corrects"),
     )
 
 
@@ -489,7 +534,7 @@ def _texts(invoice: Invoice, title: str) -> Iterable[str]:
     yield from (title, invoice.number, invoice.currency, issuer.name, issuer.tax_id or "")
     yield from (tenant.name, tenant.slug, *issuer.address_lines, *tenant.address_lines)
     for line in invoice.lines:
-        yield from (line.description, line.instance_name, line.spec_code)
+        yield from (storage_text(line), line.instance_name, line.spec_code)
 
 
 class _InvoicePDF(FPDF):
@@ -597,7 +642,7 @@ def _lines_table(pdf: FPDF, invoice: Invoice) -> None:
     pdf.set_font(_FONT, "", 8)
     pdf.set_text_color(*_INK)
     pdf.set_draw_color(*_RULE)
-    headings = ("Description", "Instance", "Spec", "Seconds", "Price / h", "Amount")
+    headings = ("Description", "Instance", "Spec", "Seconds", "Price", "Amount")
     with pdf.table(
         width=sum(_COLUMN_WIDTHS),
         col_widths=_COLUMN_WIDTHS,
@@ -610,7 +655,7 @@ def _lines_table(pdf: FPDF, invoice: Invoice) -> None:
     ) as table:
         table.row(headings)
         for line in invoice.lines:
-            texts = (line.description, line.instance_name, line.spec_code)
+            texts = (storage_text(line), line.instance_name, line.spec_code)
             table.row(
                 (
                     *(
@@ -618,10 +663,35 @@ def _lines_table(pdf: FPDF, invoice: Invoice) -> None:
                         for text, width in zip(texts, _COLUMN_WIDTHS, strict=False)
                     ),
                     f"{line.seconds:,}",
-                    format_money(line.unit_price_per_hour, invoice.currency, AS_RATED),
+                    unit_price_text(line, invoice.currency),
                     format_money(line.amount, invoice.currency, AS_RATED),
                 )
             )
+
+
+_EXACT = Context(prec=60)  # a GiB figure of bytes has up to 30 decimal places
+
+
+def gib_text(gib: Decimal) -> str:
+    """GiB as exactly as they are billed (a snapshot's: its bytes / 2^30, every digit)."""
+    return _plain(gib.normalize(_EXACT)) if gib != gib.to_integral_value() else f"{gib:.0f}"
+
+
+def storage_text(line: InvoiceLine) -> str:
+    """A line's description; a storage line's with the figures that multiply to its amount."""
+    if line.gib is None:
+        return line.description
+    return (
+        f"{line.description} ({gib_text(line.gib)} GiB × {line.seconds:,} s / "
+        f"{line.month_seconds:,} s × {_plain(line.unit_price_per_gib_month.normalize())} "
+        "per GiB-month)"
+    )
+
+
+def unit_price_text(line: InvoiceLine, currency: str) -> str:
+    if line.gib is None:
+        return f"{format_money(line.unit_price_per_hour, currency, AS_RATED)} / h"
+    return f"{format_money(line.unit_price_per_gib_month, currency, AS_RATED)} / GiB-month"
 
 
 def _totals_block(pdf: FPDF, invoice: Invoice) -> None:

@@ -19,6 +19,7 @@ from billing.rating import InvoiceTotals, invoice_totals
 from billing.usage import SoFar, UsageLine, so_far, usage_report
 
 DRAFT_NUMBER = "DRAFT"
+NOTHING_TO_PAY = "NOTHING TO PAY"  # an issued month of 0.00: no number
 
 EXPORT_FORMATS = {
     "csv": "text/csv; charset=utf-8",
@@ -82,6 +83,9 @@ def _draft_document(invoice: Invoice, now: datetime | None) -> documents.Invoice
             seconds=line.seconds,
             unit_price_per_hour=line.unit_price_per_hour,
             amount=line.amount,
+            gib=line.gib,
+            month_seconds=line.month_seconds,
+            unit_price_per_gib_month=line.unit_price_per_gib_month,
         )
         for line in draft_lines(invoice, now)
     ]
@@ -110,7 +114,7 @@ def _issued_document(invoice: Invoice) -> documents.Invoice:
     stored = getattr(invoice, "_prefetched_objects_cache", {}).get("lines")
     rows = list(stored) if stored is not None else list(invoice.lines.order_by("position"))
     return documents.Invoice(
-        number=invoice.number,
+        number=invoice.number or NOTHING_TO_PAY,
         status=documents.InvoiceStatus(invoice.status),
         issuer=documents.Issuer(
             name=invoice.issuer_name,
@@ -129,6 +133,9 @@ def _issued_document(invoice: Invoice) -> documents.Invoice:
                 seconds=row.seconds,
                 unit_price_per_hour=row.unit_price_per_hour,
                 amount=row.amount,
+                gib=row.gib,
+                month_seconds=row.month_seconds,
+                unit_price_per_gib_month=row.unit_price_per_gib_month,
             )
             for row in rows
         ),
@@ -147,7 +154,8 @@ def export_basename(invoice: Invoice) -> str:
     prefix = "credit-note" if invoice.is_credit_note else "invoice"
     if invoice.number:
         return f"{prefix}-{invoice.number}"
-    return f"{prefix}-draft-{invoice.tenant.slug}-{invoice.month:%Y-%m}"
+    what = "draft" if invoice.is_draft else "nothing-to-pay"
+    return f"{prefix}-{what}-{invoice.tenant.slug}-{invoice.month:%Y-%m}"
 
 
 def render(doc: documents.Invoice, fmt: str, *, credit_note: bool = False) -> bytes:

@@ -3,8 +3,11 @@
 ``finalize_month`` is one transaction for the whole month and a fixed number of queries
 whatever the number of tenants: it locks the number sequence, then the month's drafts in pk
 order, sums the month's stored pieces grouped by invoice line in one query, applies credits,
-and writes lines, credit applications and invoice totals with one bulk statement each.
-Running it again finds no drafts and changes nothing.
+and writes lines, credit applications and invoice totals with one bulk statement each; an
+invoice whose subtotal is 0.00 is issued without a number (nothing to pay). Then the late
+corrections found in the month that take money back become credit notes against the invoices
+they correct (``corrections.issue_correction_notes``). Running it again finds no drafts and
+no correction without its note, and changes nothing.
 """
 
 import logging
@@ -21,7 +24,9 @@ from django.utils import timezone
 from accounts.models import Tenant
 from billing import documents, locks, storage
 from billing.bulk import insert_rows, update_rows
+from billing.corrections import issue_correction_notes
 from billing.issuing import (
+    CREDIT_NOTE_SERIES,
     INVOICE_SERIES,
     announce_issued,
     configured_tax_rate,
@@ -35,6 +40,7 @@ from billing.models import (
     Invoice,
     InvoiceLine,
     UsagePiece,
+    gib_to_bytes,
     month_bounds,
 )
 from billing.rating import ZERO, invoice_totals, month_start
@@ -61,6 +67,9 @@ LINE_FIELDS = (
     "description",
     "seconds",
     "unit_price_per_hour",
+    "storage_bytes",
+    "month_seconds",
+    "unit_price_per_gib_month",
     "amount",
 )
 INVOICE_TOTAL_FIELDS = (
@@ -94,6 +103,7 @@ class FinalizeResult:
     credits_applied: Decimal
     first_number: str | None
     last_number: str | None
+    credit_notes: int = 0
 
 
 @dataclass
@@ -119,7 +129,8 @@ class _Batch:
         lines: list[UsageLine],
         grants: list[CreditGrant],
     ) -> None:
-        """Number the invoice, total its lines and use the tenant's credit on it."""
+        """Number the invoice (none for a subtotal of 0.00: nothing to pay), total its lines
+        and use the tenant's credit on it."""
         totals = invoice_totals(
             (line.amount for line in lines),
             credit_available=sum((grant.remaining for grant in grants), ZERO),
@@ -127,12 +138,15 @@ class _Batch:
         )
         self._use_credit(invoice_id, totals.credits_applied, grants)
         self.credits_total += totals.credits_applied
-        self.number += 1
+        number = None
+        if totals.subtotal:
+            self.number += 1
+            number = format_number(INVOICE_SERIES, self.now.year, self.number)
         self.invoice_updates.append(
             (
                 invoice_id,
                 Invoice.Status.FINALIZED,
-                format_number(INVOICE_SERIES, self.now.year, self.number),
+                number,
                 self.now,
                 settings.BILLING_CURRENCY,
                 self.issuer.name,
@@ -179,61 +193,93 @@ def finalize_month(month: date, *, now: datetime | None = None) -> FinalizeResul
     if now < period_end:
         raise ValueError(f"{month:%Y-%m} has not ended yet")
     rate_pending(now, period=(period_start, period_end))
-    nothing = FinalizeResult(month, 0, 0, ZERO, None, None)
     with transaction.atomic():
         sequence = locks.invoice_sequence(INVOICE_SERIES, now.year)
-        _create_missing_drafts(month)
-        drafts = Invoice.objects.filter(
-            kind=Invoice.Kind.INVOICE, month=month, status=Invoice.Status.DRAFT
+        note_sequence = locks.invoice_sequence(CREDIT_NOTE_SERIES, now.year)
+        result = _issue_invoices(month, sequence, now)
+        notes = issue_correction_notes(month, note_sequence, now)
+        transaction.on_commit(lambda: announce_issued(result.issued_ids + notes))
+    if result.issued_ids:
+        log.info(
+            "finalized %d invoice(s) of %s: %s … %s",
+            len(result.issued_ids),
+            month,
+            result.first,
+            result.last,
         )
-        locked = list(
-            locks.invoices(drafts).values_list("pk", "tenant_id", "tenant__name", "tenant__slug")
-        )
-        if not locked:
-            return nothing
-        _rate_late_closes(month, drafts, now)
-        lines = _month_lines(month, drafts, now)
-        grants = _applicable_grants(drafts.values("tenant_id"), period_start, now)
-        batch = _Batch(now=now, number=sequence.last_number)
-        empty: list[int] = []
-        for invoice_id, tenant_id, tenant_name, tenant_slug in locked:
-            tenant_lines = [
-                line for line in lines.get(tenant_id, []) if line.seconds or line.amount
-            ]
-            if not tenant_lines:  # nothing billed (a failover pulled it back): never numbered
-                empty.append(invoice_id)
-                continue
-            batch.issue(
-                invoice_id, tenant_name, tenant_slug, tenant_lines, grants.get(tenant_id, [])
+    return FinalizeResult(
+        month,
+        len(result.issued_ids),
+        result.lines,
+        result.credits,
+        result.first,
+        result.last,
+        len(notes),
+    )
+
+
+@dataclass(frozen=True)
+class _Issued:
+    issued_ids: list[int] = field(default_factory=list)
+    lines: int = 0
+    credits: Decimal = ZERO
+    first: str | None = None
+    last: str | None = None
+
+
+def _issue_invoices(month: date, sequence, now: datetime) -> _Issued:
+    """Issue the drafts of ``month`` (in the finalizing transaction, ``sequence`` locked)."""
+    period_start = month_bounds(month)[0]
+    _create_missing_drafts(month)
+    drafts = Invoice.objects.filter(
+        kind=Invoice.Kind.INVOICE, month=month, status=Invoice.Status.DRAFT
+    )
+    locked = list(
+        locks.invoices(drafts).values_list("pk", "tenant_id", "tenant__name", "tenant__slug")
+    )
+    if not locked:
+        return _Issued()
+    _rate_late_closes(month, drafts, now)
+    lines = _month_lines(month, drafts, now)
+    grants = _applicable_grants(drafts.values("tenant_id"), period_start, now)
+    batch = _Batch(now=now, number=sequence.last_number)
+    empty: list[int] = []
+    for invoice_id, tenant_id, tenant_name, tenant_slug in locked:
+        tenant_lines = [line for line in lines.get(tenant_id, []) if line.seconds or line.amount]
+        if not tenant_lines:  # nothing billed (a failover pulled it back): never numbered
+            empty.append(invoice_id)
+            continue
+        batch.issue(invoice_id, tenant_name, tenant_slug, tenant_lines, grants.get(tenant_id, []))
+    Invoice.objects.filter(pk__in=empty).delete()
+    if not batch.invoice_updates:
+        return _Issued()
+    batch.write()
+    numbers = [row[2] for row in batch.invoice_updates if row[2]]
+    sequence.last_number = batch.number
+    sequence.save(update_fields=["last_number"])
+    issued_ids = [row[0] for row in batch.invoice_updates]
+    audit.record_all(
+        [
+            audit.entry(
+                "invoice.issue",
+                invoice,
+                before={"status": Invoice.Status.DRAFT},
+                after={
+                    "status": invoice.status,
+                    "number": invoice.number,
+                    "total": invoice.total,
+                },
             )
-        Invoice.objects.filter(pk__in=empty).delete()
-        if not batch.invoice_updates:
-            return nothing
-        batch.write()
-        first = format_number(INVOICE_SERIES, now.year, sequence.last_number + 1)
-        last = batch.invoice_updates[-1][2]
-        sequence.last_number = batch.number
-        sequence.save(update_fields=["last_number"])
-        issued_ids = [row[0] for row in batch.invoice_updates]
-        audit.record_all(
-            [
-                audit.entry(
-                    "invoice.issue",
-                    invoice,
-                    before={"status": Invoice.Status.DRAFT},
-                    after={
-                        "status": invoice.status,
-                        "number": invoice.number,
-                        "total": invoice.total,
-                    },
-                )
-                for invoice in Invoice.objects.filter(pk__in=issued_ids).order_by("pk")
-            ]
-        )
-        transaction.on_commit(lambda: announce_issued(issued_ids))
-    issued = len(batch.invoice_updates)
-    log.info("finalized %d invoice(s) of %s: %s … %s", issued, month, first, last)
-    return FinalizeResult(month, issued, len(batch.line_rows), batch.credits_total, first, last)
+            for invoice in Invoice.objects.filter(pk__in=issued_ids).order_by("pk")
+        ]
+    )
+    return _Issued(
+        issued_ids,
+        len(batch.line_rows),
+        batch.credits_total,
+        numbers[0] if numbers else None,
+        numbers[-1] if numbers else None,
+    )
 
 
 def _create_missing_drafts(month: date) -> None:
@@ -338,6 +384,9 @@ def _line_row(invoice_id: int, position: int, line: UsageLine) -> InvoiceLine:
         description=line.description,
         seconds=line.seconds,
         unit_price_per_hour=line.unit_price_per_hour,
+        storage_bytes=None if line.gib is None else gib_to_bytes(line.gib),
+        month_seconds=line.month_seconds,
+        unit_price_per_gib_month=line.unit_price_per_gib_month,
         amount=line.amount,
     )
 

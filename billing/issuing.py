@@ -29,15 +29,18 @@ def configured_tax_rate() -> Decimal | None:
 
 
 def announce_issued(invoice_ids: list[int]) -> None:
-    """After the commit that issued them: an `invoice.issued` notice per invoice."""
-    for invoice in Invoice.objects.filter(pk__in=invoice_ids).order_by("pk"):
+    """After the commit that issued them: an `invoice.issued` notice per numbered invoice and
+    credit note (a month with nothing to pay has none)."""
+    issued = Invoice.objects.filter(pk__in=invoice_ids, number__isnull=False)
+    for invoice in issued.order_by("pk"):
         total = format_money(invoice.total, invoice.currency)
+        what = invoice.get_kind_display()
         notice.send(
             sender=__name__,
             tenant=invoice.tenant_id,
             kind="invoice.issued",
             subject=invoice,
-            text=f"Invoice {invoice.number} for {invoice.month:%B %Y} was issued: {total}.",
+            text=f"{what} {invoice.number} for {invoice.month:%B %Y} was issued: {total}.",
             data={
                 "invoice_id": invoice.pk,
                 "number": invoice.number,

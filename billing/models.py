@@ -8,7 +8,7 @@ database sums pieces exactly on every backend (SQLite would sum a decimal column
 """
 
 from datetime import UTC, date, datetime
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from django.conf import settings
 from django.db import models
@@ -22,6 +22,17 @@ from console.catalog.models import Spec
 from console.instances.models import Instance
 
 MICROS = Decimal(1_000_000)
+GIB = Decimal(1024**3)
+_EXACT = Context(prec=60)  # a GiB figure of bytes has up to 30 decimal places
+
+
+def bytes_to_gib(count: int) -> Decimal:
+    """Bytes as GiB, every digit (2^-30 has 30 decimal places)."""
+    return _EXACT.divide(Decimal(count), GIB).normalize(_EXACT)
+
+
+def gib_to_bytes(gib: Decimal | int) -> int:
+    return int((Decimal(gib) * GIB).to_integral_value())
 
 
 def micros_to_decimal(micros: int | None) -> Decimal:
@@ -166,11 +177,14 @@ class InvoiceSequence(models.Model):
 
 
 class Invoice(models.Model):
-    """One tenant's invoice for one UTC month, or a credit note that voids one.
+    """One tenant's invoice for one UTC month, or a credit note against one: it voids it
+    (``credits`` void), or takes back what a late correction found was billed too much
+    (``credits`` correction; ``finalize``).
 
     A draft has no number and no stored lines or totals: they are the month's usage so
     far. Finalization stores the lines, the totals, the issuer and tenant as they were, and
-    gives the number; after that only the status moves on (paid, void), through services.
+    gives the number (none when the subtotal is 0.00: nothing to pay); after that only the
+    status moves on (paid, void), through services.
     """
 
     class Kind(models.TextChoices):
@@ -203,13 +217,21 @@ class Invoice(models.Model):
     paid_at = models.DateTimeField(null=True, blank=True)
     voided_at = models.DateTimeField(null=True, blank=True)
     void_reason = models.CharField(max_length=200, blank=True)
-    corrects = models.OneToOneField(
+
+    class Credits(models.TextChoices):
+        VOID = "void", "The whole invoice, voided"
+        CORRECTION = "correction", "A late correction of its usage"
+
+    corrects = models.ForeignKey(
         "self",
         on_delete=models.PROTECT,
         null=True,
         blank=True,
-        related_name="credit_note",
-        help_text="credit notes: the invoice they void",
+        related_name="credit_notes",
+        help_text="credit notes: the invoice they credit",
+    )
+    credits = models.CharField(
+        max_length=12, choices=Credits.choices, blank=True, help_text="credit notes: what for"
     )
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -243,9 +265,16 @@ class Invoice(models.Model):
     def is_credit_note(self) -> bool:
         return self.kind == self.Kind.CREDIT_NOTE
 
+    @property
+    def nothing_to_pay(self) -> bool:
+        """Issued with a subtotal of 0.00: no number, nothing to pay."""
+        return not self.is_draft and not self.number
+
 
 class InvoiceLine(models.Model):
-    """A line of a finalized invoice or credit note, as issued (names copied)."""
+    """A line of a finalized invoice or credit note, as issued (names copied). GPU time is
+    priced per hour; storage (disk while not running, volumes, snapshots) per GiB-month,
+    with its size and its month's seconds, so that its figures multiply to its amount."""
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     position = models.PositiveIntegerField()
@@ -257,7 +286,18 @@ class InvoiceLine(models.Model):
     spec_code = models.CharField(max_length=60, blank=True)
     description = models.CharField(max_length=300)
     seconds = models.BigIntegerField(default=0)
-    unit_price_per_hour = models.DecimalField(max_digits=18, decimal_places=6)
+    unit_price_per_hour = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, help_text="GPU time"
+    )
+    storage_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="storage: the size billed (GiB × 2^30)"
+    )
+    month_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="storage: the seconds of the month it was rated in"
+    )
+    unit_price_per_gib_month = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, help_text="storage"
+    )
     amount = models.DecimalField(max_digits=20, decimal_places=6)
 
     class Meta:
@@ -269,12 +309,17 @@ class InvoiceLine(models.Model):
     def __str__(self) -> str:
         return f"{self.description}: {self.amount}"
 
+    @property
+    def gib(self) -> Decimal | None:
+        return None if self.storage_bytes is None else bytes_to_gib(self.storage_bytes)
+
 
 class UsageCorrection(models.Model):
     """A change to usage of a month whose invoice is already issued (a late failover that
-    moves a stop back, a repair from the events): the issued invoice stands, and the
-    difference is billed on the invoice of ``month``, the month open when the meter found
-    it, as a line naming the invoice it corrects.
+    moves a stop back, a repair from the events): the issued invoice stands. When ``month``
+    (the month open when the meter found it) is finalized, the corrections of one issued
+    invoice that take money back are a credit note against it (``credit_note``); those that
+    add are lines on the invoice of ``month`` naming the invoice they correct.
 
     Keyed like the piece it corrects, ``(segment, start)``; the meter adds a row only for
     what the rows of that key do not hold yet, so running it again adds nothing."""
@@ -291,6 +336,14 @@ class UsageCorrection(models.Model):
     month = models.DateField(help_text="first day of the UTC month it is billed in")
     seconds = models.BigIntegerField(help_text="seconds added (negative: taken back)")
     amount_micros = models.BigIntegerField(help_text="the amount in millionths")
+    credit_note = models.ForeignKey(
+        Invoice,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="credited_corrections",
+        help_text="the credit note that took it back, once issued",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

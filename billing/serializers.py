@@ -54,6 +54,20 @@ def _amount(**kwargs):
     return serializers.DecimalField(max_digits=24, decimal_places=6, read_only=True, **kwargs)
 
 
+def _gib():
+    """Storage: the GiB billed, every digit (amount = gib × seconds / month_seconds × price
+    per GiB-month, rounded once to 6 places)."""
+    return serializers.DecimalField(
+        max_digits=60, decimal_places=30, read_only=True, allow_null=True, normalize_output=True
+    )
+
+
+def _month_seconds():
+    return serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="storage: the seconds of its UTC month"
+    )
+
+
 def _cents(**kwargs):
     return serializers.DecimalField(max_digits=16, decimal_places=2, read_only=True, **kwargs)
 
@@ -69,7 +83,10 @@ class UsageLineSerializer(serializers.Serializer):
     spec = serializers.CharField(source="spec_code")
     description = serializers.CharField()
     seconds = serializers.IntegerField()
-    price_per_hour = _amount(source="unit_price_per_hour")
+    price_per_hour = _amount(source="unit_price_per_hour", allow_null=True, help_text="GPU time")
+    gib = _gib()
+    month_seconds = _month_seconds()
+    price_per_gib_month = _amount(source="unit_price_per_gib_month", allow_null=True)
     amount = _amount()
 
 
@@ -117,7 +134,10 @@ class InvoiceLineSerializer(serializers.Serializer):
     instance = serializers.CharField(source="instance_name")
     spec = serializers.CharField(source="spec_code")
     seconds = serializers.IntegerField()
-    price_per_hour = _amount(source="unit_price_per_hour")
+    price_per_hour = _amount(source="unit_price_per_hour", allow_null=True, help_text="GPU time")
+    gib = _gib()
+    month_seconds = _month_seconds()
+    price_per_gib_month = _amount(source="unit_price_per_gib_month", allow_null=True)
     amount = _amount()
 
 
@@ -135,7 +155,11 @@ class InvoiceSerializer(serializers.ModelSerializer):
     )
     tax_amount = _cents()
     total = _cents()
-    credit_note = serializers.SerializerMethodField()
+    credit_note = serializers.SerializerMethodField(help_text="a void invoice: its reversal")
+    credit_notes = serializers.SerializerMethodField(
+        help_text="every credit note against the invoice: its reversal, and those of late "
+        "corrections"
+    )
     exports = serializers.SerializerMethodField()
     as_of = serializers.SerializerMethodField(
         help_text="a draft: the moment its totals (the month so far) were computed; null once "
@@ -163,14 +187,21 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "voided_at",
             "corrects",
             "credit_note",
+            "credit_notes",
+            "credits",
             "exports",
             "as_of",
         ]
         read_only_fields = fields
 
     def get_credit_note(self, invoice) -> int | None:
-        note = getattr(invoice, "credit_note", None) if invoice.status == "void" else None
-        return note.pk if note else None
+        if invoice.status != "void":
+            return None
+        notes = invoice.credit_notes.all()
+        return next((note.pk for note in notes if note.credits == Invoice.Credits.VOID), None)
+
+    def get_credit_notes(self, invoice) -> list[int]:
+        return sorted(note.pk for note in invoice.credit_notes.all())
 
     def get_exports(self, invoice) -> dict[str, str]:
         request = self.context.get("request")

@@ -25,12 +25,11 @@ from itertools import pairwise
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from billing.metering import ensure_drafts
-from billing.models import UsageKind
+from billing.models import UsageKind, bytes_to_gib
 from billing.rating import DiskPiece, month_start, next_month_start, rate_disk
 from console.snapshots.models import Snapshot, StoreMeasurement
 from console.volumes.models import Volume
 
-GIB = Decimal(1024**3)
 STORE_NAME = "snapshot store"  # the name on a tenant's repository's lines
 
 
@@ -147,14 +146,14 @@ def month_pieces(tenant_ids, month: date, now: datetime) -> list[StoredPiece]:
     for snapshot in snapshots_in(tenant_ids, start, until):
         of = (UsageKind.SNAPSHOT, snapshot.pk, snapshot.tenant_id, snapshot.source_name)
         pieces += _pieces(
-            *of, Decimal(snapshot.bytes_stored) / GIB, snapshot.price_per_gib_month,
+            *of, bytes_to_gib(snapshot.bytes_stored), snapshot.price_per_gib_month,
             snapshot.finished_at, snapshot.deleted_at, start, now,
         )  # fmt: skip
     for held in held_in(tenant_ids, start, until):
         if held.bytes:
             of = (UsageKind.SNAPSHOT, 0, held.tenant_id, STORE_NAME)
             pieces += _pieces(
-                *of, Decimal(held.bytes) / GIB, held.price_per_gib_month,
+                *of, bytes_to_gib(held.bytes), held.price_per_gib_month,
                 held.since, held.until, start, now,
             )  # fmt: skip
     return pieces

@@ -59,10 +59,11 @@ class LineKey:
     spec_id: int
     unit_price: Decimal
     disk_gib: int | Decimal  # a snapshot's line: the GiB it stores
-    corrects: str = ""  # a correction's line: the number of the issued invoice it corrects
+    corrects: str = ""  # a correction's line: the issued invoice it corrects (its number)
     volume_id: int = 0  # a volume's line: the volume
     snapshot_id: int = 0  # a snapshot's line: the snapshot (its GiB stored in disk_gib); 0:
     # the tenant's repository's (the GiB it held)
+    corrects_month: date | None = None  # a correction's line: the month it corrects
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,26 @@ class UsageLine:
     spec_name: str
     description: str
     seconds: int
-    unit_price: Decimal  # per hour (GPU), per GiB-month (disk)
-    unit_price_per_hour: Decimal
-    disk_gib: int
+    unit_price: Decimal  # per hour (GPU), per GiB-month (storage)
+    unit_price_per_hour: Decimal | None  # GPU time only
+    disk_gib: int | Decimal
     amount: Decimal
     volume_id: int = 0  # a volume's line (kind volume): the volume, named in instance_name
     snapshot_id: int = 0  # a snapshot's line: the snapshot, its source named in instance_name
+    # storage: amount = disk_gib × seconds / month_seconds × unit_price, rounded once
+    month_seconds: int | None = None
+
+    @property
+    def is_storage(self) -> bool:
+        return self.month_seconds is not None
+
+    @property
+    def unit_price_per_gib_month(self) -> Decimal | None:
+        return self.unit_price if self.is_storage else None
+
+    @property
+    def gib(self) -> Decimal | None:
+        return Decimal(self.disk_gib) if self.is_storage else None
 
     @property
     def sort_key(self) -> tuple:
@@ -135,10 +150,11 @@ def make_line(
     seconds: int,
     amount_micros: int,
 ) -> UsageLine:
-    if key.kind == UsageKind.GPU:
-        hourly = key.unit_price
-    else:
-        hourly = disk_hourly(key.disk_gib, key.unit_price, month)
+    hourly, month_seconds = key.unit_price, None
+    if key.kind != UsageKind.GPU:  # rated in its own month (a correction: the one it corrects)
+        rated_in = key.corrects_month or month
+        hourly = None
+        month_seconds = seconds_in_month(datetime(rated_in.year, rated_in.month, 1, tzinfo=UTC))
     return UsageLine(
         kind=key.kind,
         instance_id=key.instance_id,
@@ -153,6 +169,7 @@ def make_line(
         amount=micros_to_decimal(amount_micros),
         volume_id=key.volume_id,
         snapshot_id=key.snapshot_id,
+        month_seconds=month_seconds,
     )
 
 
@@ -411,21 +428,42 @@ LINE_GROUP = (
     "unit_price",
     "disk_gib",
 )
-CORRECTION_GROUP = (*LINE_GROUP, "corrects__number")
+CORRECTION_GROUP = (*LINE_GROUP, "corrects__number", "corrects__month")
 
 
-def month_corrections(tenant_ids, month: date, now: datetime | None = None):
-    """The corrections billed in ``month`` (made by ``now``), grouped by line, with their
-    ``total_seconds`` and ``micros``: what the month's invoice adds for issued invoices that
-    changed (``UsageCorrection``)."""
+def corrections_of(tenant_ids, month: date, now: datetime | None = None, *, credited=False):
+    """The corrections found in ``month`` (made by ``now``; ``UsageCorrection``): those billed
+    on the month's invoice, or (``credited``) those a credit note takes back at its
+    finalization. The corrections of one issued invoice found in one month go together:
+    a credit note when they take money back (their sum is below zero), else lines."""
     rows = UsageCorrection.objects.filter(tenant_id__in=tenant_ids, month=month)
     if now is not None:
         rows = rows.filter(created_at__lte=now)
+    taking_back = list(
+        rows.values("corrects_id")
+        .annotate(net=Sum("amount_micros"))
+        .filter(net__lt=0)
+        .values_list("corrects_id", flat=True)
+    )
+    if credited:
+        return rows.filter(corrects_id__in=taking_back)
+    return rows.exclude(corrects_id__in=taking_back)
+
+
+def grouped_corrections(rows, *also: str):
+    """Corrections grouped by line (and by ``also``), with their ``total_seconds`` and
+    ``micros``."""
     return (
-        rows.values(*CORRECTION_GROUP)
+        rows.values(*CORRECTION_GROUP, *also)
         .annotate(total_seconds=Sum("seconds"), micros=Sum("amount_micros"))
         .order_by()
     )
+
+
+def month_corrections(tenant_ids, month: date, now: datetime | None = None):
+    """The corrections billed on ``month``'s invoice (made by ``now``), grouped by line: what
+    it adds for issued invoices that turned out to bill too little."""
+    return grouped_corrections(corrections_of(tenant_ids, month, now))
 
 
 def correction_key(row: dict) -> LineKey:
@@ -435,7 +473,8 @@ def correction_key(row: dict) -> LineKey:
         row["spec_id"],
         row["unit_price"],
         row["disk_gib"],
-        row["corrects__number"],
+        row["corrects__number"] or f"{row['corrects__month']:%B %Y} (nothing to pay)",
+        corrects_month=row["corrects__month"],
     )
 
 
@@ -586,10 +625,13 @@ def issued_report(invoice: Invoice, now: datetime) -> UsageReport:
             spec_name=names.get(row.spec_code, row.spec_code),
             description=row.description,
             seconds=row.seconds,
-            unit_price=row.unit_price_per_hour,  # an issued line keeps its price per hour only
+            unit_price=row.unit_price_per_hour
+            if row.month_seconds is None
+            else row.unit_price_per_gib_month,
             unit_price_per_hour=row.unit_price_per_hour,
-            disk_gib=0,
+            disk_gib=row.gib or 0,
             amount=row.amount,
+            month_seconds=row.month_seconds,
         )
         for row in rows
     ]
@@ -612,13 +654,13 @@ def issued_report(invoice: Invoice, now: datetime) -> UsageReport:
 
 
 def correction_days(tenant_id: int, month: date, now: datetime) -> list[tuple[date, int]]:
-    """The corrections billed in ``month`` by ``now``: the day each was made, its amount
-    (millionths)."""
+    """The corrections billed on ``month``'s invoice by ``now``: the day each was made, its
+    amount (millionths)."""
     return [
         (made.date(), micros)
-        for made, micros in UsageCorrection.objects.filter(
-            tenant_id=tenant_id, month=month, created_at__lte=now
-        ).values_list("created_at", "amount_micros")
+        for made, micros in corrections_of([tenant_id], month, now).values_list(
+            "created_at", "amount_micros"
+        )
     ]
 
 

@@ -110,7 +110,8 @@ def invoice_list(request):
     tenant = request.membership.tenant
     rows = exports.with_so_far(
         Invoice.objects.filter(tenant=tenant)
-        .select_related("tenant", "credit_note")
+        .select_related("tenant", "corrects")
+        .prefetch_related("credit_notes")
         .order_by("-month", "-pk")
     )
     return render(
@@ -136,7 +137,8 @@ def invoice_detail(request, pk: int):
     invoice = _tenant_invoice(request, pk)
     now = timezone.now()
     doc = exports.document(invoice, now=now)
-    credit_note = Invoice.objects.filter(corrects=invoice).first()
+    notes = list(invoice.credit_notes.order_by("pk"))
+    credit_note = next((note for note in notes if note.credits == Invoice.Credits.VOID), None)
     return render(
         request,
         "billing/invoice.html",
@@ -145,6 +147,7 @@ def invoice_detail(request, pk: int):
             "doc": doc,
             "as_of": now,
             "credit_note": credit_note,
+            "corrected_by": [note for note in notes if note.credits == Invoice.Credits.CORRECTION],
             "usage_link": f"{reverse('billing:usage')}?month={invoice.month:%Y-%m}",
             "last_day": invoice.period_end - timedelta(days=1),
         },

@@ -3,6 +3,7 @@ from decimal import Decimal
 from django import template
 from django.conf import settings
 
+from billing import documents
 from billing.money import AS_RATED, format_money
 from billing.services import stopped_disk_cost_per_month
 
@@ -44,3 +45,16 @@ def stopped_disk_cost(instance) -> Decimal:
 @register.simple_tag
 def currency() -> str:
     return settings.BILLING_CURRENCY
+
+
+@register.filter
+def line_text(line) -> str:
+    """A line's description; a storage line's with the figures that multiply to its amount:
+    GiB × seconds / seconds in the month × price per GiB-month."""
+    return documents.storage_text(line)
+
+
+@register.filter
+def line_price(line, currency=None) -> str:
+    """Per hour (GPU time) or per GiB-month (storage), at 6 places."""
+    return documents.unit_price_text(line, currency or settings.BILLING_CURRENCY)

@@ -55,7 +55,7 @@ def test_actions_mark_paid_void_and_export(operator, issued):
     assert first.status == "paid"
     operator.post(url, {"action": "void", "_selected_action": [second.pk]})
     second.refresh_from_db()
-    assert second.status == "void" and second.credit_note.number == "CN-2026-000001"
+    assert second.status == "void" and second.credit_notes.get().number == "CN-2026-000001"
     response = operator.post(
         url, {"action": "export_csv", "_selected_action": [first.pk, second.pk]}
     )

@@ -55,6 +55,9 @@ def test_usage_lines_and_total(viewer):
             "description": "GPU time: A100 1/4",
             "seconds": 7200,
             "price_per_hour": "0.900000",
+            "gib": None,  # storage lines: GiB × seconds / month_seconds × price_per_gib_month
+            "month_seconds": None,
+            "price_per_gib_month": None,
             "amount": "1.800000",
         }
     ]

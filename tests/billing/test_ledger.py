@@ -10,8 +10,10 @@ during the silence or not), voids and month ends:
   tenant asks for to the next), rounded up to a second once with the 60 s minimum once per
   run; billed disk seconds are the intervals in every other state after placement until
   terminate, each at the disk's size then (a resize grows it), none from a shelve done to
-  the next placement; a late correction of an issued month included (billed on a later
-  invoice);
+  the next placement; a late correction of an issued month included (a credit note against
+  that month when it takes money back, else a line on a later invoice), and read from the
+  documents too: issued invoices and credit notes, then what the open drafts will bill;
+- no document is negative but a credit note, and numbers have no gaps;
 - with price points back-dated into the open month (as the admin allows), every month reads
   the same to the cent on the invoice, the usage page, the API, the CSV and (this month) the
   budget: one rating path, and an issued month reads as issued.
@@ -26,6 +28,7 @@ import pytest
 import time_machine
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.test import override_settings
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -36,7 +39,14 @@ from billing.documents import parse_invoice_csv
 from billing.exports import export, with_so_far
 from billing.finalize import finalize_grace
 from billing.metering import end_at_last_heartbeat
-from billing.models import Invoice, UsageCorrection, UsageKind, UsagePiece
+from billing.models import (
+    Invoice,
+    InvoiceLine,
+    InvoiceSequence,
+    UsageCorrection,
+    UsageKind,
+    UsagePiece,
+)
 from billing.rating import month_start, next_month_start, round_to_cents
 from billing.usage import usage_report
 from console.catalog.models import SpecPrice
@@ -119,10 +129,10 @@ def committed(action, *, lost=False) -> None:
             callback()
 
 
-def issued() -> dict[str, tuple]:
+def issued() -> dict[int, tuple]:
     """Every issued document: its totals and lines, as issued."""
     return {
-        doc.number: (
+        doc.pk: (
             doc.status in ("finalized", "paid", "void"),
             doc.subtotal,
             doc.credits_applied,
@@ -140,18 +150,28 @@ def check_documents() -> None:
         assert lines, f"{doc.number} was issued with nothing on it"
         if not doc.is_credit_note:  # the ledger of an invoiced month is what was invoiced
             pieces = UsagePiece.objects.filter(tenant=doc.tenant_id, month=doc.month)
-            fixes = UsageCorrection.objects.filter(tenant=doc.tenant_id, month=doc.month)
+            fixes = UsageCorrection.objects.filter(
+                tenant=doc.tenant_id, month=doc.month, credit_note=None
+            )
             micros = sum(p.amount_micros for p in [*pieces, *fixes])
             assert Decimal(micros) / 10**6 == sum(lines, Decimal(0))
+            assert doc.total >= 0, f"{doc.number} is a negative invoice"
+            assert bool(doc.number) == (doc.subtotal != 0), f"{doc.pk}: {doc.subtotal}"
         assert doc.subtotal == round_to_cents(sum(lines, Decimal(0)))
         assert doc.subtotal - doc.credits_applied + doc.tax_amount == doc.total
-        if doc.is_credit_note:
+        if doc.credits == Invoice.Credits.CORRECTION:  # what its corrections take back
+            fixes = UsageCorrection.objects.filter(credit_note=doc)
+            assert sum(lines, Decimal(0)) == Decimal(sum(f.amount_micros for f in fixes)) / 10**6
+            assert doc.total <= 0 and doc.corrects.month < doc.issued_at.date()
+        elif doc.is_credit_note:  # a void: its invoice negated, net of correction notes
             original = doc.corrects
+            notes = original.credit_notes.filter(credits=Invoice.Credits.CORRECTION, pk__lt=doc.pk)
+            taken = [sum(n.subtotal for n in notes), sum(n.tax_amount for n in notes)]
             assert (doc.subtotal, doc.credits_applied, doc.tax_amount, doc.total) == (
-                -original.subtotal,
+                -original.subtotal - taken[0],
                 -original.credits_applied,
-                -original.tax_amount,
-                -original.total,
+                -original.tax_amount - taken[1],
+                -original.total - taken[0] - taken[1],
             )
 
 
@@ -177,6 +197,22 @@ def check_one_figure(tenant, api, now) -> None:
         if month == month_start(now).date():
             figures["budget"] = round_to_cents(budgets.month_to_date(tenant, now))
         assert len(set(figures.values())) == 1, f"{month:%Y-%m}: {figures}"
+
+
+def documented(kind: str) -> int:
+    """The seconds of ``kind`` the documents bill: every issued invoice (void ones too: what
+    a void takes back is the operator's) and correction credit note, then what the drafts
+    will: their months' pieces and the corrections found in them not credited yet."""
+    issued_months = Invoice.objects.filter(kind="invoice").exclude(status="draft")
+    lines = InvoiceLine.objects.filter(kind=kind).exclude(invoice__status="draft")
+    lines = lines.filter(Q(invoice__kind="invoice") | Q(invoice__credits="correction"))
+    open_pieces = UsagePiece.objects.filter(kind=kind).exclude(
+        Exists(issued_months.filter(tenant=OuterRef("tenant"), month=OuterRef("month")))
+    )
+    open_fixes = UsageCorrection.objects.filter(kind=kind, credit_note=None).exclude(
+        Exists(issued_months.filter(tenant=OuterRef("tenant"), month=OuterRef("month")))
+    )
+    return sum(row.seconds for rows in (lines, open_pieces, open_fixes) for row in rows)
 
 
 class Ledger:
@@ -438,7 +474,7 @@ class Ledger:
     def void(self, index):
         invoices = list(
             Invoice.objects.filter(
-                kind=Invoice.Kind.INVOICE, status=Invoice.Status.FINALIZED
+                kind=Invoice.Kind.INVOICE, status=Invoice.Status.FINALIZED, number__isnull=False
             ).order_by("pk")
         )
         if invoices:
@@ -457,6 +493,9 @@ class Ledger:
             assert now_issued[number][1:] == document[1:], f"{number} changed after issue"
         self.seen = now_issued
         check_documents()
+        for series, last in InvoiceSequence.objects.values_list("series", "last_number"):
+            numbers = Invoice.objects.filter(number__startswith=f"{series}-")
+            assert numbers.count() == last, f"{series}: {last} taken, {numbers.count()} issued"
 
     def check_seconds(self):
         """Billed seconds are the seconds of the truth's periods, a run's rounded up once with
@@ -477,6 +516,7 @@ class Ledger:
                 for row in model.objects.filter(tenant=self.tenant, kind=kind)
             )
             assert billed == expected, f"{kind}: billed {billed} s, ran {expected} s"
+            assert documented(kind) == expected, f"{kind}: documents bill another time"
         expected = sum(
             ceil_seconds((end or self.now) - start) * gib
             for spans in self.disk.values()
