@@ -122,15 +122,13 @@ def _tenant_start(event: InstanceEvent) -> bool:
 
 
 def _disk_after(event: InstanceEvent, had: bool) -> bool:
-    """Whether the instance has a disk after `event`: from its first placement, not from its
-    shelve (its disk removed) until its restore on another host, not once terminating."""
+    """Whether the instance has a disk after `event`: from each placement (where its disk is
+    made, or restored after a shelve) until its shelve is done or it is terminated."""
     if event.to_state in (State.TERMINATING, State.TERMINATED):
         return False
     if event.from_state == event.to_state:
-        if event.message.startswith("Shelved:"):
-            return False
-        return had or event.message.startswith("Unshelving: restoring its disk")
-    return had or event.to_state == State.PROVISIONING
+        return had and not event.message.startswith("Shelved:")
+    return had or event.to_state in (State.PROVISIONING, State.STARTING)
 
 
 def replay(events: list[InstanceEvent], month_seconds: int) -> Replay:
