@@ -21,7 +21,8 @@ IDLE, MAX_RUNTIME = "idle", "max_runtime"
 class Facts:
     """What is known of one running instance at `now`.
 
-    - `running_since`: when this run began.
+    - `running_since`: when this run began (console.instances.runs: an adoption, a reboot, a
+      resize or a restart by the platform goes on with the same run).
     - `last_busy`: the last sample at or over the threshold (None: none in the stretch looked
       at, which reaches back beyond the window and its warning); `latest_sample`: the newest
       sample's time (None: none); `peak_util`: the highest utilisation in the window (the

@@ -19,7 +19,7 @@ from console.idle import judge
 from console.idle import locks as idle_locks
 from console.idle.models import Action, InstancePolicy, OperatorPolicy, TenantPolicy, Watch
 from console.idle.rules import SIGNALS, Rule, strictest, weaker_fields
-from console.instances import lifecycle, locks, reasons
+from console.instances import lifecycle, locks, reasons, runs
 from console.instances import services as instance_services
 from console.instances.models import Instance, State
 from console.metrics import live
@@ -206,17 +206,6 @@ def _moment(epoch: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
 
 
-def running_since(instance: Instance) -> datetime | None:
-    """When its current run began (its last transition into running)."""
-    return (
-        instance.events.filter(to_state=State.RUNNING)
-        .exclude(from_state=State.RUNNING)
-        .order_by("-at")
-        .values_list("at", flat=True)
-        .first()
-    )
-
-
 @dataclass(frozen=True)
 class Gpu:
     last_busy: float | None
@@ -254,7 +243,7 @@ def gpu_figures(instance_pk: int, rule: Rule, since: float, now: float) -> Gpu:
 
 def facts_of(instance: Instance, rule: Rule, watch: Watch, now: float) -> judge.Facts | None:
     """What the judge needs of a running instance (None: its run's start is unknown)."""
-    started = _epoch(running_since(instance))
+    started = _epoch(runs.run_started(instance))
     if started is None:
         return None
     lookback = float((rule.window_minutes or 0) + rule.warning_minutes) * 60

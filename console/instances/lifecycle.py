@@ -27,6 +27,8 @@ from console.notices import notice
 log = logging.getLogger(__name__)
 
 S = State
+# Who an event says made it when no person did (the platform: its tasks, agents, policies).
+SYSTEM = "system"
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.PROVISIONING, S.STOPPED, S.TERMINATING, S.FAILED}),
@@ -90,7 +92,7 @@ def allowed_actions(state: str, restart_at: datetime | None = None) -> list[str]
 
 
 def actor_label(actor) -> str:
-    return getattr(actor, "username", None) or "system"
+    return getattr(actor, "username", None) or SYSTEM
 
 
 def transition(
