@@ -58,6 +58,7 @@ from billing.rating import (
 )
 from console.catalog.models import Spec, SpecPrice
 from console.instances.models import Instance, InstanceEvent, State
+from console.instances.runs import RUN_OPENERS, opens_run
 
 log = logging.getLogger(__name__)
 
@@ -85,24 +86,6 @@ KIND_STATES = {
 # Entering these places an instance on a host, where its disk is made: only an instance that
 # was placed has a disk to bill (one stopped while still queued has none).
 PLACED_STATES = (State.PROVISIONING, State.STARTING)
-# A run (billed one minimum and one rounding up) begins at the launch (an instance's first
-# event) and at each start the tenant asks for, out of these states; a start the platform
-# makes (``InstanceEvent.continues_run``), a reboot, an adoption and a live resize go on
-# with the run.
-RESTING_STATES = (State.STOPPED, State.FAILED)
-STARTS = (State.STARTING, State.PENDING)
-RUN_OPENERS = Q(from_state="") | Q(
-    from_state__in=RESTING_STATES, to_state__in=STARTS, continues_run=False
-)
-
-
-def opens_run(from_state: str, to_state: str, continues_run: bool) -> bool:
-    """Whether an event begins a run (``RUN_OPENERS``)."""
-    if not from_state:
-        return True
-    return from_state in RESTING_STATES and to_state in STARTS and not continues_run
-
-
 # Instances with a transition this recent are checked against their segments on every run.
 REPAIR_WINDOW = timedelta(hours=1)
 CHUNK_SIZE = 2000

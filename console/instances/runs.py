@@ -9,23 +9,26 @@ part of it): what the idle watch counts a maximum runtime from."""
 
 from datetime import datetime
 
-from django.db.models import F
+from django.db.models import F, Q
 
-from console.instances.lifecycle import SYSTEM
 from console.instances.models import Instance, State
 
-# The states a start leaves, and those it goes to (placed, or queued while nothing fits).
-STARTS_FROM = frozenset({State.STOPPED, State.FAILED})
-STARTS_TO = frozenset({State.STARTING, State.PENDING})
+# A run begins at the launch (an instance's first event) and at each start its tenant asks
+# for, out of these states; a start the platform makes (``InstanceEvent.continues_run``: a
+# restart by the restart policy, a resize placed again, a fail-over), a reboot, an adoption
+# and a live resize go on with the run. Billing's one minimum per run is this run's too.
+RESTING_STATES = (State.STOPPED, State.FAILED)
+STARTS = (State.STARTING, State.PENDING)
+RUN_OPENERS = Q(from_state="") | Q(
+    from_state__in=RESTING_STATES, to_state__in=STARTS, continues_run=False
+)
 
 
-def begins_run(from_state: str, to_state: str, actor_label: str) -> bool:
-    """Whether an event (its states and who made it) is a start its tenant asked for: the
-    instance's first event (its launch), or a start made by a person; the platform's own
-    starts (restart policy, resize, fail-over) are made by the system and continue the run."""
+def opens_run(from_state: str, to_state: str, continues_run: bool) -> bool:
+    """Whether an event begins a run (``RUN_OPENERS``)."""
     if not from_state:
         return True
-    return from_state in STARTS_FROM and to_state in STARTS_TO and actor_label != SYSTEM
+    return from_state in RESTING_STATES and to_state in STARTS and not continues_run
 
 
 def run_started(instance: Instance) -> datetime | None:
@@ -35,11 +38,11 @@ def run_started(instance: Instance) -> datetime | None:
     events = (
         instance.events.exclude(from_state=F("to_state"))  # notes change nothing here
         .order_by("-at", "-pk")
-        .values_list("from_state", "to_state", "actor_label", "at")
+        .values_list("from_state", "to_state", "continues_run", "at")
     )
-    for from_state, to_state, actor_label, at in events.iterator(chunk_size=200):
+    for from_state, to_state, continues_run, at in events.iterator(chunk_size=200):
         if to_state == State.RUNNING:
             began = at
-        if begins_run(from_state, to_state, actor_label):
+        if opens_run(from_state, to_state, continues_run):
             return began
     return None
