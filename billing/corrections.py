@@ -11,8 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing import locks
-from billing.issuing import CREDIT_NOTE_SERIES, format_number
-from billing.models import CreditGrant, Invoice, InvoiceLine, UsageCorrection, gib_to_bytes
+from billing.issuing import CREDIT_NOTE_SERIES, format_number, invoice_line
+from billing.models import CreditGrant, Invoice, InvoiceLine, UsageCorrection
 from billing.rating import ZERO, InvoiceTotals, invoice_totals, reversed_totals, round_to_cents
 from billing.usage import correction_key, corrections_of, grouped_corrections, make_line
 from console.audit import recorder as audit
@@ -124,27 +124,7 @@ def _issue_credit_note(original: Invoice, number: str, now: datetime) -> Invoice
             total=original.total + sum((note.total for note in corrected), ZERO),
         )
     )
-    note = Invoice.objects.create(
-        tenant_id=original.tenant_id,
-        kind=Invoice.Kind.CREDIT_NOTE,
-        month=original.month,
-        status=Invoice.Status.FINALIZED,
-        number=number,
-        issued_at=now,
-        currency=original.currency,
-        issuer_name=original.issuer_name,
-        issuer_address=original.issuer_address,
-        issuer_tax_id=original.issuer_tax_id,
-        tenant_name=original.tenant_name,
-        tenant_slug=original.tenant_slug,
-        subtotal=totals.subtotal,
-        credits_applied=totals.credits_applied,
-        tax_rate=original.tax_rate,
-        tax_amount=totals.tax,
-        total=totals.total,
-        corrects=original,
-        credits=Invoice.Credits.VOID,
-    )
+    note = _credit_note(original, number, totals, Invoice.Credits.VOID, now)
     InvoiceLine.objects.bulk_create(
         InvoiceLine(
             invoice=note,
@@ -213,12 +193,15 @@ def issue_correction_notes(month: date, sequence, now: datetime) -> list[int]:
     return [note.pk for note in notes]
 
 
-def _correction_note(original: Invoice, number: str | None, lines, now: datetime) -> Invoice:
-    totals = invoice_totals((line.amount for line in lines), tax_rate=original.tax_rate)
-    note = Invoice.objects.create(
+def _credit_note(
+    original: Invoice, number: str | None, totals: InvoiceTotals, credits: str, now: datetime
+) -> Invoice:
+    """A credit note of ``totals`` against ``original`` (``credits``: what for), with its
+    issuer, tenant and tax rate as they were on ``original``."""
+    return Invoice.objects.create(
         tenant_id=original.tenant_id,
         kind=Invoice.Kind.CREDIT_NOTE,
-        credits=Invoice.Credits.CORRECTION,
+        credits=credits,
         month=original.month,
         status=Invoice.Status.FINALIZED,
         number=number,
@@ -236,22 +219,12 @@ def _correction_note(original: Invoice, number: str | None, lines, now: datetime
         total=totals.total,
         corrects=original,
     )
+
+
+def _correction_note(original: Invoice, number: str | None, lines, now: datetime) -> Invoice:
+    totals = invoice_totals((line.amount for line in lines), tax_rate=original.tax_rate)
+    note = _credit_note(original, number, totals, Invoice.Credits.CORRECTION, now)
     InvoiceLine.objects.bulk_create(
-        InvoiceLine(
-            invoice=note,
-            position=position,
-            kind=line.kind,
-            instance_id=line.instance_id or None,
-            instance_name=line.instance_name,
-            spec_code=line.spec_code,
-            description=line.description,
-            seconds=line.seconds,
-            unit_price_per_hour=line.unit_price_per_hour,
-            storage_bytes=None if line.gib is None else gib_to_bytes(line.gib),
-            month_seconds=line.month_seconds,
-            unit_price_per_gib_month=line.unit_price_per_gib_month,
-            amount=line.amount,
-        )
-        for position, line in enumerate(lines, start=1)
+        invoice_line(note.pk, position, line) for position, line in enumerate(lines, start=1)
     )
     return note

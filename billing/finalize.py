@@ -32,6 +32,7 @@ from billing.issuing import (
     configured_tax_rate,
     current_issuer,
     format_number,
+    invoice_line,
 )
 from billing.metering import locked_segments, price_history, rate_pending, store_pieces, unrated
 from billing.models import (
@@ -40,7 +41,6 @@ from billing.models import (
     Invoice,
     InvoiceLine,
     UsagePiece,
-    gib_to_bytes,
     month_bounds,
 )
 from billing.rating import ZERO, invoice_totals, month_start
@@ -162,7 +162,7 @@ class _Batch:
             )
         )
         self.line_rows.extend(
-            _line_row(invoice_id, position, line) for position, line in enumerate(lines, start=1)
+            invoice_line(invoice_id, position, line) for position, line in enumerate(lines, start=1)
         )
 
     def _use_credit(self, invoice_id: int, amount: Decimal, grants: list[CreditGrant]) -> None:
@@ -371,24 +371,6 @@ def _applicable_grants(tenant_ids: QuerySet, period_start: datetime, now: dateti
     for grant in grants:
         by_tenant[grant.tenant_id].append(grant)
     return by_tenant
-
-
-def _line_row(invoice_id: int, position: int, line: UsageLine) -> InvoiceLine:
-    return InvoiceLine(
-        invoice_id=invoice_id,
-        position=position,
-        kind=line.kind,
-        instance_id=line.instance_id or None,  # a volume's or a snapshot's line names none
-        instance_name=line.instance_name,
-        spec_code=line.spec_code,
-        description=line.description,
-        seconds=line.seconds,
-        unit_price_per_hour=line.unit_price_per_hour,
-        storage_bytes=None if line.gib is None else gib_to_bytes(line.gib),
-        month_seconds=line.month_seconds,
-        unit_price_per_gib_month=line.unit_price_per_gib_month,
-        amount=line.amount,
-    )
 
 
 def due_months(now: datetime) -> list[date]:

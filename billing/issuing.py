@@ -11,8 +11,9 @@ from decimal import Decimal
 from django.conf import settings
 
 from billing import documents
-from billing.models import Invoice
+from billing.models import Invoice, InvoiceLine, gib_to_bytes
 from billing.money import format_money
+from billing.usage import UsageLine
 from console.notices import notice
 
 INVOICE_SERIES = "GC"
@@ -56,4 +57,23 @@ def current_issuer() -> documents.Issuer:
         name=settings.BILLING_ISSUER_NAME,
         address_lines=tuple(settings.BILLING_ISSUER_ADDRESS),
         tax_id=settings.BILLING_ISSUER_TAX_ID or None,
+    )
+
+
+def invoice_line(invoice_id: int, position: int, line: UsageLine) -> InvoiceLine:
+    """A usage line as an issued document's line (an invoice's, a correction note's)."""
+    return InvoiceLine(
+        invoice_id=invoice_id,
+        position=position,
+        kind=line.kind,
+        instance_id=line.instance_id or None,  # a volume's or a snapshot's line names none
+        instance_name=line.instance_name,
+        spec_code=line.spec_code,
+        description=line.description,
+        seconds=line.seconds,
+        unit_price_per_hour=line.unit_price_per_hour,
+        storage_bytes=None if line.gib is None else gib_to_bytes(line.gib),
+        month_seconds=line.month_seconds,
+        unit_price_per_gib_month=line.unit_price_per_gib_month,
+        amount=line.amount,
     )

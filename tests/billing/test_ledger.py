@@ -270,13 +270,15 @@ class Ledger:
             self.run(box, [S.PROVISIONING, S.RUNNING], wait)
 
     def stop(self, index, gap):
+        """The ``index``-th running instance stops after ``gap``; answers it (None: none)."""
         box = self.in_state({S.RUNNING}, index)
         if box is None:
-            return
+            return None
         self.tick(gap)
         walk(box, [S.STOPPING, S.STOPPED], self.now)
         self.leave(box, self.gpu)
         self.disk_on(box)
+        return box
 
     def start(self, index, gap, wait=""):
         box = self.in_state({S.STOPPED, S.FAILED}, index)
@@ -396,13 +398,9 @@ class Ledger:
     def restart(self, index, gap, pause):
         """The workload exits; ``pause`` later the restart policy starts it again: the run
         goes on."""
-        box = self.in_state({S.RUNNING}, index)
+        box = self.stop(index, gap)
         if box is None:
             return
-        self.tick(gap)
-        walk(box, [S.STOPPING, S.STOPPED], self.now)
-        self.leave(box, self.gpu)
-        self.disk_on(box)
         self.tick(pause)
         committed(lambda: lifecycle.transition(box, S.STARTING, at=self.now, continues_run=True))
         self.run(box, [S.RUNNING], "")
