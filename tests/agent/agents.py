@@ -97,7 +97,9 @@ class Agent:
     def log(self) -> str:
         return self.log_path.read_text()
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    # An oci agent asks its engine about the host and tries a throwaway container first:
+    # many seconds on a 2-core machine busy with other tests' containers.
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
