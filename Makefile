@@ -28,15 +28,19 @@ agent-wheel:
 	$(PYTHON) -m pip wheel -q --no-deps --wheel-dir $(AGENT_WHEEL_DIR) ./agent
 	rm -rf agent/build agent/gpucloud_agent.egg-info
 
+# Tests run side by side in pytest-xdist workers, twice as many as the CPUs (most of a process
+# test's time is spent waiting on its processes), at most 8; tests/conftest.py keeps together
+# what shares a process or a resource.
+TEST_WORKERS ?= $(shell n=$$(( 2 * $$(nproc) )); echo $$(( n < 8 ? n : 8 )))
 test: $(BIN)/.installed
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # Every test that starts no process (worker, agent, server, Chromium, container, any program;
 # tests/conftest.py fails one that does unmarked) and is not marked slow: a check for every
 # change, in about a minute. `make test` (and CI) run them all.
 FAST_TESTS := not integration and not containers and not browser and not slow
 test-fast: $(BIN)/.installed
-	$(BIN)/pytest -m "$(FAST_TESTS)"
+	$(BIN)/pytest -n auto -m "$(FAST_TESTS)"
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -16,7 +16,7 @@ from accounts.roles import Role
 from agent import firewall
 from agent.devtools import engine
 from agent.networks import LABEL_INSTALL
-from agent.podman import podman_command, podman_env
+from agent.podman import CONTAINERS_CONF, podman_command, podman_env
 from console import processes
 from tests.clients import signed_in
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
@@ -25,6 +25,8 @@ from tests.instances.conftest import Catalog
 from tests.notifications.receiver import Receiver, serve
 from tests.pages import steady
 from tests.registry import start_registry
+
+pytest_plugins = ["tests.budgets"]
 
 # the test engines' storage (sparse: it takes of the host what they write)
 LAYER_STORAGE_GIB = 40
@@ -96,6 +98,27 @@ def _no_process_unless_marked(item):
     finally:
         for owner, name, start in real:
             setattr(owner, name, start)
+
+
+# before pytest-xdist's own, which reads the groups
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`--dist loadgroup`, `make test`), keep together what shares a process
+    or a resource: a module that starts processes runs in one worker (its module-scoped stacks,
+    browsers and agents start once; tests/backing.py's Redis database is the module's); the
+    JupyterLab image's tests share its build cache (agent/images.py); every Docker test runs in
+    one worker (dockerd's iptables chains are the host's). Each worker has a Podman engine of its
+    own, on subnets of its own (container_engine)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if "docker_engine" in item.fixturenames or (
+            callspec and callspec.params.get("oci_engine") == "docker"
+        ):
+            item.add_marker(pytest.mark.xdist_group("docker"))
+        elif "jupyter_image" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("jupyter"))
+        elif any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 # Setup as well as the call: session fixtures (an engine, a registry) start for their first test.
@@ -224,7 +247,8 @@ def prepared_queries(request, settings):
 
 @pytest.fixture(scope="session")
 def redis_url():
-    """REDIS_URL when set (CI: a real Redis), else an embedded Redis-protocol server."""
+    """REDIS_URL when set (CI: a real Redis; this xdist worker's database: tests/settings.py),
+    else an embedded Redis-protocol server."""
     url = os.environ.get("REDIS_URL")
     if url:
         import redis
@@ -274,9 +298,12 @@ def _remove_test_networks(url: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def container_engine(tmp_path_factory):
+def container_engine(tmp_path_factory, worker_id):
     """A Podman engine's API URL, with the demo image built. Without podman the tests that
-    need it are skipped, except in CI, which installs it."""
+    need it are skipped, except in CI, which installs it. Each pytest-xdist worker's engine
+    gives its networks subnets of its own: an engine picks the first subnet free in its own
+    records and among the host's live bridges, so two would pick the same one while neither
+    runs a container on it."""
     if engine.podman() is None:
         if os.environ.get("CI"):
             pytest.fail("podman is not installed: .ci/run installs podman, runc, busybox-static")
@@ -289,8 +316,18 @@ def container_engine(tmp_path_factory):
     registries.write_text(
         f'[[registry]]\nlocation = "127.0.0.1:{registry_port}"\ninsecure = true\n'
     )
+    conf = run / "containers.conf"
+    worker = 0 if worker_id == "master" else int(worker_id.removeprefix("gw"))
+    conf.write_text(
+        f"{CONTAINERS_CONF.read_text()}\n[network]\n"
+        f'default_subnet_pools = [{{"base" = "10.{100 + worker}.0.0/16", "size" = 24}}]\n'
+    )
     service = engine.start_podman_service(
-        run / "podman.sock", run / "podman.log", storage, CONTAINERS_REGISTRIES_CONF=str(registries)
+        run / "podman.sock",
+        run / "podman.log",
+        storage,
+        CONTAINERS_REGISTRIES_CONF=str(registries),
+        CONTAINERS_CONF=str(conf),
     )
     engine.build_demo_image(storage=storage)
     url = f"unix://{run / 'podman.sock'}"

@@ -6,8 +6,9 @@ import ast
 from pathlib import Path
 
 import pytest
-from celery import current_app
 from django.conf import settings
+
+from console.celery import app
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK_MODULES = [
@@ -60,7 +61,7 @@ def _queued_names():
 def registered():
     for module in TASK_MODULES:
         __import__(module)
-    return set(current_app.tasks)
+    return set(app.tasks)
 
 
 def test_every_task_names_itself():

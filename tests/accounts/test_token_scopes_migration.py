@@ -12,6 +12,7 @@ BEFORE = [("accounts", "0005_quota_storage")]
 AFTER = [("accounts", "0006_api_token_scopes")]
 
 
+@pytest.mark.slow  # migrating back and forth takes seconds
 @pytest.mark.django_db(transaction=True)
 def test_tokens_issued_before_keep_their_powers():
     executor = MigrationExecutor(connection)
