@@ -7,6 +7,10 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     from django.core.management import execute_from_command_line
 
+    from console import state_dir
+
+    state_dir.prepare()
+
     execute_from_command_line(sys.argv)
 
 

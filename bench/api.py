@@ -189,6 +189,9 @@ def main() -> int:
 
     import django
 
+    from console import state_dir
+
+    state_dir.prepare()
     django.setup()
     procs: list = []
     try:

@@ -83,6 +83,9 @@ def setup_django(url: str, work: Path) -> None:
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     import django
 
+    from console import state_dir
+
+    state_dir.prepare()
     django.setup()
     from django.core.management import call_command
 

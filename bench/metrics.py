@@ -133,6 +133,9 @@ class World:
 def build_world(agents: int, gpus: int) -> World:
     import django
 
+    from console import state_dir
+
+    state_dir.prepare()
     django.setup()
     from django.core.management import call_command
 

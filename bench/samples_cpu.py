@@ -118,6 +118,9 @@ def main() -> int:
     scratch_var_dir("gpucloud-samples-cpu-")
     import django
 
+    from console import state_dir
+
+    state_dir.prepare()
     django.setup()
     from django.conf import settings
     from django.core.management import call_command

@@ -80,6 +80,9 @@ def main() -> int:
     os.environ["DATABASE_URL"] = ""
     import django
 
+    from console import state_dir
+
+    state_dir.prepare()
     django.setup()
     from django.core.management import call_command
 

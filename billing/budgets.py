@@ -76,7 +76,8 @@ class BudgetExceeded(DomainError):
 
 def ensure_launch_allowed(tenant: Tenant) -> None:
     """Raise ``BudgetExceeded`` when the tenant chose to stop at its
-    budget and has spent it this month. The launch (and start) services call this."""
+    budget and has spent it this month. A launch check (console.instances.hooks, registered
+    in BillingConfig.ready): launches, starts and resizes that ask for more run it."""
     quota = Quota.objects.filter(tenant_id=tenant.pk).values_list("monthly_budget", "budget_action")
     budget, action = quota.first() or (None, Quota.BudgetAction.ALERT)
     if budget is None or action != Quota.BudgetAction.STOP:

@@ -2,15 +2,9 @@
 
 import logging
 
-from billing.budgets import ensure_launch_allowed
 from billing.metering import end_at_last_heartbeat, record_transition
 
 log = logging.getLogger(__name__)
-
-
-def on_launch_requested(sender, tenant, **kwargs) -> None:
-    """Refuse (BudgetExceeded) a tenant that chose to stop at its budget and spent it."""
-    ensure_launch_allowed(tenant)
 
 
 def on_host_lost(sender, instance, at, **kwargs) -> None:

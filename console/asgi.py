@@ -8,6 +8,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
+from console import state_dir  # noqa: E402
+
+state_dir.prepare()
+
 # Django's pages and API are synchronous: each request runs whole, middleware and view, in one
 # of settings.WEB_REQUEST_CONCURRENCY threads, the others wait their turn (none is refused).
 # Django's own ASGI handler hops between the event loop and threads several times a request

@@ -2,8 +2,11 @@ import os
 from functools import cached_property
 
 from celery import Celery, signals
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+
+from console import state_dir
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -22,6 +25,18 @@ class App(Celery):
 
 
 app = App("gpucloud")
+
+
+@app.on_configure.connect
+def _prepare_state_dir(**kwargs) -> None:
+    """A worker's or beat's start: its state directory is made before the app reads Django's
+    settings (console.state_dir). Not where the settings were read already (a web process, a
+    manage.py command, which made it then): the database may be open there, and a file of it
+    opened and closed again would drop its SQLite locks."""
+    if not settings.configured:
+        state_dir.prepare()
+
+
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
@@ -53,8 +68,6 @@ def refuse_in_memory_broker(sender: str, **kwargs) -> None:
     a task queued there is lost without a word (a `manage.py shell` against a running console,
     say). Only the tests (ALLOW_IN_MEMORY_BROKER) and eager runs may queue to it; `make run`
     gives every process it starts its Redis."""
-    from django.conf import settings
-
     if app.conf.task_always_eager or settings.ALLOW_IN_MEMORY_BROKER:
         return
     if settings.CELERY_BROKER_URL.startswith("memory://"):

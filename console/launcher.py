@@ -27,7 +27,7 @@ from agent.backends.sim import sim_capacity
 from agent.devtools import engine
 from agent.host import memory_mib
 from agent.runtimes.oci import LABEL_INSTANCE, running_engine
-from console import processes
+from console import processes, state_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 REGION = "local-1"
@@ -136,10 +136,10 @@ def podman_storage(var_dir: Path) -> Path:
 
 def private_state(var_dir: Path) -> None:
     """The state directory 0700 and its files 0600 from now on (umask 077 here and in every
-    child), and what an earlier run left in it with more made so too."""
+    child), made with its secrets before any child starts (console.state_dir), and what an
+    earlier run left in it with more made so too."""
     os.umask(PRIVATE_UMASK)
-    var_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    var_dir.chmod(0o700)
+    state_dir.prepare()
     for entry in var_dir.iterdir():
         mode = entry.lstat().st_mode
         if stat.S_ISREG(mode) or stat.S_ISDIR(mode):

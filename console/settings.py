@@ -3,7 +3,6 @@ as-is (embedded: SQLite, in-process layers). See README.md for the variables."""
 
 import os
 import re
-import secrets
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -12,51 +11,17 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.http import is_same_domain
 
+from console import state_dir
 from console.env import env_bool, env_decimal, env_float, env_int, env_list, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("GPUCLOUD_VAR_DIR", str(BASE_DIR / "var")))
-# var/ holds the database, sessions, the secret key and logs: the console's user only.
-VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-VAR_DIR.chmod(0o700)
+# var/ holds the database, sessions, the secret key and logs: the console's user only. Reading
+# these settings makes nothing there: the entry points make it first (console/state_dir.py).
+VAR_DIR = state_dir.var_dir()
 
-
-def _private_file(path: str) -> str:
-    """Create `path` readable by its owner only (0600) before SQLite opens it: SQLite gives
-    its WAL and shared-memory files the database file's mode."""
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.chmod(path + suffix, 0o600)
-    return path
-
-
-def _generated_secret(name: str, nbytes: int) -> str:
-    """The secret in var/`name`, made on first use by whichever process starting alongside
-    others comes first: written 0600 aside (never readable by others, not even for a moment),
-    then linked into place, so that none reads it half-written; made 0600 again if an older
-    install left it readable."""
-    path = VAR_DIR / name
-    if path.exists():
-        path.chmod(0o600)
-    else:
-        aside = path.with_name(f".{name}.{os.getpid()}")
-        with os.fdopen(os.open(aside, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600), "w") as f:
-            f.write(secrets.token_urlsafe(nbytes))
-        try:
-            os.link(aside, path)
-        except FileExistsError:
-            pass  # another process made it first: its secret is the one
-        finally:
-            os.unlink(aside)
-    return path.read_text().strip()
-
-
-def _secret_key() -> str:
-    return env_str("SECRET_KEY") or _generated_secret("secret-key", 50)
-
-
-SECRET_KEY = _secret_key()
+# Django refuses an empty SECRET_KEY where it is used: a process that did not make its state
+# directory first (console.state_dir.prepare) fails then rather than sign with nothing.
+SECRET_KEY = env_str("SECRET_KEY") or state_dir.stored_secret("secret-key")
 # Seals tenants' secret env values (console/secret_env.py); empty: a key derived
 # from SECRET_KEY. Either, and SECRET_KEY_FALLBACKS, still open what they sealed.
 SECRET_ENV_KEY = env_str("SECRET_ENV_KEY")
@@ -217,9 +182,8 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": _private_file(
-                env_str("GPUCLOUD_SQLITE_PATH", str(VAR_DIR / "gpucloud.sqlite3"))
-            ),
+            # made 0600 by console.state_dir.prepare before SQLite opens it
+            "NAME": state_dir.sqlite_path(),
             # Kept for the thread's next request: a web process runs requests in a fixed set of
             # threads (console/asgi.py), and a new connection reads the schema, prepares its
             # statements and registers Django's functions all over again.
@@ -400,7 +364,6 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # `manage.py collectstatic` (`make run` and every deployment run it before the server) writes each
 # file under a name with its content's hash, gzip and brotli copies and a manifest to STATIC_ROOT;
@@ -573,16 +536,13 @@ INSTANCE_LAYER_GIB = env_int("INSTANCE_LAYER_GIB", 20)
 def _legacy_snapshot_password() -> str:
     """The password of the shared repository from before the store was split per tenant: the
     old SNAPSHOT_PASSWORD (or its file in var/); empty on an install that never had one."""
-    path = VAR_DIR / "snapshot-password"
-    if env_str("SNAPSHOT_PASSWORD") or not path.exists():
-        return env_str("SNAPSHOT_PASSWORD")
-    path.chmod(0o600)
-    return path.read_text().strip()
+    return env_str("SNAPSHOT_PASSWORD") or state_dir.stored_secret("snapshot-password")
 
 
 def _snapshot_master_secret(legacy: str) -> str:
     """The secret every tenant's store password is derived from (console/snapshots/store.py):
-    set on every console machine of a deployment, generated into var/ for one machine."""
+    set on every console machine of a deployment, generated into var/ for one machine
+    (console.state_dir.prepare); "" before it is made, which the store refuses to use."""
     secret = env_str("SNAPSHOT_MASTER_SECRET")
     if not secret:
         if env_str("SNAPSHOT_PASSWORD"):
@@ -591,7 +551,7 @@ def _snapshot_master_secret(legacy: str) -> str:
                 "the same new master secret on every console machine (README: The snapshot "
                 "store)."
             )
-        secret = _generated_secret("snapshot-master-secret", 32)
+        return state_dir.stored_secret("snapshot-master-secret")
     if len(secret) < 32:
         raise ImproperlyConfigured("SNAPSHOT_MASTER_SECRET must be at least 32 characters.")
     if secret == legacy:

@@ -1,4 +1,7 @@
-"""The console's settings, for the suite.
+"""The console's settings, for the suite (pytest's `--ds`).
+
+Its state directory is made first, as every entry point does (console/state_dir.py), since
+pytest-django reads the settings before any conftest.
 
 Under pytest-xdist (`make test`) the workers share CI's Redis: each worker keeps to a database
 number of its own (1, 2, … : below tests/backing.py's) under a deployment name of its own, since
@@ -10,6 +13,8 @@ starts inherit both and run the console's own settings.
 import os
 from urllib.parse import urlsplit, urlunsplit
 
+from console import state_dir
+
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 if _worker and os.environ.get("REDIS_URL"):
     _database = 1 + int(_worker.removeprefix("gw"))
@@ -17,6 +22,8 @@ if _worker and os.environ.get("REDIS_URL"):
         urlsplit(os.environ["REDIS_URL"])._replace(path=f"/{_database}")
     )
     os.environ.setdefault("DEPLOYMENT_NAME", f"gpucloud-test-{_worker}")
+
+state_dir.prepare()
 
 from console.settings import *  # noqa: E402, F403
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import runpy
 import stat
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from console import state_dir
 from console.fleet.models import Host
 from tests.factories import RegionFactory
 
@@ -17,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import json, os, django
+from console import state_dir
+state_dir.prepare()
 django.setup()
 from django.db import connection
 with connection.cursor() as cursor:
@@ -58,6 +62,30 @@ def test_var_and_the_sqlite_files_are_private(tmp_path, existing):
     } <= set(modes)
     files = {name: mode for name, mode in modes.items() if name not in (".", "static")}
     assert set(files.values()) == {"0o600"}
+
+
+def test_reading_the_settings_makes_nothing_on_disk(tmp_path, monkeypatch):
+    """The settings compute where the state lies; the entry points make it
+    (console.state_dir.prepare)."""
+    var = tmp_path / "var"
+    monkeypatch.setenv("GPUCLOUD_VAR_DIR", str(var))
+    for name in ("DATABASE_URL", "GPUCLOUD_SQLITE_PATH", "SECRET_KEY", "SNAPSHOT_MASTER_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    settings = runpy.run_path(str(ROOT / "console" / "settings.py"))
+    assert settings["VAR_DIR"] == var
+    assert settings["SECRET_KEY"] == "" and settings["SNAPSHOT_MASTER_SECRET"] == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_settings_read_what_prepare_made(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCLOUD_VAR_DIR", str(tmp_path))
+    for name in ("DATABASE_URL", "GPUCLOUD_SQLITE_PATH", "SECRET_KEY", "SNAPSHOT_MASTER_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    state_dir.prepare()
+    settings = runpy.run_path(str(ROOT / "console" / "settings.py"))
+    assert settings["SECRET_KEY"] == (tmp_path / "secret-key").read_text()
+    assert settings["SNAPSHOT_MASTER_SECRET"] == (tmp_path / "snapshot-master-secret").read_text()
+    assert settings["DATABASES"]["default"]["NAME"] == str(tmp_path / "gpucloud.sqlite3")
 
 
 @pytest.mark.django_db

@@ -27,6 +27,7 @@ from console.fleet.models import Host
 from console.instances import (
     access,
     availability,
+    hooks,
     lifecycle,
     locks,
     names,
@@ -39,7 +40,6 @@ from console.instances import (
 from console.instances.lifecycle import InvalidTransition
 from console.instances.models import Instance, OnHostLoss, State
 from console.instances.quota import usage
-from console.instances.signals import launch_requested
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +94,6 @@ def _check_quota(quota: Quota, spec: Spec, exclude_instance_id: int | None = Non
             f"{tenant.name} already has {used.instances_used} of its {quota.max_instances} "
             "instances running or queued."
         )
-
-
-def _check_budget(tenant: Tenant) -> None:
-    """Whoever listens may refuse (billing: a tenant that chose to stop at its monthly
-    budget and spent it launches nothing new)."""
-    launch_requested.send(sender=Tenant, tenant=tenant)
 
 
 def _num(value) -> str:
@@ -251,7 +245,7 @@ def launch_instance(
         _check_name_free(tenant, name)
         keys = access.launch_keys(tenant, actor, ssh_keys)
         _check_quota(quota, spec)
-        _check_budget(tenant)
+        hooks.check_launch(tenant)
         now = timezone.now()
         instance = Instance.objects.create(
             tenant=tenant,
@@ -336,7 +330,7 @@ def start_instance(
         instance = _lock_for(instance, "start")
         was = _was(instance)
         _check_quota(quota, instance.spec, exclude_instance_id=instance.pk)
-        _check_budget(instance.tenant)
+        hooks.check_launch(instance.tenant)
         _forget_exit(instance)
         placed = queue.place(
             instance,
@@ -462,7 +456,7 @@ def resize_instance(
         if instance.state != S.STOPPED:  # a stopped instance is checked when it starts
             _check_quota(quota, spec, exclude_instance_id=instance.pk)
             if spec.current_price() > old.current_price():
-                _check_budget(instance.tenant)
+                hooks.check_launch(instance.tenant)
         message = f"Resize from {old.code} to {spec.code}"
         changes = {"spec": spec}
         if disk_gib is not None and disk_gib > instance.disk_gib:

@@ -1,4 +1,5 @@
-"""Signals other parts (billing, metrics) listen to.
+"""Signals other parts (billing, metrics) listen to. Who may refuse a launch or hold a
+provisioning is not among them: those register in console/instances/hooks.py.
 
 `instance_state_changed(sender=Instance, instance, from_state, to_state, at)` is sent after
 the commit of every transition (`from_state` is "" for a new instance), and from running
@@ -6,19 +7,9 @@ to running when a running instance took a new spec live (lifecycle.record_live_c
 `at` is when the transition happened as far as billing is concerned: for a host that went
 silent it is the host's last heartbeat, not the moment we noticed.
 
-`launch_requested(sender=Tenant, tenant)` is sent before a launch, start or resize that asks
-for more is committed, inside its transaction: a receiver refuses it by raising a
-DomainError (billing: a spent budget). So instances asks the layers above it without
-importing them.
-
 `host_lost(sender=Instance, instance, at)` is sent inside the transaction that fails an
 instance over from a silent host: `at` is the host's last heartbeat, where billing ends its
 GPU usage whatever was asked meanwhile.
-
-`provision_held(sender=Instance, instance_pk, host)` is sent by the provision task before it
-calls the instance's host: a receiver that answers True holds the provisioning, and queues
-`console.instances.tasks.provision` again itself once what it waits for is done (snapshots:
-a shelved instance's disk restored on the host it was placed on).
 
 `launching(sender=Instance, instance, volumes)` is sent inside a launch's transaction once the
 instance exists, before it is placed: `volumes` is what the launch asked to attach (volumes:
@@ -31,8 +22,6 @@ transaction: its volumes are detached, and with `keep_disk` its own disk becomes
 from django.dispatch import Signal
 
 instance_state_changed = Signal()
-launch_requested = Signal()
 host_lost = Signal()
-provision_held = Signal()
 launching = Signal()
 terminating = Signal()

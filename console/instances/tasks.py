@@ -24,9 +24,17 @@ from console.fleet.agent_client import (
     AgentUnavailable,
 )
 from console.fleet.models import Host
-from console.instances import access, lifecycle, outcomes, placement, queue, recovery, restarts
-from console.instances.models import Allocation, Instance, State
-from console.instances.signals import provision_held
+from console.instances import (
+    access,
+    hooks,
+    lifecycle,
+    outcomes,
+    placement,
+    queue,
+    recovery,
+    restarts,
+)
+from console.instances.models import Allocation, State
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +147,7 @@ def provision(self, instance_pk: int) -> None:
     job = outcomes.job(instance_pk, (S.PROVISIONING, S.STARTING))
     if job is None or job.allocation_id is None:
         return
-    held = provision_held.send(sender=Instance, instance_pk=instance_pk, host=job.host)
-    if any(answer for _, answer in held):
+    if hooks.provision_held(instance_pk, job.host):
         return
     agent_client.set_ssh_keys(
         job.host, instance_pk, access.granted_keys(instance_pk), access.granted_members(instance_pk)

@@ -6,13 +6,12 @@ class SnapshotsConfig(AppConfig):
     label = "snapshots"
 
     def ready(self):
+        from console.instances import hooks
         from console.instances.models import Instance
-        from console.instances.signals import instance_state_changed, provision_held
+        from console.instances.signals import instance_state_changed
         from console.snapshots import services
 
-        provision_held.connect(
-            services.hold_for_restore, sender=Instance, dispatch_uid="snapshots.unshelve"
-        )
+        hooks.register_provision_hold(services.hold_for_restore)
         instance_state_changed.connect(
             services.on_instance_terminated, sender=Instance, dispatch_uid="snapshots.terminated"
         )

@@ -446,8 +446,8 @@ def _shelved(snapshot: Snapshot) -> None:
             )
 
 
-def hold_for_restore(sender, instance_pk: int, host: Host, **kwargs) -> bool:
-    """The provision task's hook (console.instances.signals.provision_held): a shelved
+def hold_for_restore(instance_pk: int, host: Host) -> bool:
+    """The provision task's hold (console.instances.hooks.ProvisionHold): a shelved
     instance placed on `host` waits while its disk and volumes are restored there
     (restore_done queues the provisioning again), as does one whose volume is being restored
     from a snapshot into it."""

@@ -14,6 +14,7 @@ import uuid
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from console.snapshots.models import Snapshot, TenantStore
 
@@ -44,7 +45,10 @@ def tenant_repository(base: str, key: uuid.UUID) -> str:
 
 def tenant_password(master: str, key: uuid.UUID) -> str:
     """The password of the tenant store `key`: HKDF-SHA256 of the master secret, in the
-    context of that key (32 bytes, URL-safe base64)."""
+    context of that key (32 bytes, URL-safe base64). Refused without a master: a process
+    that did not make its state directory (console.state_dir.prepare) holds none."""
+    if not master:
+        raise ImproperlyConfigured("SNAPSHOT_MASTER_SECRET is neither set nor made in var/.")
     derived = HKDF(
         algorithm=hashes.SHA256(), length=32, salt=None, info=CONTEXT + str(key).encode()
     ).derive(master.encode())

@@ -115,9 +115,7 @@ def test_a_failed_unshelve_bills_no_disk_after_it(world, tenant, host, queued, c
     shelve(box, at(2026, 3, 2, 1, 30), at(2026, 3, 2, 2))
     other = catalog.host("gpu-2", region=world.region)
     move(box, S.STARTING, at(2026, 3, 5))  # started and placed on gpu-2
-    committed(
-        lambda: snapshots.hold_for_restore(None, instance_pk=box.pk, host=other), at(2026, 3, 5)
-    )
+    committed(lambda: snapshots.hold_for_restore(box.pk, other), at(2026, 3, 5))
     [restore] = box.shelf.restores.all()
     committed(lambda: snapshots.restore_failed(restore.pk, "restic: broken"), at(2026, 3, 5, 0, 5))
     box.refresh_from_db()

@@ -7,6 +7,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from console import settings as console_settings
+from console import state_dir
 from console.snapshots import store as stores
 
 KEY = uuid.UUID("0b6f2c3e-8d1a-4c55-9e2f-7a1b2c3d4e5f")
@@ -58,13 +59,20 @@ def test_a_tenants_password_is_derived_from_the_master_with_its_key():
     assert password != stores.tenant_password(MASTER, uuid.uuid4())  # per tenant
     assert password != stores.tenant_password(MASTER + "x", KEY)  # per master
     assert password != MASTER
+    with pytest.raises(ImproperlyConfigured, match="SNAPSHOT_MASTER_SECRET"):
+        stores.tenant_password("", KEY)  # a process that made no state directory
 
 
 def test_the_master_secret_is_checked(monkeypatch, tmp_path):
-    monkeypatch.setattr(console_settings, "VAR_DIR", tmp_path)
+    monkeypatch.setenv("GPUCLOUD_VAR_DIR", str(tmp_path))
     monkeypatch.delenv("SNAPSHOT_MASTER_SECRET", raising=False)
+    monkeypatch.delenv("SNAPSHOT_PASSWORD", raising=False)
+    assert console_settings._snapshot_master_secret("") == ""  # none made yet
+    state_dir.prepare()
     made = console_settings._snapshot_master_secret("")
+    state_dir.prepare()
     assert made == console_settings._snapshot_master_secret("")  # generated once, then read
+    assert len(made) >= 32
     assert (tmp_path / "snapshot-master-secret").stat().st_mode & 0o777 == 0o600
     monkeypatch.setenv("SNAPSHOT_PASSWORD", "the-old-shared-password")
     with pytest.raises(ImproperlyConfigured, match="SNAPSHOT_MASTER_SECRET is not"):

@@ -196,13 +196,13 @@ def test_an_instance_waits_for_its_restored_volume(catalog, tenant, volume, othe
     restore = services.restore_to_volume(snapshot, name="copy", host="gpu-2")
     waiting = make_instance(catalog, tenant, state=State.STARTING, name="reader")
     Volume.objects.filter(pk=restore.volume_id).update(instance=waiting, state="attached")
-    assert services.hold_for_restore(None, instance_pk=waiting.pk, host=other_host) is True
+    assert services.hold_for_restore(waiting.pk, other_host) is True
     services.restore_done(restore.pk, {"bytes_total": 1234})
     services.restore_done(restore.pk, {"bytes_total": 1234})  # twice: once
     assert Restore.objects.get(pk=restore.pk).state == "done"
     provisions = [t for t in queued if t[0] == "console.instances.tasks.provision"]
     assert provisions == [("console.instances.tasks.provision", waiting.pk)]
-    assert services.hold_for_restore(None, instance_pk=waiting.pk, host=other_host) is False
+    assert services.hold_for_restore(waiting.pk, other_host) is False
 
 
 def test_a_failed_restore_deletes_its_unattached_volume(volume, queued):
@@ -292,7 +292,7 @@ def test_shelving_takes_its_volumes_along_and_unshelving_brings_them_back(
     assert detach.status_code == 409 and detach.json()["code"] == "instance_shelved"
 
     # placed on gpu-2: the disk and the volume are restored there before it starts
-    assert services.hold_for_restore(None, instance_pk=shelvable.pk, host=other_host) is True
+    assert services.hold_for_restore(shelvable.pk, other_host) is True
     restores = list(Restore.objects.filter(shelf__instance=shelvable).order_by("pk"))
     assert [(r.instance_id, r.volume_id, r.snapshot_id) for r in restores] == [
         (shelvable.pk, None, disk.pk), (None, volume.pk, of_volume.pk),
@@ -314,7 +314,7 @@ def test_a_failed_volume_restore_keeps_the_instance_shelved(shelvable, volume, o
     services.shelve_instance(shelvable)
     _finish(Snapshot.objects.all())
     Instance.objects.filter(pk=shelvable.pk).update(state=State.STARTING)  # started meanwhile
-    services.hold_for_restore(None, instance_pk=shelvable.pk, host=other_host)
+    services.hold_for_restore(shelvable.pk, other_host)
     failing = Restore.objects.get(volume=volume)
     services.restore_failed(failing.pk, "restic: broken")
     shelvable.refresh_from_db()
@@ -349,7 +349,7 @@ def _unshelving(instance) -> tuple:
     instance_services.start_instance(instance)
     instance.refresh_from_db()
     placed = instance.current_allocation().host
-    assert services.hold_for_restore(None, instance_pk=instance.pk, host=placed) is True
+    assert services.hold_for_restore(instance.pk, placed) is True
     disk, of_volume = Restore.objects.filter(host=placed, state="running").order_by("pk")
     return placed, disk, of_volume
 
