@@ -119,7 +119,11 @@ def stop_here(instance: Instance, message: str) -> None:
     reason = instance.state_reason if kept else None
     lifecycle.transition(instance, S.STOPPED, message=message, reason=reason)
     again = f"Starting again as {instance.spec.code}"
-    if resume and queue.place(instance, S.STARTING, message=again, continues_run=True) != "placed":
+    if (
+        resume
+        and queue.place(instance, S.STARTING, message=again, continues_run=True)
+        != queue.Placement.PLACED
+    ):
         lifecycle.transition(
             instance,
             S.PENDING,

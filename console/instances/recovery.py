@@ -155,7 +155,7 @@ def _on_fresh_disk(instance_pk: int, host: Host) -> None:
     placed = queue.place(
         instance, S.STARTING, message=f"{message}; GPU slice reserved", continues_run=True
     )
-    if placed != "placed":
+    if placed != queue.Placement.PLACED:
         lifecycle.transition(
             instance,
             S.PENDING,

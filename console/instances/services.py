@@ -276,7 +276,7 @@ def launch_instance(
         signals.launching.send(sender=Instance, instance=instance, volumes=volumes or [])
         if (
             queue.place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved")
-            != "placed"
+            != queue.Placement.PLACED
         ):
             queue.wait(instance)
         audit.record("instance.launch", instance, after=_launched(instance))
@@ -345,7 +345,7 @@ def start_instance(
             message=f"{message}; GPU slice reserved",
             continues_run=not new_run,
         )
-        if placed != "placed":
+        if placed != queue.Placement.PLACED:
             lifecycle.transition(
                 instance,
                 S.PENDING,
