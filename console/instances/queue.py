@@ -12,6 +12,7 @@ from console.fleet import images
 from console.fleet.models import Host
 from console.instances import availability, lifecycle, locks, placement, pulls
 from console.instances.models import Instance, State
+from console.instances.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +44,20 @@ def kick_scheduler() -> None:
     enqueue("schedule_pending")
 
 
-def waiting_reason(instance: Instance) -> str:
+def waiting_reason(instance: Instance) -> Reason:
+    """Why a pending instance waits, in words."""
+    return Reason(detail=_waiting(instance))
+
+
+def _waiting(instance: Instance) -> str:
     host = instance.disk_host
     if not availability.can_ever_place(instance.spec, instance.region, host):
         detail = availability.hardware_detail(instance.spec, instance.region, host)
-        return f"Can never be placed: {detail}"[:200]
+        return f"Can never be placed: {detail}"
     if host is not None and host.admin_status in Host.ANNOUNCED:
         why = ANNOUNCED[host.admin_status]
         note = f" ({host.operator_note})" if host.operator_note else ""
-        return f"Waiting for {host.name}, which holds its disk: {why}{note}."[:200]
+        return f"Waiting for {host.name}, which holds its disk: {why}{note}."
     if host is not None:
         return (
             f"Waiting for {host.name}, which holds its disk: no {instance.spec.name} free "
@@ -93,10 +99,9 @@ def place(
 
 def wait(instance: Instance) -> None:
     """Leave a pending instance waiting, saying why."""
-    reason = waiting_reason(instance)
-    if instance.state_reason != reason:
-        instance.state_reason = reason
-        Instance.objects.filter(pk=instance.pk).update(state_reason=reason)
+    reason = waiting_reason(instance).fitted()
+    if instance.reason != reason:
+        instance.set_reason(reason)
 
 
 def place_pending(instance_pk: int) -> Placement | None:
