@@ -275,7 +275,11 @@ def enforce(tenant_id: int) -> int:
             "kind": "instance.budget_stopped",
             "subject": instance,
             "text": f"{instance.name}: {reasons.explain(why)}",
-            "data": {"instance_id": instance.pk, "instance_name": instance.name, "reason": why},
+            "data": {
+                "instance_id": instance.pk,
+                "instance_name": instance.name,
+                "reason": why.text,
+            },
         }
         transaction.on_commit(lambda: notices.send(sender=__name__, **stopped_notice))
         return True

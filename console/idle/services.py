@@ -440,10 +440,12 @@ def _act(instance, watch, rule: Rule, facts: judge.Facts, step: judge.Step) -> N
         lifecycle.announce_note(instance, f"Idle policy (notify only): {said}")
         _announce(instance, "instance.idle_warning", f"{instance.name}: {said}", data)
         return
-    code = reasons.RUNTIME_LIMIT if step.kind == judge.MAX_RUNTIME else reasons.IDLE_STOPPED
+    code = (
+        reasons.Code.RUNTIME_LIMIT if step.kind == judge.MAX_RUNTIME else reasons.Code.IDLE_STOPPED
+    )
     try:
         if rule.action in (Action.STOP, Action.SHELVE):
-            instance_services.stop_instance(instance, actor=None, reason=f"{code}: {said}")
+            instance_services.stop_instance(instance, actor=None, reason=reasons.Reason(code, said))
             if rule.action == Action.SHELVE:
                 Watch.objects.filter(pk=watch.pk).update(shelve_on_stop=True)
         else:

@@ -101,13 +101,13 @@ def transition(
     *,
     actor=None,
     message: str = "",
-    reason: str | None = None,
+    reason: reasons.Reason | None = None,
     at: datetime | None = None,
     continues_run: bool = False,
 ) -> InstanceEvent:
     """Move `instance` (locked by the caller, inside its transaction) to `to_state`.
 
-    `reason` becomes the instance's state_reason (cleared when None); `continues_run`: a start
+    `reason` becomes the instance's reason (cleared when None); `continues_run`: a start
     the platform made (billing's run goes on, InstanceEvent.continues_run). The write is a
     compare-and-swap on the old state, so a caller that works from a stale row fails loudly
     instead of overwriting someone else's transition."""
@@ -118,7 +118,7 @@ def transition(
         raise InvalidTransition(from_state=from_state, to_state=to_state)
     now = timezone.now()
     at = at or now
-    fields = {"state": to_state, "state_reason": (reason or "")[:200], "updated_at": now}
+    fields = {"state": to_state, **Instance.reason_fields(reason), "updated_at": now}
     if to_state == S.TERMINATED:
         fields["terminated_at"] = at
     changed = Instance.objects.filter(pk=instance.pk, state=from_state).update(**fields)

@@ -26,8 +26,9 @@ from console.instances.models import Allocation, Instance, State
 from console.speedups.prepared import Prepared, PreparedRows
 
 COLUMNS = (
-    "id", "name", "state", "state_reason", "command", "env", "secret_env", "exit_code", "ports",
-    "disk_gib", "created_by_id", "created_at", "updated_at", "terminated_at", "spec_id",
+    "id", "name", "state", "state_reason_code", "state_reason_detail", "command", "env",
+    "secret_env", "exit_code", "ports", "disk_gib", "created_by_id", "created_at", "updated_at",
+    "terminated_at", "spec_id",
     "spec__code", "image__name", "image__reference", "image__ports", "region__code",
     "disk_host__name", "app_token", "restart_policy", "on_host_loss", "restart_count",
     "restart_at", "spec__ram_mib", "spec__gpu_memory_mib",
@@ -96,15 +97,16 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
 
 def _one(row, host, keys, figures, placed, base_url, shell, now) -> dict:
     instance_id, state, restart_at = row["id"], row["state"], row["restart_at"]
+    reason = reasons.Reason(row["state_reason_code"], row["state_reason_detail"])
     ports = access.declared_ports(row["image__ports"], row["ports"])
     queries = [_query(entry, row["app_token"], shell) for entry in ports]
     return {
         "id": instance_id,
         "name": row["name"],
         "state": row["state"],
-        "state_reason": row["state_reason"],
+        "state_reason": reason.text,
         "reason_text": reasons.explain(
-            row["state_reason"],
+            reason,
             ram_mib=row["spec__ram_mib"],
             gpu_memory_mib=row["spec__gpu_memory_mib"],
             exit_code=row["exit_code"],

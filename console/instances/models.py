@@ -11,6 +11,7 @@ from accounts.models import SshKey, Tenant
 from console import secret_env
 from console.catalog.models import Image, Mode, Region, RestartPolicy, Spec
 from console.fleet.models import Gpu, Host
+from console.instances import reasons
 
 
 class State(models.TextChoices):
@@ -66,7 +67,9 @@ class Instance(models.Model):
     image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="instances")
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="instances")
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
-    state_reason = models.CharField(max_length=200, blank=True)
+    # Why it is in its state (reasons.Reason): a code, or none when the detail is words.
+    state_reason_code = models.CharField(max_length=32, choices=reasons.Code.choices, blank=True)
+    state_reason_detail = models.CharField(max_length=reasons.MAX_TEXT, blank=True)
     priority = models.SmallIntegerField(default=0, help_text="higher starts first when queued")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -130,6 +133,29 @@ class Instance(models.Model):
     def masked_secrets(self) -> dict[str, str]:
         """Its secret variables as anyone is shown them: names, each with the mask."""
         return secret_env.masked(self.secret_env)
+
+    @property
+    def reason(self) -> reasons.Reason:
+        return reasons.Reason(self.state_reason_code, self.state_reason_detail)
+
+    @property
+    def state_reason(self) -> str:
+        """Its reason as one line, as the API, the pages and its events say it."""
+        return self.reason.text
+
+    @staticmethod
+    def reason_fields(reason: reasons.Reason | None) -> dict[str, str]:
+        """The columns that keep `reason` (None: no reason), for a save or an update."""
+        kept = reason.fitted() if reason is not None else reasons.Reason()
+        return {"state_reason_code": kept.code, "state_reason_detail": kept.detail}
+
+    def set_reason(self, reason: reasons.Reason | None) -> None:
+        """Say why it is in its state without a transition (lifecycle.transition says it with
+        one)."""
+        fields = self.reason_fields(reason)
+        for name, value in fields.items():
+            setattr(self, name, value)
+        Instance.objects.filter(pk=self.pk).update(**fields)
 
     def current_allocation(self) -> "Allocation | None":
         """The allocation that holds the instance's slice now (None while it holds none)."""

@@ -113,13 +113,15 @@ def stop_here(instance: Instance, message: str) -> None:
         instance.resume_after_stop = False
         Instance.objects.filter(pk=instance.pk).update(resume_after_stop=False)
     # A workload that exited by itself, or a budget or idle stop, stays stopped with that reason.
-    kept = instance.exit_code is not None or reasons.code_of(instance.state_reason) in (
-        reasons.KEPT_ON_STOP
-    )
-    reason = instance.state_reason if kept else None
+    kept = instance.exit_code is not None or instance.state_reason_code in reasons.KEPT_ON_STOP
+    reason = instance.reason if kept else None
     lifecycle.transition(instance, S.STOPPED, message=message, reason=reason)
     again = f"Starting again as {instance.spec.code}"
-    if resume and queue.place(instance, S.STARTING, message=again, continues_run=True) != "placed":
+    if (
+        resume
+        and queue.place(instance, S.STARTING, message=again, continues_run=True)
+        != queue.Placement.PLACED
+    ):
         lifecycle.transition(
             instance,
             S.PENDING,
@@ -194,7 +196,7 @@ def allocations_to_tear_down(instance_pk: int) -> list[Allocation]:
 
 def fail_instance(
     instance_pk: int,
-    reason: str,
+    reason: reasons.Reason,
     *,
     allocation_id: str | None = None,
     at: datetime | None = None,
@@ -227,7 +229,7 @@ def fail_instance(
         if never_ran and instance.state == S.RUNNING:
             at = instance.events.filter(to_state=S.RUNNING).order_by("-at").first().at
         at = _clamp(instance, at) if at is not None else None
-        lifecycle.transition(instance, S.FAILED, message=reason, reason=reason, at=at)
+        lifecycle.transition(instance, S.FAILED, message=reason.text, reason=reason, at=at)
         queue.kick_scheduler()
     return True
 
@@ -255,7 +257,12 @@ WORKLOAD_STATES = (S.PROVISIONING, S.STARTING, S.REBOOTING, S.RUNNING, S.UNREACH
 ENDED = ("exited", "failed", "lost")
 # Reasons of a failure before the workload ran (the container may have started, its command
 # never did): the run, if the console saw one begin, ends where it began and costs nothing.
-NEVER_RAN = ("command_not_found", "image_not_found", "image_pull_failed", "launch_failed")
+NEVER_RAN = (
+    reasons.Code.COMMAND_NOT_FOUND,
+    reasons.Code.IMAGE_NOT_FOUND,
+    reasons.Code.IMAGE_PULL_FAILED,
+    reasons.Code.LAUNCH_FAILED,
+)
 
 
 @dataclass(frozen=True)
@@ -289,10 +296,10 @@ def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
     if outcome.state == "exited":
         return _workload_exited(instance_pk, outcome)
     if outcome.state in ("failed", "lost"):
-        reason = outcome.reason or "agent_reported"
+        reason = reasons.from_agent(outcome.reason or reasons.Code.AGENT_REPORTED)
         if outcome.state == "lost":
-            reason = f"allocation_lost: {reason}"
-        never_ran = reason.split(":", 1)[0] in NEVER_RAN
+            reason = reasons.Reason(reasons.Code.ALLOCATION_LOST, reason.text)
+        never_ran = reason.code in NEVER_RAN
         at = outcome.at or timezone.now()
         with transaction.atomic():
             if not fail_instance(
@@ -308,7 +315,11 @@ def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
             if outcome.state == "failed":  # the workload's own failure, not its GPU's
                 instance = locks.instance_to_change(instance_pk)
                 restarts.schedule(
-                    instance, failed=True, never_ran=never_ran, why=reason, at=_clamp(instance, at)
+                    instance,
+                    failed=True,
+                    never_ran=never_ran,
+                    why=reason.text,
+                    at=_clamp(instance, at),
                 )
         return True
     return False
@@ -335,7 +346,9 @@ def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
         message = f"The workload exited with code {instance.exit_code}"
         if outcome.message:
             message += f": {outcome.message}"
-        lifecycle.transition(instance, S.STOPPING, message=message, reason="exited", at=at)
+        lifecycle.transition(
+            instance, S.STOPPING, message=message, reason=reasons.Reason(reasons.Code.EXITED), at=at
+        )
         queue.enqueue("stop", instance.pk)
         restarts.schedule(instance, failed=False, never_ran=False, why=message, at=at)
     return True
@@ -351,8 +364,7 @@ def record_progress(host: Host, instance_pk: int, allocation_id: str, message: s
         current = instance.current_allocation()
         if current is None or current.pk != allocation_id or current.host_id != host.pk:
             return False
-        instance.state_reason = message[:200]
-        Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
+        instance.set_reason(reasons.Reason(detail=message))
         last = instance.events.last()
         if last is not None and last.kind == "note" and _same_pull(last.message, message):
             # one event per pull, saying how far it got: a long pull reports every second
@@ -373,4 +385,5 @@ def _same_pull(earlier: str, message: str) -> bool:
 
 def note_retry(instance_pk: int, detail: str) -> None:
     """A host call is being retried: say so on the instance (no transition)."""
-    Instance.objects.filter(pk=instance_pk).update(state_reason=detail[:200])
+    reason = Instance.reason_fields(reasons.Reason(detail=detail))
+    Instance.objects.filter(pk=instance_pk).update(**reason)

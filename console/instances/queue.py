@@ -2,6 +2,7 @@
 oldest, whenever capacity is released or the beat comes; and the one way this app queues its
 Celery tasks (after commit, by their pinned names)."""
 
+import enum
 import logging
 
 from django.db import transaction
@@ -11,6 +12,7 @@ from console.fleet import images
 from console.fleet.models import Host
 from console.instances import availability, lifecycle, locks, placement, pulls
 from console.instances.models import Instance, State
+from console.instances.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,14 @@ ANNOUNCED = {
     Host.Status.DRAINING: "it is being drained",
     Host.Status.MAINTENANCE: "it is in maintenance",
 }
+
+
+class Placement(enum.StrEnum):
+    """What an attempt to place an instance came to."""
+
+    PLACED = "placed"
+    FULL = "full"  # nothing fits now
+    BUSY = "busy"  # other workers kept taking the slices it chose: the scheduler tries again soon
 
 
 def enqueue(task: str, *args, countdown: float | None = None) -> None:
@@ -34,15 +44,20 @@ def kick_scheduler() -> None:
     enqueue("schedule_pending")
 
 
-def waiting_reason(instance: Instance) -> str:
+def waiting_reason(instance: Instance) -> Reason:
+    """Why a pending instance waits, in words."""
+    return Reason(detail=_waiting(instance))
+
+
+def _waiting(instance: Instance) -> str:
     host = instance.disk_host
     if not availability.can_ever_place(instance.spec, instance.region, host):
         detail = availability.hardware_detail(instance.spec, instance.region, host)
-        return f"Can never be placed: {detail}"[:200]
+        return f"Can never be placed: {detail}"
     if host is not None and host.admin_status in Host.ANNOUNCED:
         why = ANNOUNCED[host.admin_status]
         note = f" ({host.operator_note})" if host.operator_note else ""
-        return f"Waiting for {host.name}, which holds its disk: {why}{note}."[:200]
+        return f"Waiting for {host.name}, which holds its disk: {why}{note}."
     if host is not None:
         return (
             f"Waiting for {host.name}, which holds its disk: no {instance.spec.name} free "
@@ -53,12 +68,11 @@ def waiting_reason(instance: Instance) -> str:
 
 def place(
     instance: Instance, to_state: str, *, actor=None, message: str, continues_run: bool = False
-) -> str:
+) -> Placement:
     """Try to give `instance` (locked) a slice now; on success move it to `to_state` (a start
     the platform made: `continues_run`, see lifecycle.transition) and queue its provisioning.
     An instance that has a disk goes only to the host that holds it (a disk does not move
-    between hosts). Answers "placed", "full" (nothing fits now) or
-    "busy" (other workers kept taking the slices it chose: the scheduler tries again soon)."""
+    between hosts)."""
     pinned = placement.pinned_host(instance)
     holding = images.holders(instance.region_id, instance.image.reference)
     try:
@@ -71,35 +85,34 @@ def place(
     except placement.Busy as exc:
         log.info("%s", exc)
         kick_scheduler()
-        return "busy"
+        return Placement.BUSY
     if allocation is None:
-        return "full"
+        return Placement.FULL
     lifecycle.transition(
         instance, to_state, actor=actor, message=message, continues_run=continues_run
     )
     if pulling := pulls.pull_note(instance, allocation, pinned, holding):
         lifecycle.note(instance, pulling)
     enqueue("provision", instance.pk)
-    return "placed"
+    return Placement.PLACED
 
 
 def wait(instance: Instance) -> None:
     """Leave a pending instance waiting, saying why."""
-    reason = waiting_reason(instance)
-    if instance.state_reason != reason:
-        instance.state_reason = reason
-        Instance.objects.filter(pk=instance.pk).update(state_reason=reason)
+    reason = waiting_reason(instance).fitted()
+    if instance.reason != reason:
+        instance.set_reason(reason)
 
 
-def place_pending(instance_pk: int) -> str | None:
-    """Give one queued instance a slice if one is free: "placed", "full" or "busy" (see
-    _place); None when it is not pending (any more) or another worker holds it."""
+def place_pending(instance_pk: int) -> Placement | None:
+    """Give one queued instance a slice if one is free (see `place`); None when it is not
+    pending (any more) or another worker holds it."""
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk, skip_locked=True)
         if instance is None or instance.state != S.PENDING:
             return None
         outcome = place(instance, S.PROVISIONING, message="GPU slice reserved")
-        if outcome == "full":
+        if outcome == Placement.FULL:
             wait(instance)
         return outcome
 
@@ -120,8 +133,8 @@ def schedule_pending() -> int:
         if tuple(where) in blocked:
             continue
         outcome = place_pending(pk)
-        if outcome == "placed":
+        if outcome == Placement.PLACED:
             placed += 1
-        elif outcome == "full":
+        elif outcome == Placement.FULL:
             blocked.add(tuple(where))
     return placed

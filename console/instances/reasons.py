@@ -2,26 +2,99 @@
 into a sentence saying what happened and what to do. The instance page, the list, the API
 (``reason_text``) and the CLI (which prints the API's field) all say it this way.
 
-A state reason is either a code, alone or with a detail after a colon
-(``oom_killed``, ``image_pull_failed: ghcr.io/x: manifest unknown``, set by the agents and by
-outcomes.py, recovery.py, tasks.py and billing's budget stop), or already a sentence (why a
-pending instance waits, a start's progress): that one is shown as it is. tests/instances/
-test_reasons.py collects every code the code base can set and checks that each has a
-sentence here."""
+A state reason (`Reason`) is either a code (`Code`), alone or with a detail (``oom_killed``;
+``image_pull_failed`` with ``ghcr.io/x: manifest unknown``, set by the agents and by
+outcomes.py, recovery.py, tasks.py, the idle watch and billing's budget stop), or, without a
+code, words already (why a pending instance waits, a start's progress): those are shown as
+they are. The instance keeps the two in two columns; the API's ``state_reason`` is
+`Reason.text`. tests/instances/test_reasons.py checks that every code has a sentence here and
+that every code the agents send is one."""
 
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# "code" or "code: detail"; also the agents' "exit code 3" (a failure without a code).
+from django.db import models
+
+# What an agent sends: "code" or "code: detail", or "exit code 3" (a failure without a code).
 _CODED = re.compile(r"(?P<code>[a-z]+(?:_[a-z]+)*)(?:: ?(?P<detail>.*))?", re.DOTALL)
 _EXIT_CODE = re.compile(r"exit code (?P<detail>-?[0-9]+)")
 
-BUDGET_STOPPED = "budget_stopped"
-IDLE_STOPPED = "idle_stopped"  # by an idle policy (console.idle)
-RUNTIME_LIMIT = "runtime_limit"  # at an idle policy's maximum runtime
+
+class Code(models.TextChoices):
+    # the workload ended by itself
+    EXITED = "exited"
+    EXIT_CODE = "exit_code"
+    EXIT_STATUS_UNKNOWN = "exit_status_unknown"
+    OOM_KILLED = "oom_killed"
+    GPU_MEMORY_CAP = "gpu_memory_cap"
+    CONTAINER_LOST = "container_lost"
+    # the workload never started
+    COMMAND_NOT_FOUND = "command_not_found"
+    IMAGE_NOT_FOUND = "image_not_found"
+    IMAGE_PULL_FAILED = "image_pull_failed"
+    LAUNCH_FAILED = "launch_failed"
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    DISK_FAILED = "disk_failed"
+    VOLUME_FOREIGN = "volume_foreign"
+    VOLUME_BUSY = "volume_busy"
+    # its host, its GPU, its slice
+    GPU_LOST = "gpu_lost"
+    GPU_MISSING = "gpu_missing"
+    MIG_DEVICE_MISSING = "mig_device_missing"
+    AGENT_RESTARTED = "agent_restarted"
+    ALLOCATION_LOST = "allocation_lost"
+    ALLOCATION_VANISHED = "allocation_vanished"
+    AGENT_REPORTED = "agent_reported"
+    AGENT_UNAVAILABLE = "agent_unavailable"
+    AGENT_REJECTED = "agent_rejected"
+    INTERNAL_ERROR = "internal_error"
+    HOST_UNREACHABLE = "host_unreachable"
+    HOST_LOST = "host_lost"
+    # billing
+    BUDGET_STOPPED = "budget_stopped"
+    # the idle policies (console.idle)
+    IDLE_STOPPED = "idle_stopped"
+    RUNTIME_LIMIT = "runtime_limit"  # at an idle policy's maximum runtime
+
+
 # Stops whose reason the stopped instance keeps (a tenant's own stop clears it).
-KEPT_ON_STOP = (BUDGET_STOPPED, IDLE_STOPPED, RUNTIME_LIMIT)
+KEPT_ON_STOP = (Code.BUDGET_STOPPED, Code.IDLE_STOPPED, Code.RUNTIME_LIMIT)
+# The longest reason, as one line (`Reason.text`), an instance keeps.
+MAX_TEXT = 200
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why an instance is in its state: a `Code` with its detail, or (code "") words."""
+
+    code: str = ""
+    detail: str = ""
+
+    @property
+    def text(self) -> str:
+        """As one line, as the API's ``state_reason`` says it: "code", "code: detail", the
+        agents' "exit code 3", or the words."""
+        if self.code == Code.EXIT_CODE:
+            return f"exit code {self.detail}"
+        if self.code and self.detail:
+            return f"{self.code}: {self.detail}"
+        return self.code or self.detail
+
+    def fitted(self) -> "Reason":
+        """This reason, its detail cut so that its text is at most MAX_TEXT long."""
+        room = MAX_TEXT - (len(self.text) - len(self.detail))
+        return Reason(self.code, self.detail[: max(room, 0)])
+
+
+def from_agent(text: str) -> Reason:
+    """The reason an agent sends as text ("code: detail", "exit code 3", words)."""
+    if found := _EXIT_CODE.fullmatch(text):
+        return Reason(Code.EXIT_CODE, found["detail"])
+    found = _CODED.fullmatch(text)
+    if found and found["code"] in Code.values:
+        return Reason(Code(found["code"]), found["detail"] or "")
+    return Reason(detail=text)
 
 
 @dataclass(frozen=True)
@@ -69,112 +142,109 @@ def _exit(facts: Facts) -> str:
 AGAIN = "start it again"
 OPERATOR = "if it happens again, tell your operator"
 
-REASONS: dict[str, Callable[[Facts], str]] = {
+REASONS: dict[Code, Callable[[Facts], str]] = {
     # the workload ended by itself
-    "exited": lambda f: f"its workload exited by itself{_exit(f)} — {AGAIN} to run it once more",
-    "exit_code": lambda f: (
+    Code.EXITED: lambda f: f"its workload exited by itself{_exit(f)} — {AGAIN} to run it once more",
+    Code.EXIT_CODE: lambda f: (
         f"its workload exited with code {f.detail or f.exit_code} — read its logs for the "
         f"error, then {AGAIN}"
     ),
-    "exit_status_unknown": lambda f: (
+    Code.EXIT_STATUS_UNKNOWN: lambda f: (
         f"its workload ended, but its host could not tell the exit code — read its logs; "
         f"{AGAIN} to run it once more"
     ),
-    "oom_killed": lambda f: f"ran out of {_memory(f)} — choose a larger spec (resize it)",
-    "gpu_memory_cap": lambda f: (
+    Code.OOM_KILLED: lambda f: f"ran out of {_memory(f)} — choose a larger spec (resize it)",
+    Code.GPU_MEMORY_CAP: lambda f: (
         f"used more than {_gpu_memory(f)} and was stopped — choose a spec with more GPU "
         "memory (resize it)"
     ),
-    "container_lost": lambda f: (
+    Code.CONTAINER_LOST: lambda f: (
         f"its container disappeared from its host{f.said} — {AGAIN}; its disk is kept"
     ),
     # the workload never started
-    "command_not_found": lambda f: (
+    Code.COMMAND_NOT_FOUND: lambda f: (
         f"its command is not in the image{f.said} — fix the command or choose another image"
     ),
-    "image_not_found": lambda f: (
+    Code.IMAGE_NOT_FOUND: lambda f: (
         f"its image was not found{f.said} — check the image's name, or choose another image"
     ),
-    "image_pull_failed": lambda f: (
+    Code.IMAGE_PULL_FAILED: lambda f: (
         f"its image could not be downloaded{f.said} — {AGAIN} in a moment; {OPERATOR}"
     ),
-    "launch_failed": lambda f: f"its workload could not be started{f.said} — {AGAIN}; {OPERATOR}",
-    "engine_unavailable": lambda f: (
+    Code.LAUNCH_FAILED: lambda f: (
+        f"its workload could not be started{f.said} — {AGAIN}; {OPERATOR}"
+    ),
+    Code.ENGINE_UNAVAILABLE: lambda f: (
         f"its host's container engine did not answer{f.said} — {AGAIN} in a moment; {OPERATOR}"
     ),
-    "disk_failed": lambda f: f"its disk could not be prepared{f.said} — {AGAIN}; {OPERATOR}",
-    "volume_foreign": lambda f: (
+    Code.DISK_FAILED: lambda f: f"its disk could not be prepared{f.said} — {AGAIN}; {OPERATOR}",
+    Code.VOLUME_FOREIGN: lambda f: (
         f"its host holds a disk of that name made for something else{f.said}, so it was not "
         "used — tell your operator"
     ),
-    "volume_busy": lambda f: (
+    Code.VOLUME_BUSY: lambda f: (
         f"a disk of it is held by another running instance{f.said} — stop that one, then {AGAIN}"
     ),
     # its host, its GPU, its slice
-    "gpu_lost": lambda f: f"its GPU failed on its host — {AGAIN} to run on a healthy GPU",
-    "gpu_missing": lambda f: (
+    Code.GPU_LOST: lambda f: f"its GPU failed on its host — {AGAIN} to run on a healthy GPU",
+    Code.GPU_MISSING: lambda f: (
         f"its GPU was gone when its host's agent restarted — {AGAIN} to run on another GPU"
     ),
-    "mig_device_missing": lambda f: (
+    Code.MIG_DEVICE_MISSING: lambda f: (
         f"its MIG slice could not be made again when its host's agent restarted — {AGAIN}"
     ),
-    "agent_restarted": lambda f: (
+    Code.AGENT_RESTARTED: lambda f: (
         f"its host's agent restarted and its workload did not survive — {AGAIN}; its disk is kept"
     ),
-    "allocation_lost": lambda f: f"its host lost its GPU slice{f.said} — {AGAIN}",
-    "allocation_vanished": lambda f: f"its GPU slice was no longer on its host{f.said} — {AGAIN}",
-    "agent_reported": lambda f: (
+    Code.ALLOCATION_LOST: lambda f: f"its host lost its GPU slice{f.said} — {AGAIN}",
+    Code.ALLOCATION_VANISHED: lambda f: (
+        f"its GPU slice was no longer on its host{f.said} — {AGAIN}"
+    ),
+    Code.AGENT_REPORTED: lambda f: (
         f"its host reported a failure without saying why — read its logs, then {AGAIN}"
     ),
-    "agent_unavailable": lambda f: (
+    Code.AGENT_UNAVAILABLE: lambda f: (
         f"its host did not answer{f.said} — {AGAIN}; it goes to a host that answers"
     ),
-    "agent_rejected": lambda f: f"its host refused the request{f.said} — {AGAIN}; {OPERATOR}",
-    "internal_error": lambda f: f"the console failed to handle it{f.said} — {AGAIN}; {OPERATOR}",
-    "host_unreachable": lambda f: (
+    Code.AGENT_REJECTED: lambda f: f"its host refused the request{f.said} — {AGAIN}; {OPERATOR}",
+    Code.INTERNAL_ERROR: lambda f: f"the console failed to handle it{f.said} — {AGAIN}; {OPERATOR}",
+    Code.HOST_UNREACHABLE: lambda f: (
         f"its host stopped answering{f.said}; it may still run there and comes back by itself "
         "if so — wait, or terminate it"
     ),
-    "host_lost": lambda f: (
+    Code.HOST_LOST: lambda f: (
         f"its host was lost{f.said} — start it again when the host returns, or terminate it"
     ),
     # billing
-    BUDGET_STOPPED: lambda f: (
+    Code.BUDGET_STOPPED: lambda f: (
         f"stopped: {f.detail or 'its tenant spent its monthly budget'} — an owner can raise the "
         "budget on the Usage page, then start it again"
     ),
     # the idle policies (console.idle)
-    IDLE_STOPPED: lambda f: f"stopped by the idle policy{f.said} — start it again when you need it",
-    RUNTIME_LIMIT: lambda f: (
+    Code.IDLE_STOPPED: lambda f: (
+        f"stopped by the idle policy{f.said} — start it again when you need it"
+    ),
+    Code.RUNTIME_LIMIT: lambda f: (
         f"stopped at the idle policy's maximum runtime{f.said} — start it again when you need it"
     ),
 }
 
 
-def code_of(reason: str) -> str | None:
-    """The code of a state reason, or None when it is a sentence already."""
-    reason = reason or ""
-    if _EXIT_CODE.fullmatch(reason):
-        return "exit_code"
-    found = _CODED.fullmatch(reason)
-    return found["code"] if found and found["code"] in REASONS else None
-
-
 def explain(
-    reason: str,
+    reason: Reason | None,
     *,
     ram_mib: int | None = None,
     gpu_memory_mib: int | None = None,
     exit_code: int | None = None,
 ) -> str:
-    """The sentence for a state reason ("" for none); a reason that is not a code already is
-    one, and is answered as it is."""
-    code = code_of(reason)
-    if code is None:
-        return reason or ""
-    found = _EXIT_CODE.fullmatch(reason) or _CODED.fullmatch(reason)
-    facts = Facts((found["detail"] or "").strip(), ram_mib, gpu_memory_mib, exit_code)
-    text = REASONS[code](facts)
+    """The sentence for a state reason ("" for none); words without a code are answered as
+    they are."""
+    if reason is None:
+        return ""
+    if not reason.code:
+        return reason.detail
+    facts = Facts(reason.detail.strip(), ram_mib, gpu_memory_mib, exit_code)
+    text = REASONS[reason.code](facts)
     return text[:1].upper() + text[1:] + "."
 
 
@@ -182,14 +252,14 @@ def of_instance(instance) -> str:
     """`explain` for an Instance (its spec loaded)."""
     spec = instance.spec
     return explain(
-        instance.state_reason,
+        instance.reason,
         ram_mib=spec.ram_mib,
         gpu_memory_mib=spec.gpu_memory_mib,
         exit_code=instance.exit_code,
     )
 
 
-def budget_stopped(budget_text: str, spent_text: str) -> str:
+def budget_stopped(budget_text: str, spent_text: str) -> Reason:
     """The state reason of an instance stopped at its tenant's budget (money as billing
     formats it)."""
-    return f"{BUDGET_STOPPED}: monthly budget of {budget_text} reached at {spent_text}"
+    return Reason(Code.BUDGET_STOPPED, f"monthly budget of {budget_text} reached at {spent_text}")

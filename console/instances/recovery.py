@@ -15,7 +15,7 @@ from console.fleet import agent_client
 from console.fleet import services as fleet
 from console.fleet.models import Host
 from console.fleet.signals import host_back
-from console.instances import lifecycle, locks, outcomes, queue
+from console.instances import lifecycle, locks, outcomes, queue, reasons
 from console.instances.models import Allocation, Instance, OnHostLoss, State, new_disk_name
 from console.instances.signals import host_lost
 
@@ -71,7 +71,7 @@ def _mark_unreachable(instance_pk: int, allocation_id: str, host_name: str, seen
         last = instance.events.order_by("-at").values_list("at", flat=True).first()
         at = max(seen or timezone.now(), last) if last is not None else seen or timezone.now()
         silent = f"host {host_name} not heard since {at:%Y-%m-%d %H:%M:%S} UTC"
-        reason = f"host_unreachable: {silent}"
+        reason = reasons.Reason(reasons.Code.HOST_UNREACHABLE, silent)
         message = f"Unreachable: {silent}; it may still run there, and is adopted back if so"
         lifecycle.transition(instance, S.UNREACHABLE, message=message, reason=reason, at=at)
     return True
@@ -127,12 +127,15 @@ def _fail_over(instance_pk: int, allocation_id: str, host: Host, at: datetime) -
         else:
             why = None
     if why is not None:
-        reason = f"host_lost: {lost}; its disk stays there until the host returns ({why})"
+        reason = reasons.Reason(
+            reasons.Code.HOST_LOST, f"{lost}; its disk stays there until the host returns ({why})"
+        )
         return outcomes.fail_instance(instance_pk, reason, allocation_id=allocation_id, at=at)
     # one transaction: the quota it holds is never seen free between the two
     with transaction.atomic():
-        reason = (
-            f"host_lost: {lost}; it runs again elsewhere on a fresh disk, its old disk stays there"
+        reason = reasons.Reason(
+            reasons.Code.HOST_LOST,
+            f"{lost}; it runs again elsewhere on a fresh disk, its old disk stays there",
         )
         if not outcomes.fail_instance(instance_pk, reason, allocation_id=allocation_id, at=at):
             return False
@@ -155,7 +158,7 @@ def _on_fresh_disk(instance_pk: int, host: Host) -> None:
     placed = queue.place(
         instance, S.STARTING, message=f"{message}; GPU slice reserved", continues_run=True
     )
-    if placed != "placed":
+    if placed != queue.Placement.PLACED:
         lifecycle.transition(
             instance,
             S.PENDING,
@@ -255,11 +258,11 @@ def wait_for_host(instance_pk: int) -> bool:
         if timezone.now() - instance.updated_at > patience:
             return False
         minutes = settings.HOST_FAILOVER_SECONDS / 60
-        instance.state_reason = (
+        waiting = (
             f"Waiting for its host {host.name}, which does not answer: it goes on when the host "
             f"does (it fails if the host stays away {minutes:.0f} min)."
-        )[:200]
-        Instance.objects.filter(pk=instance.pk).update(state_reason=instance.state_reason)
+        )
+        instance.set_reason(reasons.Reason(detail=waiting))
         lifecycle.announce_note(instance, instance.state_reason)
     log.info("instance %s waits for its host %s", instance_pk, host.name)
     return True

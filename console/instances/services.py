@@ -270,19 +270,21 @@ def launch_instance(
         signals.launching.send(sender=Instance, instance=instance, volumes=volumes or [])
         if (
             queue.place(instance, S.PROVISIONING, actor=actor, message="GPU slice reserved")
-            != "placed"
+            != queue.Placement.PLACED
         ):
             queue.wait(instance)
         audit.record("instance.launch", instance, after=_launched(instance))
     return instance
 
 
-def stop_instance(instance: Instance, *, actor=None, reason: str | None = None) -> Instance:
+def stop_instance(
+    instance: Instance, *, actor=None, reason: reasons.Reason | None = None
+) -> Instance:
     """Stop: the slice goes back to the pool, the disk stays. A queued instance just stops
     waiting; one that waits for a restart (restarts.schedule) is not restarted. `reason` (a
-    state reason code with its detail, see reasons.py: billing's budget stop) is said in the
-    event and stays the stopped instance's reason."""
-    said = reasons.explain(reason) if reason else ""
+    state reason code with its detail, see reasons.py: billing's budget stop, the idle
+    watch's) is said in the event and stays the stopped instance's reason."""
+    said = reasons.explain(reason)
     with transaction.atomic():
         locked = locks.instance_to_change(instance.pk)
         if locked is not None and lifecycle.waits_for_restart(locked.state, locked.restart_at):
@@ -339,7 +341,7 @@ def start_instance(
             message=f"{message}; GPU slice reserved",
             continues_run=not new_run,
         )
-        if placed != "placed":
+        if placed != queue.Placement.PLACED:
             lifecycle.transition(
                 instance,
                 S.PENDING,

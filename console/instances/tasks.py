@@ -35,6 +35,7 @@ from console.instances import (
     restarts,
 )
 from console.instances.models import Allocation, State
+from console.instances.reasons import Code, Reason
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,14 @@ class HostTask(Task):
             return
         detail = str(exc)
         if isinstance(exc, AgentUnavailable):
-            reason = f"agent_unavailable: gave up after {self.max_retries} retries: {detail}"
+            reason = Reason(
+                Code.AGENT_UNAVAILABLE, f"gave up after {self.max_retries} retries: {detail}"
+            )
         elif isinstance(exc, AgentRejected):
-            reason = f"agent_rejected: {detail}"
+            reason = Reason(Code.AGENT_REJECTED, detail)
         else:
-            reason = f"internal_error: {exc.__class__.__name__} in {self.name.rsplit('.', 1)[-1]}"
+            where = f"{exc.__class__.__name__} in {self.name.rsplit('.', 1)[-1]}"
+            reason = Reason(Code.INTERNAL_ERROR, where)
         log.warning("instance %s failed in %s: %s", args[0], self.name, detail)
         outcomes.fail_instance(args[0], reason)
 
@@ -340,7 +344,7 @@ def reconcile_host(host_pk: int) -> dict:
             continue
         if outcomes.fail_instance(
             instance.pk,
-            f"allocation_vanished: allocation {alloc_id} is no longer on its host",
+            Reason(Code.ALLOCATION_VANISHED, f"allocation {alloc_id} is no longer on its host"),
             allocation_id=alloc_id,
             only_states=RAN,
         ):

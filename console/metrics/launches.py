@@ -10,7 +10,6 @@ instance_state_changed, connected by MetricsConfig.ready) into the shared counte
 
 import logging
 
-from console.instances import reasons
 from console.instances.models import InstanceEvent, State
 from console.metrics import counters
 
@@ -46,5 +45,5 @@ def _count(instance, from_state: str, to_state: str, at) -> None:
         seconds = max((at - instance.created_at).total_seconds(), 0.0)
         counters.observe("gpucloud_instance_launch_seconds", {}, seconds)
     else:
-        code = reasons.code_of(instance.state_reason) or "other"
+        code = instance.state_reason_code or "other"
         counters.count("gpucloud_instance_launch_failures_total", {"reason": code})

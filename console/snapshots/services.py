@@ -18,6 +18,7 @@ from console.errors import DomainError, ErrorCode
 from console.fleet.models import Host
 from console.instances import lifecycle, locks, outcomes
 from console.instances.models import Instance, State
+from console.instances.reasons import Reason
 from console.notices import notice
 from console.snapshots import locks as snapshot_locks
 from console.snapshots.models import Restore, Schedule, Shelf, Snapshot, StoreMeasurement
@@ -389,7 +390,11 @@ def _volume_restore_failed(restore: Restore) -> None:
         return
     outcomes.fail_instance(
         volume.instance_id,
-        f"Volume {volume.name} could not be restored from its snapshot: {restore.error}"[:200],
+        Reason(
+            detail=f"Volume {volume.name} could not be restored from its snapshot: {restore.error}"[
+                :200
+            ]
+        ),
     )
 
 
@@ -549,7 +554,7 @@ def _restore_failed(restore: Restore) -> None:
     what = f"volume {restore.volume.name}" if restore.volume_id else "disk"
     then = ". It stays shelved with its snapshots: a start restores them again, on any host"
     said = f"Its {what} could not be restored on {restore.host.name}: {restore.error}"
-    outcomes.fail_instance(shelf.instance_id, said[: 200 - len(then)] + then)
+    outcomes.fail_instance(shelf.instance_id, Reason(detail=said[: 200 - len(then)] + then))
 
 
 def _discard(restore: Restore) -> None:

@@ -18,6 +18,7 @@ from console.audit.models import AuditEntry
 from console.catalog.models import Region, SpecPrice
 from console.instances import services as instances
 from console.instances.models import State
+from console.instances.reasons import Code, Reason
 from tests.audit.conftest import ADDRESS
 from tests.billing.conftest import World, at, move
 from tests.factories import UserFactory
@@ -310,7 +311,7 @@ def test_issuing_is_recorded_once_as_the_system(issued):
 
 def test_the_system_is_the_actor_of_a_task(member, catalog):
     box = make_instance(catalog, member.tenant, state=State.RUNNING)
-    instances.stop_instance(box, reason="budget_exhausted")
+    instances.stop_instance(box, reason=Reason(Code.BUDGET_STOPPED))
     entry = the_entry(action="instance.stop")
     assert (entry.actor, entry.user_id, entry.token_id, entry.address) == (
         "system", None, None, None,

@@ -54,7 +54,7 @@ def queue(region, a100):
     def do(tenant, name, disk_host=None, in_region=region, spec=spec, reason=""):
         return Instance.objects.create(
             tenant=tenant, name=name, spec=spec, image=image, region=in_region,
-            disk_host=disk_host, state_reason=reason,
+            disk_host=disk_host, state_reason_detail=reason,
         )  # fmt: skip
 
     return do

@@ -29,7 +29,7 @@ def test_fleet_page_links_holders_and_the_queue(page, live_server, register, reg
         GpuClaim.objects.create(allocation=allocation, gpu=host.gpus.get(index=0), milli=milli)
     Instance.objects.create(
         tenant=acme, name="big-job", spec=spec, image=image, region=region,
-        state_reason="Waiting for capacity: no A100 · 1/4 free in Local 1.",
+        state_reason_detail="Waiting for capacity: no A100 · 1/4 free in Local 1.",
     )  # fmt: skip
 
     sign_in(page, live_server.url, "ops")

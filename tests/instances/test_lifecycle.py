@@ -7,6 +7,7 @@ from django.db import transaction
 from console.instances import lifecycle
 from console.instances.lifecycle import TRANSITIONS, InvalidTransition
 from console.instances.models import Instance, State
+from console.instances.reasons import Reason
 from tests.instances.helpers import make_instance
 
 ALL = State.values
@@ -30,7 +31,9 @@ def test_every_pair(catalog, tenant, from_state):
         events = instance.events.count()
         if to_state in TRANSITIONS[from_state]:
             with transaction.atomic():
-                event = lifecycle.transition(instance, to_state, message="t", reason="why")
+                event = lifecycle.transition(
+                    instance, to_state, message="t", reason=Reason(detail="why")
+                )
             instance.refresh_from_db()
             assert instance.state == to_state
             assert instance.state_reason == "why"

@@ -15,6 +15,7 @@ from console.fleet.models import Gpu, Host
 from console.instances import outcomes, placement, queue, recovery, resizing, services
 from console.instances.models import Allocation, GpuClaim, Instance, InstanceEvent, State
 from console.instances.quota import usage
+from console.instances.reasons import Code, Reason
 from tests.factories import SpecFactory
 from tests.instances.helpers import make_instance, states
 
@@ -308,11 +309,11 @@ class TestActions:
     def test_fail_releases_the_slice(self, catalog, tenant):
         catalog.host(gpus=1, mode=Mode.SHARED)
         instance = launch(catalog, tenant)
-        assert outcomes.fail_instance(instance.pk, "agent_unavailable: down")
+        assert outcomes.fail_instance(instance.pk, Reason(Code.AGENT_UNAVAILABLE, "down"))
         instance.refresh_from_db()
         assert (instance.state, instance.state_reason) == (State.FAILED, "agent_unavailable: down")
         assert claims_of(instance) == []
-        assert not outcomes.fail_instance(instance.pk, "again")  # already failed
+        assert not outcomes.fail_instance(instance.pk, Reason(detail="again"))  # already failed
 
 
 class TestResize:
@@ -578,6 +579,18 @@ class TestScheduler:
         assert placed == {"vip", "old"}
         assert Instance.objects.get(pk=young.pk).state == State.PENDING
         assert Instance.objects.get(pk=big.pk).state == State.PENDING
+
+    def test_a_queued_instance_is_placed_when_a_slice_is_free(self, catalog, tenant):
+        set_quota(tenant)
+        catalog.host(gpus=1, mode=Mode.WHOLE)
+        first = launch(catalog, tenant, spec=catalog.whole1)
+        waiting = launch(catalog, tenant, spec=catalog.whole1)
+        assert queue.place_pending(waiting.pk) is queue.Placement.FULL
+        assert Instance.objects.get(pk=waiting.pk).state_reason.startswith("Waiting for capacity")
+        services.terminate_instance(first)
+        outcomes.finish_terminate(first.pk)
+        assert queue.place_pending(waiting.pk) is queue.Placement.PLACED
+        assert queue.place_pending(waiting.pk) is None  # not pending any more
 
     def test_released_capacity_goes_to_the_queue(self, catalog, tenant):
         set_quota(tenant)

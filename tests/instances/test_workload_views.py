@@ -8,6 +8,7 @@ from django.test import Client
 
 from console.catalog.models import Image, Mode
 from console.instances.models import Instance, State
+from console.instances.reasons import Code
 from tests.instances.helpers import make_instance
 
 pytestmark = pytest.mark.usefixtures("no_tasks")
@@ -54,7 +55,8 @@ def test_the_instance_page_shows_what_it_runs_its_disk_and_logs(web, catalog, te
     host = catalog.host("gpu-a", gpus=1)
     instance = make_instance(
         catalog, tenant, state=State.FAILED, command=["sh", "-c", "exit 3"], exit_code=3,
-        disk_gib=50, disk_host=host, state_reason="exit code 3",
+        disk_gib=50, disk_host=host, state_reason_code=Code.EXIT_CODE,
+        state_reason_detail="3",
     )  # fmt: skip
     page = web.get(f"/instances/{instance.pk}/").content.decode()
     assert catalog.image.reference in page

@@ -20,7 +20,7 @@ from console.catalog.models import Image, Region, Spec, cuda_tuple, env_errors
 from console.fleet import forms as fleet_forms
 from console.fleet.agent_api import GatewayCertificateSerializer
 from console.instances import services as instances
-from console.instances.reasons import code_of
+from console.instances.reasons import from_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("console", "accounts", "billing", "agent", "cli")
@@ -130,7 +130,7 @@ CHECKS = {
         None,
         "SHA256:abcd",
     ),
-    "state reason code": (lambda value: code_of(value) is None, None, "budget_stopped"),
+    "agent's state reason code": (lambda value: not from_agent(value).code, None, "oom_killed"),
 }  # fmt: skip
 
 
