@@ -20,6 +20,7 @@ READ_SIZE = 65536
 STDOUT, STDERR = 1, 2
 HANGUP_GRACE_SECONDS = 5.0
 PID_WAIT_SECONDS = 2.0
+RESIZE_TRIES = 20  # 2 s
 _ending: set[asyncio.Task] = set()  # shells being ended, kept from the garbage collector
 
 
@@ -105,7 +106,13 @@ class Shell:
             self.writer.write_eof()
 
     async def resize(self, cols: int, rows: int) -> None:
-        await asyncio.to_thread(self.runtime.exec_resize, self.exec_id, cols, rows)
+        """Size the terminal. The engine may refuse while it still starts the session (Podman's
+        conmon on a busy host): asked again for up to RESIZE_TRIES tenths of a second, then
+        left as it is."""
+        for _ in range(RESIZE_TRIES):
+            if await asyncio.to_thread(self.runtime.exec_resize, self.exec_id, cols, rows):
+                return
+            await asyncio.sleep(0.1)
 
     async def exit_code(self) -> int | None:
         return await asyncio.to_thread(self.runtime.exec_exit_code, self.exec_id)

@@ -100,15 +100,26 @@ def _no_process_unless_marked(item):
             setattr(owner, name, start)
 
 
+# The modules that install and run whole consoles (pip, collectstatic, many processes each, for
+# minutes): side by side on a busy 2-core machine each took twice its time, past its timeout.
+INSTALLS = {
+    "tests.test_deploy",
+    "tests.test_install",
+    "tests.test_distributed",
+    "tests.test_benches",
+    "tests.test_agent_package",
+}
+
+
 # before pytest-xdist's own, which reads the groups
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`--dist loadgroup`, `make test`), keep together what shares a process
     or a resource: a module that starts processes runs in one worker (its module-scoped stacks,
     browsers and agents start once; tests/backing.py's Redis database is the module's); the
-    JupyterLab image's tests share its build cache (agent/images.py); every Docker test runs in
-    one worker (dockerd's iptables chains are the host's). Each worker has a Podman engine of its
-    own, on subnets of its own (container_engine)."""
+    JupyterLab image's tests share its build cache (agent/images.py); the INSTALLS run one after
+    another; every Docker test runs in one worker (dockerd's iptables chains are the host's).
+    Each worker has a Podman engine of its own, on subnets of its own (container_engine)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         if "docker_engine" in item.fixturenames or (
@@ -117,6 +128,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("docker"))
         elif "jupyter_image" in item.fixturenames:
             item.add_marker(pytest.mark.xdist_group("jupyter"))
+        elif item.module.__name__ in INSTALLS:
+            item.add_marker(pytest.mark.xdist_group("installs"))
         elif any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
@@ -297,6 +310,24 @@ def _remove_test_networks(url: str) -> None:
     client.close()
 
 
+# the engines this worker has started, by API URL
+_ENGINES_STARTED: list[str] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_container_outlives_its_module():
+    """A stopped stack leaves its containers running, as a host's agent that stops does: remove
+    them once the module that made them is done, so that they do not pile up in this worker's
+    engines (with what still runs in them: a detached terminal's shell, a load) until the end."""
+    yield
+    for url in _ENGINES_STARTED:
+        client = docker.DockerClient(base_url=url)
+        for container in client.containers.list(all=True):
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def container_engine(tmp_path_factory, worker_id):
     """A Podman engine's API URL, with the demo image built. Without podman the tests that
@@ -331,7 +362,9 @@ def container_engine(tmp_path_factory, worker_id):
     )
     engine.build_demo_image(storage=storage)
     url = f"unix://{run / 'podman.sock'}"
+    _ENGINES_STARTED.append(url)
     yield ContainerEngine(url, storage, registry_port, registries)
+    _ENGINES_STARTED.remove(url)
     _remove_test_networks(url)
     service.terminate()
     service.wait(10)
@@ -370,7 +403,9 @@ def docker_engine(tmp_path_factory):
     url = f"unix://{root / 'docker.sock'}"
     try:
         engine.import_demo_image_docker(url)
+        _ENGINES_STARTED.append(url)
         yield DockerEngine(url, root / "data")
+        _ENGINES_STARTED.remove(url)
     finally:
         client = docker.DockerClient(base_url=url)
         for container in client.containers.list(all=True):

@@ -88,6 +88,7 @@ def test_the_api_target_is_the_list_pages_cpu_as_a_ratio_to_the_minimal_views(be
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(240)
 def test_the_metrics_bench_prints_the_scaling_table_from_a_real_run(tmp_path):
     """A tiny fleet through the real servers, both paths: the table and the verdict come out
     and every watched sample arrives. On its own Redis and SQLite: the bench flushes its Redis
@@ -97,7 +98,7 @@ def test_the_metrics_bench_prints_the_scaling_table_from_a_real_run(tmp_path):
         [sys.executable, str(BENCH / "metrics.py"), "--runs", "scaling", "--scale", "16",
          "--servers", "1", "--seconds", "2", "--warmup", "3", "--drain", "3",
          "--redis", "embedded", "--json", str(tmp_path / "runs.json")],
-        env=env, capture_output=True, text=True, timeout=110,
+        env=env, capture_output=True, text=True, timeout=230,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "samples/s per web core" in done.stdout

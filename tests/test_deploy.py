@@ -212,7 +212,7 @@ def console_state(backing_services, tmp_path_factory):
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_the_units_start_what_they_say_on_postgres_and_redis(console_state, tmp_path):
     state, console_env = console_state
     port = processes.free_port()
@@ -299,7 +299,7 @@ def test_the_image_and_compose_run_what_the_units_run():
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_the_images_commands_serve_on_postgres_and_redis(console_state, tmp_path):
     """What compose runs in the image (migrate, then web's CMD, worker, beat) with its
     environment, the database and Redis being this test's."""

@@ -42,6 +42,7 @@ def test_beat_keeps_its_schedule_under_the_var_dir_not_where_it_was_started(tmp_
     assert not list(elsewhere.iterdir())
 
 
+@pytest.mark.timeout(300)
 def test_the_distributed_sections_commands_set_up_a_console_as_written(tmp_path):
     """Every `manage.py` line of the README's install, in its order (on SQLite here; the
     interactive one told its answers): the catalog, the first operator (from the block's

@@ -848,9 +848,14 @@ class OciRuntime:
         stream = self.client.api.exec_start(exec_id, tty=tty, socket=True)
         return exec_id, stream._sock
 
-    def exec_resize(self, exec_id: str, cols: int, rows: int) -> None:
-        with contextlib.suppress(APIError):
+    def exec_resize(self, exec_id: str, cols: int, rows: int) -> bool:
+        """Size the exec's terminal; False where the engine refused (a session it has not
+        finished starting, or one that ended)."""
+        try:
             self.client.api.exec_resize(exec_id, height=rows, width=cols)
+        except APIError:
+            return False
+        return True
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         """The exec's exit code once it has ended (None while it runs, or unknown)."""
