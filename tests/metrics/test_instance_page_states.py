@@ -67,8 +67,10 @@ def test_a_queued_instance_has_empty_charts_over_the_last_minutes_and_no_termina
     assert not any("2000" in t for t in util.locator(".xtick text").all_text_contents())
     expect(page.locator("[data-terminal]")).to_be_hidden()
 
+    # placed and running (the page then asks the server for the rest, which must agree)
+    Instance.objects.filter(pk=queued.pk).update(state=State.RUNNING)
     page.evaluate(f"() => window.gpucloudLive.apply({{id: {queued.pk}, state: 'running'}})")
-    expect(page.locator("[data-terminal]")).to_be_visible()  # placed and running: a shell
+    expect(page.locator("[data-terminal]")).to_be_visible()  # a shell
     screenshot(page, "instance-queued")
 
 
