@@ -18,6 +18,7 @@ from agent.devtools import engine
 from agent.networks import LABEL_INSTALL
 from agent.podman import CONTAINERS_CONF, podman_command, podman_env
 from console import processes
+from tests.budgets import PROCESS_MARKERS
 from tests.clients import signed_in
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.harness import running_stack
@@ -61,9 +62,8 @@ def _no_agent_call_inside_a_transaction(monkeypatch):
 
 
 # A test that starts a process (a server, a worker, Chromium, a container, any program) carries
-# one of these markers (pyproject.toml); `make test-fast` runs the tests that carry none.
-PROCESS_MARKERS = ("integration", "containers", "browser")
-# every way this code (and asyncio, Playwright, multiprocessing) starts a child
+# one of PROCESS_MARKERS (pyproject.toml); `make test-fast` runs the tests that carry none.
+# Every way this code (and asyncio, Playwright, multiprocessing) starts a child
 PROCESS_STARTS = [
     (subprocess.Popen, "_execute_child"),
     (os, "fork"),
@@ -121,6 +121,7 @@ def pytest_collection_modifyitems(items):
     another; every Docker test runs in one worker (dockerd's iptables chains are the host's).
     Each worker has a Podman engine of its own, on subnets of its own (container_engine)."""
     for item in items:
+        starts_processes = any(item.get_closest_marker(name) for name in PROCESS_MARKERS)
         callspec = getattr(item, "callspec", None)
         if "docker_engine" in item.fixturenames or (
             callspec and callspec.params.get("oci_engine") == "docker"
@@ -130,9 +131,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("jupyter"))
         elif item.module.__name__ in INSTALLS:
             item.add_marker(pytest.mark.xdist_group("installs"))
-        elif any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
+        elif starts_processes:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-        if any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
+        if starts_processes:
             # real processes on a busy 2-core machine: one that failed runs once more, and the
             # run's summary names it (R), so that a flaky test shows without failing CI
             item.add_marker(pytest.mark.flaky(reruns=1))
@@ -325,11 +326,15 @@ def _no_container_outlives_its_module():
     engines (with what still runs in them: a detached terminal's shell, a load) until the end."""
     yield
     for url in _ENGINES_STARTED:
-        client = docker.DockerClient(base_url=url)
-        for container in client.containers.list(all=True):
-            with contextlib.suppress(docker.errors.APIError):
-                container.remove(force=True)
-        client.close()
+        _remove_containers(url)
+
+
+def _remove_containers(url: str) -> None:
+    client = docker.DockerClient(base_url=url)
+    for container in client.containers.list(all=True):
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+    client.close()
 
 
 @pytest.fixture(scope="session")
@@ -411,11 +416,7 @@ def docker_engine(tmp_path_factory):
         yield DockerEngine(url, root / "data")
         _ENGINES_STARTED.remove(url)
     finally:
-        client = docker.DockerClient(base_url=url)
-        for container in client.containers.list(all=True):
-            with contextlib.suppress(docker.errors.APIError):
-                container.remove(force=True)
-        client.close()
+        _remove_containers(url)
         _remove_test_networks(url)
         _unmount_disks(tmp_path_factory)
         engine.stop_docker_daemon(service, root)
