@@ -39,7 +39,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _readings(outcomes: dict[str, str]) -> dict:
-    kinds = {"supported": [], "unsupported": [], "refused": [], "failed": {}}
+    kinds: dict[str, list | dict] = {
+        "supported": [],
+        "unsupported": [],
+        "refused": [],
+        "failed": {},
+    }
     for key in sorted(outcomes):
         outcome = outcomes[key]
         if outcome == "ok":

@@ -62,7 +62,7 @@ def _running():
         if pid not in _state:
             loop = asyncio.new_event_loop()
             queue_ready = threading.Event()
-            holder = {}
+            holder: dict[str, asyncio.Queue] = {}
 
             def serve():
                 asyncio.set_event_loop(loop)

@@ -97,7 +97,9 @@ class PortsField(forms.Field):
         super().__init__(widget=RowsWidget(columns), required=False, **kwargs)
 
     def to_python(self, value) -> list[dict]:
-        ports, errors, rows_of = [], [], {}
+        ports: list[dict] = []
+        errors: list[str] = []
+        rows_of: dict[object, int] = {}
         for number, row in _filled(value or []):
             port, name, app = (row[key].strip() for key in ("port", "name", "app"))
             entry = {"port": _number_or_text(port), "name": name}
@@ -127,7 +129,9 @@ class EnvField(forms.Field):
         return value
 
     def to_python(self, value) -> dict[str, str]:
-        env, errors, rows_of = {}, [], {}
+        env: dict[str, str] = {}
+        errors: list[str] = []
+        rows_of: dict[str, int] = {}
         for number, row in _filled(value or []):
             name = row["name"].strip()  # a value keeps its spaces
             if not name:

@@ -43,14 +43,17 @@ class Result:
 
 
 # Each section's keys: required, then optional with their defaults.
-REGION_KEYS = ({"code", "name"}, {})
-GPU_MODEL_KEYS = ({"code", "name", "memory_mib"}, {"mig_profiles": []})
-PROFILE_KEYS = ({"name", "compute_slices", "size", "starts", "memory_mib"}, {})
+REGION_KEYS: tuple[set[str], dict] = ({"code", "name"}, {})
+GPU_MODEL_KEYS: tuple[set[str], dict] = ({"code", "name", "memory_mib"}, {"mig_profiles": []})
+PROFILE_KEYS: tuple[set[str], dict] = (
+    {"name", "compute_slices", "size", "starts", "memory_mib"},
+    {},
+)
 SPEC_KEYS = (
     {"code", "name", "gpu_model", "mode", "gpu_memory_mib", "vcpus", "ram_mib", "disk_gib"},
     {"gpu_count": 1, "mig_profile": None, "milli": None, "active": True, "prices": None},
 )
-PRICE_KEYS = ({"from", "per_hour"}, {})
+PRICE_KEYS: tuple[set[str], dict] = ({"from", "per_hour"}, {})
 IMAGE_KEYS = (
     {"name", "reference"},
     {

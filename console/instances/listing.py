@@ -166,7 +166,7 @@ def _key_names(ids: list[int]) -> dict[int, list[tuple]]:
 def _spec_figures(spec_ids: set[int]) -> dict[int, tuple[str, str]]:
     """Per spec: its GPU equivalents and its price per hour now, as the API writes them, from
     one query of its price points (a saved spec has at least one) and the fields they need."""
-    specs = {}
+    specs: dict[int, tuple[list, list]] = {}
     points = _PRICE_POINTS.filter(spec_id__in=sorted(spec_ids))
     for spec_id, effective_from, price, *figures in points:
         specs.setdefault(spec_id, (figures, []))[1].append((effective_from, price))
