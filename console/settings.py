@@ -299,7 +299,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "fleet-certify-gateways": {
         "task": "console.fleet.tasks.certify_due_gateways",
-        "schedule": 3600.0,
+        "schedule": 60.0,
     },
     "fleet-rotate-host-secrets": {
         "task": "console.fleet.tasks.rotate_due_host_secrets",

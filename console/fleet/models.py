@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from console.catalog.models import MIG_SLICES, GpuModel, Mode, Region
+from console.fleet import ssh_authority
 
 
 def hash_secret(raw: str) -> str:
@@ -133,6 +134,12 @@ class Host(models.Model):
     @property
     def schedulable(self) -> bool:
         return self.status in self.SCHEDULABLE
+
+    @property
+    def gateway_uncertified(self) -> bool:
+        """Its SSH gateway is on but lacks a valid certificate of the console's CA: users
+        cannot reach its instances through the SSH front (ssh_authority.uncertified)."""
+        return ssh_authority.uncertified(self)
 
     @property
     def secret(self) -> str:

@@ -13,6 +13,7 @@ default); every console machine needs the same two files, as it needs the same S
 import contextlib
 import functools
 import os
+import secrets
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,15 +31,23 @@ RENEW_DAYS = 30  # a certificate is renewed this long before it expires
 
 @functools.cache
 def _key(path: str) -> asyncssh.SSHKey:
-    """The private key in `path`, generated there (0600) by whichever process comes first."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "wb") as f:
-            f.write(asyncssh.generate_private_key("ssh-ed25519").export_private_key())
-    return asyncssh.import_private_key(Path(path).read_bytes())
+    """The private key in `path`, generated there (0600) by whichever process comes first.
+    Each process writes its key whole into a file of its own, then links it to `path`, which
+    only the first link gets: no process ever reads a key another is still writing."""
+    target = Path(path)
+    if not target.exists():
+        written = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(asyncssh.generate_private_key("ssh-ed25519").export_private_key())
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(written, target)
+        finally:
+            written.unlink()
+    return asyncssh.import_private_key(target.read_bytes())
 
 
 def authority() -> asyncssh.SSHKey:
@@ -89,6 +98,18 @@ def needs_certificate(host) -> bool:
         return False
     expires = host.ssh_certificate_expires_at
     return expires is None or expires < timezone.now() + timedelta(days=RENEW_DAYS)
+
+
+def uncertified(host, now: datetime | None = None) -> bool:
+    """Whether the host's gateway is on but users cannot reach it through the SSH front: the
+    console runs a front, and the gateway has no certificate of this CA, or an expired one
+    (`ssh -J` then fails with "Host key verification failed" for every instance there)."""
+    if not settings.SSH_FRONT or not host.ssh_port or not host.ssh_host_key:
+        return False
+    if host.status == host.Status.RETIRED:
+        return False
+    expires = host.ssh_certificate_expires_at
+    return expires is None or expires <= (now or timezone.now())
 
 
 def sign(host_key_line: str, host_name: str) -> tuple[str, datetime]:

@@ -6,6 +6,9 @@ process for the websocket clients.
 - `gpucloud_hosts{status}`: hosts by status (every status, 0 when none).
 - `gpucloud_host_heartbeat_age_seconds{host}`: seconds since each host's agent was last heard
   (hosts that are not retired and have been heard).
+- `gpucloud_host_ssh_gateway_certified{host}`: 1 when a host's SSH gateway holds a valid
+  certificate of the console's CA, 0 when users cannot reach it through the SSH front (hosts
+  with a gateway, not retired, behind a console that runs a front).
 - `gpucloud_instances{state}`: instances by state (every state, 0 when none).
 - `gpucloud_celery_queue_length{queue}`: tasks waiting in each broker queue (Redis broker);
   `gpucloud_celery_unacked_tasks`: tasks workers have taken and not finished.
@@ -26,6 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from console import socket_census
+from console.fleet import ssh_authority
 from console.fleet.models import Host
 from console.instances.models import Instance, State
 from console.metrics import counters
@@ -100,17 +104,31 @@ class OperationsCollector(Collector):
             "Seconds since each host's agent was last heard.",
             labels=["host"],
         )
+        certified = GaugeMetricFamily(
+            "gpucloud_host_ssh_gateway_certified",
+            "1 when the host's SSH gateway holds a valid certificate of the console's CA.",
+            labels=["host"],
+        )
         counts = dict.fromkeys(Host.Status.values, 0)
         now = timezone.now()
-        rows = Host.objects.values_list("name", "status", "last_heartbeat_at").order_by("name")
-        for name, status, last in rows:
-            counts[status] = counts.get(status, 0) + 1
-            if status != Host.Status.RETIRED and last is not None:
-                heartbeat.add_metric([name], max((now - last).total_seconds(), 0.0))
+        hosts = Host.objects.only(
+            "name", "status", "last_heartbeat_at", "ssh_port", "ssh_host_key",
+            "ssh_certificate_expires_at",
+        ).order_by("name")  # fmt: skip
+        for host in hosts:
+            counts[host.status] = counts.get(host.status, 0) + 1
+            if host.status == Host.Status.RETIRED:
+                continue
+            if host.last_heartbeat_at is not None:
+                age = (now - host.last_heartbeat_at).total_seconds()
+                heartbeat.add_metric([host.name], max(age, 0.0))
+            if settings.SSH_FRONT and host.ssh_port and host.ssh_host_key:
+                certified.add_metric([host.name], 0 if ssh_authority.uncertified(host, now) else 1)
         for status, n in counts.items():
             by_status.add_metric([status], n)
         yield by_status
         yield heartbeat
+        yield certified
 
     def _instances(self):
         metric = GaugeMetricFamily("gpucloud_instances", "Instances by state.", labels=["state"])

@@ -2,6 +2,8 @@
 name `gpucloud`): on registration, when its key changes, and before it expires; what an agent
 reports of its key and certificate is believed only as far as it checks out."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import asyncssh
@@ -11,6 +13,7 @@ from django.utils import timezone
 from console.fleet import agent_client, services, ssh_authority
 from console.fleet.models import Host
 from tests.fleet.conftest import agent_client_for, make_inventory, post_json, with_digest
+from tests.metrics.test_prometheus import families, scrape
 
 GATEWAY_KEY = asyncssh.generate_private_key("ssh-ed25519")
 FINGERPRINT = GATEWAY_KEY.get_fingerprint("sha256")
@@ -120,3 +123,56 @@ def test_certificates_that_expire_soon_are_renewed_and_none_without_a_front(
     Host.objects.filter(pk=later.pk).update(ssh_certificate_expires_at=None)
     assert services.certify_due_gateways() == []
     assert not services.certify_gateway(later.pk)
+
+
+def test_processes_that_make_the_ca_key_at_once_all_read_the_same_whole_key(front, tmp_path):
+    """The first console processes start together (two agents joining at once): each may make
+    the key, none reads one half written (the race that left a host uncertified for an hour)."""
+    path = str(tmp_path / "ca-raced")
+    start = threading.Barrier(8)
+
+    def make():
+        start.wait()
+        return ssh_authority._key.__wrapped__(path)
+
+    with ThreadPoolExecutor(8) as pool:
+        keys = list(pool.map(lambda _: make(), range(8)))
+    assert {ssh_authority.fingerprint(key) for key in keys} == {
+        ssh_authority.fingerprint(asyncssh.read_private_key(path))
+    }
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ca-raced")] == []
+    assert (tmp_path / "ca-raced").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_gateway_without_a_valid_certificate_is_flagged_on_the_fleet_page_and_in_metrics(
+    front, register, queued, pushed, staff_client
+):
+    host, secret = register()
+    host = _heartbeat(
+        host, secret, {"port": 2222, "host_key_fingerprint": FINGERPRINT, "host_key": PUBLIC}
+    )
+    assert host.gateway_uncertified
+    page = staff_client.get("/fleet/").content.decode()
+    assert "SSH gateway not certified" in page
+    assert scraped_certified(host.name) == 0
+
+    services.certify_gateway(host.pk)
+    host.refresh_from_db()
+    assert not host.gateway_uncertified
+    assert "SSH gateway not certified" not in staff_client.get("/fleet/").content.decode()
+    assert scraped_certified(host.name) == 1
+
+    Host.objects.filter(pk=host.pk).update(
+        ssh_certificate_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    host.refresh_from_db()
+    assert host.gateway_uncertified and scraped_certified(host.name) == 0
+
+
+def scraped_certified(name: str) -> float:
+    [sample] = [
+        s
+        for s in families(scrape()[1])["gpucloud_host_ssh_gateway_certified"]
+        if s.labels["host"] == name
+    ]
+    return sample.value
