@@ -1,8 +1,16 @@
 """Celery beat that runs the periodic tasks only while it holds the deployment's beat lock, so
 that a second beat (started by mistake, or as a standby) sends nothing twice: it waits, and
-takes over within BEAT_LOCK_SECONDS of the first one's death (at once when the first stops
-cleanly, as it gives the lock back). The settings make it the beat's scheduler."""
+takes over within BEAT_LOCK_SECONDS of the first one's death (and a second: a waiting beat asks
+every second; at once when the first stops cleanly, as it gives the lock back). The settings
+make it the beat's scheduler.
 
+Each beat keeps its schedule (when each task last ran) in a file of its own: two beats sharing
+one state directory would otherwise read the file while the other writes it (a standby died
+taking over, on a truncated pickle). The first beat of a directory takes the configured file
+(`celerybeat-schedule`), the next ones `celerybeat-schedule.1`, `.2` …, each held with a lock
+for the life of its process, so a beat that starts again takes the same one back."""
+
+import fcntl
 import logging
 import os
 import socket
@@ -15,6 +23,25 @@ from celery.beat import PersistentScheduler
 from django.conf import settings
 
 log = logging.getLogger(__name__)
+
+SCHEDULE_SLOTS = 16  # beats that may share one state directory
+WAITING_TICK_SECONDS = 1.0  # how often a waiting beat asks for the lock
+
+
+def claim_schedule(configured: str) -> tuple[str, int]:
+    """The schedule file of this beat and the descriptor that holds it: the first of
+    `configured`, `configured.1` … whose lock (`<file>.lock`, flock) no other beat holds. The
+    descriptor must stay open while the beat runs (the lock ends with the process)."""
+    for slot in range(SCHEDULE_SLOTS):
+        name = configured if slot == 0 else f"{configured}.{slot}"
+        fd = os.open(f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return name, fd
+    raise RuntimeError(f"{SCHEDULE_SLOTS} beats already use {configured}: stop one first")
 
 
 class BeatLock:
@@ -71,7 +98,8 @@ class LockedScheduler(PersistentScheduler):
     def __init__(self, *args, **kwargs):
         self.lock = beat_lock()
         self.holding: bool | None = None  # None: not asked yet
-        super().__init__(*args, **kwargs)
+        schedule, self._schedule_lock = claim_schedule(kwargs["schedule_filename"])
+        super().__init__(*args, **{**kwargs, "schedule_filename": schedule})
 
     def _open_schedule(self):
         """The schedule's files (var/celerybeat-schedule*) are the beat's user's alone, as
@@ -97,7 +125,9 @@ class LockedScheduler(PersistentScheduler):
             self._say(held, why)
         self.holding = held
         every = settings.BEAT_LOCK_SECONDS / 4
-        return min(super().tick(*args, **kwargs), every) if held else every
+        if held:
+            return min(super().tick(*args, **kwargs), every)
+        return min(WAITING_TICK_SECONDS, every)
 
     def _say(self, held: bool, why: str) -> None:
         key = self.lock.key

@@ -281,8 +281,8 @@ CELERY_TIMEZONE = "UTC"
 # GPUCLOUD_VAR_DIR, not in the directory it was started from.
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # One beat at a time sends the periodic tasks: it holds a lock in Redis, renewed while it runs
-# (console/beat.py); another beat waits, and takes over at most BEAT_LOCK_SECONDS after the
-# holder dies.
+# (console/beat.py); another beat waits, and takes over at most BEAT_LOCK_SECONDS and a second
+# after the holder dies.
 CELERY_BEAT_SCHEDULER = "console.beat:LockedScheduler"
 BEAT_LOCK_SECONDS = env_float("BEAT_LOCK_SECONDS", 20.0)
 CELERY_TASK_ROUTES = {

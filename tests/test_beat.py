@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from console import processes
-from console.beat import BeatLock
+from console.beat import SCHEDULE_SLOTS, BeatLock, claim_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 SENT = "Sending due task fleet-watchdog"
@@ -45,12 +45,28 @@ def test_one_holder_at_a_time_renewed_given_back_and_taken_over_when_it_expires(
     assert second.holder() == second.token
 
 
+def test_beats_sharing_a_state_directory_each_keep_a_schedule_file_of_their_own(tmp_path):
+    configured = str(tmp_path / "celerybeat-schedule")
+    first, first_fd = claim_schedule(configured)
+    second, second_fd = claim_schedule(configured)
+    assert (first, second) == (configured, f"{configured}.1")
+    os.close(first_fd)  # the first beat ended: the next one to start takes its file back
+    again, again_fd = claim_schedule(configured)
+    assert again == configured
+    held = [claim_schedule(configured)[1] for _ in range(SCHEDULE_SLOTS - 2)]
+    with pytest.raises(RuntimeError, match="beats already use"):
+        claim_schedule(configured)
+    for fd in (second_fd, again_fd, *held):
+        os.close(fd)
+    assert (tmp_path / "celerybeat-schedule.lock").stat().st_mode & 0o777 == 0o600
+
+
 def _beat(name: str, tmp_path: Path, env: dict) -> tuple[subprocess.Popen, Path]:
     log_path = tmp_path / f"{name}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "console", "beat",
-             "--schedule", str(tmp_path / f"{name}-schedule")],
+             "--schedule", str(tmp_path / "celerybeat-schedule")],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, process_group=0,
         )  # fmt: skip
     return proc, log_path
@@ -91,6 +107,10 @@ def test_a_second_beat_process_waits_and_takes_over_when_the_first_is_killed(
         took = _wait_for(second_log, SENT, timeout=20)
         assert "took the beat lock" in took
         assert time.monotonic() - killed < 2 + 2  # the lock's period, and a tick
+        # both were given one schedule file, as beats sharing a state directory are; each kept
+        # its own, so the second never read what the first was writing
+        assert (tmp_path / "celerybeat-schedule.1.lock").exists()
+        assert "Traceback" not in second_log.read_text()
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
