@@ -6,6 +6,8 @@ the beat and uvicorn's own loggers."""
 import json
 import logging
 import logging.config
+import sys
+import threading
 from datetime import UTC, datetime
 
 # What every agent calls every second (samples) or every few seconds (heartbeat): an access
@@ -81,9 +83,39 @@ def adopt_uvicorn_loggers(json_lines: bool) -> None:
                 handler.setFormatter(JsonFormatter())
 
 
+def log_uncaught_exceptions() -> None:
+    """An exception nothing caught ends the process through its log, as a CRITICAL line with
+    the traceback (one JSON line with LOG_FORMAT=json), not as a plain traceback on stderr;
+    one that ends a thread too."""
+
+    def uncaught(kind, value, traceback) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, value, traceback)
+            return
+        logging.getLogger("uncaught").critical(
+            "the process ends: %s", value, exc_info=(kind, value, traceback)
+        )
+
+    def uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread else "?"
+        logging.getLogger("uncaught").critical(
+            "thread %s ends: %s",
+            name,
+            args.exc_value,
+            exc_info=args.exc_value,
+        )
+
+    sys.excepthook = uncaught
+    threading.excepthook = uncaught_in_thread
+
+
 def configure() -> None:
-    """Log as the settings' LOGGING says, Python's warnings (Celery's among them) included."""
+    """Log as the settings' LOGGING says, Python's warnings (Celery's among them) and
+    uncaught exceptions included."""
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
     logging.captureWarnings(True)
+    log_uncaught_exceptions()

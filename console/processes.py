@@ -103,7 +103,7 @@ WEB_SHUTDOWN_GRACE_SECONDS = 5
 def web_cmd(port: int, host: str = "127.0.0.1", workers: int = 1) -> list[str]:
     return [
         PYTHON, "-m", "uvicorn", "console.asgi:application",
-        "--host", host, "--port", str(port), "--no-access-log", "--ws", "websockets",
+        "--host", host, "--port", str(port), "--no-access-log", "--ws", "websockets-sansio",
         "--workers", str(workers),
         "--timeout-graceful-shutdown", str(WEB_SHUTDOWN_GRACE_SECONDS),
     ]  # fmt: skip

@@ -83,6 +83,19 @@ def test_worker_and_beat_write_only_json_lines_from_start_to_shutdown(redis_url,
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_beat_that_crashes_says_why_in_json_lines_only(tmp_path):
+    env = processes.child_env(GPUCLOUD_VAR_DIR=str(tmp_path), LOG_FORMAT="json")
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    missing = tmp_path / "no-such-dir" / "schedule"
+    beat, beat_log = _start("beat", ["beat", "--schedule", str(missing)], env, tmp_path)
+    assert beat.wait(timeout=45) != 0
+    said = "\n".join(_messages(beat_log))
+    assert "the process ends" in said and "No such file or directory" in said
+
+
+@pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_an_agent_writes_only_json_lines_its_http_servers_included(stack, tmp_path):
     """LOG_FORMAT=json reaches the agent too (its own program, its own copy of the format):

@@ -5,6 +5,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,6 +73,28 @@ def _wait_for(path: Path, text: str, proc, timeout: float = 60) -> str:
 
 
 @pytest.mark.integration
+def test_an_exception_nothing_caught_is_logged_critical_with_its_traceback(monkeypatch, caplog):
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    logs.log_uncaught_exceptions()
+
+    def fail():
+        raise RuntimeError("disk gone")
+
+    thread = threading.Thread(target=fail, name="uploader")
+    with caplog.at_level(logging.CRITICAL, logger="uncaught"):
+        thread.start()
+        thread.join()
+        try:
+            fail()
+        except RuntimeError:
+            sys.excepthook(*sys.exc_info())
+    [in_thread, in_process] = caplog.records
+    assert in_thread.getMessage() == "thread uploader ends: disk gone"
+    assert in_process.getMessage() == "the process ends: disk gone"
+    assert all(record.exc_info[1].args == ("disk gone",) for record in caplog.records)
+
+
 def test_a_worker_without_a_level_logs_each_task_received_and_its_outcome(
     migrated, redis_url, tmp_path
 ):
