@@ -1,6 +1,7 @@
 """`gpucloud-agent` / `python -m agent`: run the host agent."""
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -26,6 +27,8 @@ from agent.runtimes.sim import SimRuntime
 from agent.service import lifespan, serve
 from agent.ssh import Gateway
 from agent.state import PRIVATE_UMASK, StateStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SAMPLE_INTERVAL = 1.0
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
@@ -281,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
 
     app = create_app(host, secret, lifespan(host, sample_interval, reporter, gateway))
     serve(app, args.listen_host, args.listen_port, args.log_level)
+    if isinstance(runtime, OciRuntime) and runtime.networks.release():
+        log.info("stopped with no container running: the firewall's chains are removed")
 
 
 if __name__ == "__main__":

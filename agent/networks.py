@@ -54,6 +54,20 @@ class TenantNetworks:
     def name(self, tenant: str) -> str:
         return f"gpucloud-{self.install}-{self._digest(tenant)}"
 
+    def release(self) -> bool:
+        """Remove the install's firewall chains if no container runs on its networks (a clean
+        stop that leaves nothing to guard); True when they went. Running containers outlive
+        the agent, and these rules are what keep them from the host: theirs stay."""
+        prefix = f"gpucloud-{self.install}-"
+        for container in self.client.containers.list():
+            networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+            if any(name.startswith(prefix) for name in networks):
+                return False
+        with self._lock:
+            firewall.remove(self.install)
+            self._bridges.clear()
+        return True
+
     def ensure(self, tenant: str) -> str:
         """The name of the tenant's network, created (and firewalled) if it is not there."""
         name, bridge = self.name(tenant), self._bridge(tenant)

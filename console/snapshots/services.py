@@ -438,10 +438,14 @@ def _shelved(snapshot: Snapshot) -> None:
         Volume.objects.filter(pk__in=[v.pk for v in volumes]).update(host=None)
         shelf.state, shelf.shelved_at = Shelf.State.SHELVED, timezone.now()
         shelf.save(update_fields=["state", "shelved_at"])
-        held = f" and volumes {', '.join(v.name for v in volumes)}" if volumes else ""
+        held = (
+            f"its disk and volumes {', '.join(v.name for v in volumes)} are"
+            if volumes
+            else "its disk is"
+        )
         lifecycle.record_shelved(
             instance,
-            f"Shelved: its disk{held} are in snapshots; it holds nothing on "
+            f"Shelved: {held} in snapshots; it holds nothing on "
             f"{shelf.host.name if shelf.host else 'its host'} any more",
         )
         enqueue_on_commit("console.snapshots.tasks.remove_disk", instance.pk, shelf.host_id)
