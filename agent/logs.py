@@ -5,9 +5,23 @@ ts (UTC), level, logger, message, and exc when there is one."""
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 
 TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# A terminal's session key (`?session=`, which reattaches to its shell) in a logged URL.
+SESSION_KEY = re.compile(r"(session=)[^&\s\"']+")
+
+
+class RedactSessionKeys(logging.Filter):
+    """uvicorn logs each websocket's path with its query (`"WebSocket /v1/…/terminal?…"
+    [accepted]`): a terminal's session key there is a secret, and becomes `session=…`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "session=" in message:
+            record.msg, record.args = SESSION_KEY.sub(r"\1…", message), None
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -30,6 +44,7 @@ def configure(level: str, form: str) -> None:
     heartbeat): routine, so only at DEBUG."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if form == "json" else logging.Formatter(TEXT))
+    handler.addFilter(RedactSessionKeys())
     logging.basicConfig(level=level.upper(), handlers=[handler])  # a no-op where one is set
     if level.upper() != "DEBUG":
         logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -6,6 +6,7 @@ the beat and uvicorn's own loggers."""
 import json
 import logging
 import logging.config
+import re
 import sys
 import threading
 from datetime import UTC, datetime
@@ -71,12 +72,33 @@ class SkipAgentPeriodicCalls(logging.Filter):
         return path not in AGENT_PERIODIC_PATHS
 
 
+# A terminal's session key (`?session=`, which reattaches to its shell) in a logged URL; the
+# agent, its own program, keeps its own copy of this filter (agent/logs.py).
+SESSION_KEY = re.compile(r"(session=)[^&\s\"']+")
+
+
+class RedactSessionKeys(logging.Filter):
+    """uvicorn logs each websocket's path with its query (`"WebSocket /ws/…/terminal/?…"
+    [accepted]`): a terminal's session key there is a secret, and becomes `session=…`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "session=" in message:
+            record.msg, record.args = SESSION_KEY.sub(r"\1…", message), None
+        return True
+
+
 def adopt_uvicorn_loggers(json_lines: bool) -> None:
-    """uvicorn configures its loggers before it loads the app: filter its access log, and
-    with JSON logs give its handlers (none with --no-access-log) the JSON format."""
+    """uvicorn configures its loggers before it loads the app: filter its access log, keep
+    session keys out of its lines, and with JSON logs give its handlers (none with
+    --no-access-log) the JSON format."""
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, SkipAgentPeriodicCalls) for f in access.filters):
         access.addFilter(SkipAgentPeriodicCalls())
+    for name in ("uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactSessionKeys) for f in logger.filters):
+            logger.addFilter(RedactSessionKeys())
     if json_lines:
         for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
             for handler in logging.getLogger(name).handlers:
