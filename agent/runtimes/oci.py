@@ -107,6 +107,18 @@ LAYER_UNBOUNDED = "the container's writable layer is unbounded (--unbounded-laye
 INIT_EXEC_FAILED = re.compile(r"failed to exec pid1|exec .* failed: (No such file|Permission)")
 
 
+def cpu_limit(vcpus: float, machine_cpus: int) -> tuple[float, str]:
+    """The CPU limit a container of `vcpus` is given on a machine of `machine_cpus`, and what
+    to say when it is less (an operator who offers more vCPUs than the machine has, as the
+    simulated GPUs of a demo do): never more than the machine has."""
+    if vcpus <= machine_cpus:
+        return vcpus, ""
+    return machine_cpus, (
+        f"its {vcpus:g} vCPUs are capped at this machine's {machine_cpus} CPUs: the engine "
+        "cannot give a container more"
+    )
+
+
 def running_engine() -> str | None:
     """The first of the usual engine sockets that is there (Podman's, then Docker's)."""
     for url in DEFAULT_ENGINE_URLS:
@@ -327,6 +339,9 @@ class OciRuntime:
         self.engine_version = version.get("Version", "")
         info = self.client.info()
         self._check_userns(info)
+        # Docker refuses a CPU limit above the machine's CPUs (Podman takes it): what a
+        # container is given is capped at them, on both engines (cpu_limit).
+        self.machine_cpus = int(info.get("NCPU") or os.cpu_count() or 1)
         self.gpu_path = gpu_path(self.engine, info)
         # Docker has no `U` bind option: the disk's root is given to the remapped root
         self.remapped_root = remapped_root(info) if self.engine == "docker" else None
@@ -516,7 +531,10 @@ class OciRuntime:
         else:
             progress(LAYER_UNBOUNDED)
         if resources.get("vcpus"):
-            options["nano_cpus"] = int(resources["vcpus"] * 1_000_000_000)
+            cpus, note = cpu_limit(resources["vcpus"], self.machine_cpus)
+            options["nano_cpus"] = int(cpus * 1_000_000_000)
+            if note:
+                progress(note)
         if resources.get("memory_mib"):
             limit = f"{resources['memory_mib']}m"
             options["mem_limit"] = options["memswap_limit"] = limit
@@ -795,7 +813,7 @@ class OciRuntime:
         container = self._find(alloc)
         if container is None:
             return
-        cpus = resources.get("vcpus")
+        cpus = cpu_limit(resources["vcpus"], self.machine_cpus)[0] if resources.get("vcpus") else 0
         memory = resources.get("memory_mib", 0) * 1024 * 1024 or None
         pids = min(resources.get("pids") or DEFAULT_PIDS, self.pids_ceiling)
         api = self.client.api
@@ -803,14 +821,14 @@ class OciRuntime:
             url = f"{api.base_url}/{LIBPOD_API}/libpod/containers/{container.id}/update"
             body: dict = {"pids": {"limit": pids}}
             if cpus:
-                body["cpu"] = {"quota": cpus * CPU_PERIOD, "period": CPU_PERIOD}
+                body["cpu"] = {"quota": int(cpus * CPU_PERIOD), "period": CPU_PERIOD}
             if memory:
                 body["memory"] = {"limit": memory, "swap": memory}
         else:
             url = api._url("/containers/{0}/update", container.id)
             body = {"PidsLimit": pids}
             if cpus:
-                body["NanoCpus"] = cpus * 1_000_000_000
+                body["NanoCpus"] = int(cpus * 1_000_000_000)
             if memory:
                 body["Memory"] = body["MemorySwap"] = memory
         try:

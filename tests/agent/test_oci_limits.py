@@ -2,8 +2,11 @@
 CPU, memory and pids limits in place (the kernel's cgroup says so) and the workload goes on:
 same container, same process, same start. On Podman (its own update call) and Docker."""
 
+import os
+
 import pytest
 
+from agent.runtimes.oci import cpu_limit
 from tests.agent import test_oci_runtime as runtime
 from tests.conftest import BOTH_ENGINES
 
@@ -75,3 +78,32 @@ def test_limits_are_checked_and_kept_for_the_next_start(oci_agent, run_in):
     assert rebooted.json()["state"] == "running"
     assert _limits(run_in, instance)[0] == str(192 * 1024 * 1024)  # the new container's too
     agent.client.delete(url)
+
+
+@BOTH_ENGINES
+def test_more_vcpus_than_the_machine_has_are_capped_at_its_cpus(oci_agent, run_in):
+    """A demo's simulated GPUs offer 16 vCPUs each: Docker refuses a CPU limit above the
+    machine's CPUs, so the agent asks for at most those, on both engines, and says so."""
+    agent = oci_agent()
+    instance = _instance()
+    url = f"/v1/allocations/{instance}-a"
+    machine = os.cpu_count()
+    created = agent.client.put(url, json=_body(instance, WORKLOAD, vcpus=machine + 14))
+    assert created.json()["state"] == "running", created.text
+    assert _limits(run_in, instance)[2] == str(machine * 100_000)
+    resized = agent.client.put(
+        f"{url}/limits", json={"resources": {"vcpus": machine + 30, "memory_mib": 128}}
+    )
+    assert resized.status_code == 200, resized.text
+    assert _limits(run_in, instance)[2] == str(machine * 100_000)
+    agent.client.delete(url)
+
+
+def test_a_cpu_limit_is_what_was_asked_up_to_the_machines_cpus():
+    assert cpu_limit(2, 8) == (2, "")
+    assert cpu_limit(8, 8) == (8, "")
+    limit, note = cpu_limit(16, 2)
+    assert limit == 2
+    assert note == (
+        "its 16 vCPUs are capped at this machine's 2 CPUs: the engine cannot give a container more"
+    )
