@@ -216,7 +216,8 @@ class ImageStore:
     # --- pulls ----------------------------------------------------------------------------
 
     def ensure(self, reference: str, progress) -> None:
-        """Pull `reference` unless the engine has it, reporting progress (`progress(text)`).
+        """Pull `reference` unless the engine has it, reporting progress (`progress(text,
+        figures)`: the figures are PullProgress.snapshot's, None in a report without them).
         LaunchError with the reason when it cannot be had."""
         with self._lock:
             lock = self._pulling.setdefault(reference, threading.Lock())
@@ -261,14 +262,14 @@ class ImageStore:
         """Pull `source` (the reference, or its copy at the mirror `via`)."""
         repository, tag = split_reference(source)
         pull = PullProgress(reference, via=via)
-        progress(pull.start())
+        progress(pull.start(), pull.snapshot())
         try:
             for line in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
                 if line.get("error"):
                     raise LaunchError(f"image_pull_failed: {reference}: {line['error']}")
                 pull.feed(line)
                 if report := pull.due():
-                    progress(report)
+                    progress(report, pull.snapshot())
         except NotFound as exc:
             raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc
         except APIError as exc:
@@ -279,7 +280,8 @@ class ImageStore:
             image = self.client.images.get(source)
         except ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {reference} (the pull brought nothing)") from exc
-        progress(pull.finished(image.id))
+        text = pull.finished(image.id)
+        progress(text, pull.snapshot(done=True))
 
     def _pulled(self, reference: str) -> None:
         with self._lock:
@@ -311,7 +313,7 @@ class ImageStore:
                     self._pre_pull(reference)
 
     def _pre_pull(self, reference: str) -> None:
-        def report(text: str) -> None:
+        def report(text: str, figures: dict | None = None) -> None:
             self._set_state(reference, "pulling", _detail(text))
 
         try:

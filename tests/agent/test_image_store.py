@@ -115,7 +115,7 @@ def test_a_pull_goes_through_the_mirror_and_keeps_the_original_name(store):
     engine.serving.add(MIRROR)
     images.configure([], MIRROR)
     said = []
-    images.ensure(f"{ORIGIN}/team/x:1", said.append)
+    images.ensure(f"{ORIGIN}/team/x:1", lambda text, *_: said.append(text))
     assert engine.pulled == [f"{MIRROR}/team/x:1"]
     assert set(engine.tags) == {f"{ORIGIN}/team/x:1"}  # the mirror's name is gone
     assert said[0] == f"pulling {ORIGIN}/team/x:1 (via mirror {MIRROR})"
@@ -127,7 +127,7 @@ def test_a_failing_mirror_falls_back_to_the_origin_and_says_so(store):
     engine, images = store
     images.configure([], MIRROR)  # the mirror serves nothing: refused
     said = []
-    images.ensure(f"{ORIGIN}/team/x:1", said.append)
+    images.ensure(f"{ORIGIN}/team/x:1", lambda text, *_: said.append(text))
     assert engine.pulled == [f"{MIRROR}/team/x:1", f"{ORIGIN}/team/x:1"]
     assert any(m.startswith(f"mirror {MIRROR} failed (") for m in said), said
     assert said[-1].startswith(f"pulled {ORIGIN}/team/x:1 in ")
@@ -149,7 +149,7 @@ def test_pre_pulls_run_in_the_background_and_report_their_state(store):
 def test_clean_up_keeps_pre_pull_in_use_and_what_the_agent_did_not_pull(store):
     engine, images = store
     for name in ("pre", "used", "busy", "junk"):
-        images.ensure(f"{ORIGIN}/team/{name}:1", lambda _: None)
+        images.ensure(f"{ORIGIN}/team/{name}:1", lambda *_: None)
     engine.tags["localhost/built/by-hand:1"] = "sha256:hand"  # not the agent's
     engine.in_use.add(engine.tags[f"{ORIGIN}/team/busy:1"])  # a container of it
     images.configure([f"{ORIGIN}/team/pre:1"], "")
@@ -172,7 +172,7 @@ def test_the_inventory_digest_stays_while_the_images_do(tmp_path, store):
     first = host.inventory()["digest"]
     images.refresh()
     assert host.inventory()["digest"] == first
-    images.ensure(f"{ORIGIN}/team/x:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/x:1", lambda *_: None)
     assert host.inventory()["digest"] != first
 
 
@@ -243,7 +243,7 @@ def test_a_short_disk_loses_the_least_recently_launched_images_until_it_has_room
     engine, images = store
     engine.root = "/var/lib/containers/storage"
     for name in ("old", "recent", "never", "used", "pre"):
-        images.ensure(f"{ORIGIN}/team/{name}:1", lambda _: None)
+        images.ensure(f"{ORIGIN}/team/{name}:1", lambda *_: None)
     engine.tags["localhost/built/by-hand:1"] = "sha256:hand"
     images.launching(f"{ORIGIN}/team/old:1")
     images.launching(f"{ORIGIN}/team/recent:1")
@@ -267,9 +267,9 @@ def test_a_short_disk_loses_the_least_recently_launched_images_until_it_has_room
 def test_a_pull_onto_a_short_disk_makes_room_first(store):
     engine, images = store
     engine.root = "/var/lib/containers/storage"
-    images.ensure(f"{ORIGIN}/team/old:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/old:1", lambda *_: None)
     images.disk_usage = short_disk(engine, base_gb=85)
-    images.ensure(f"{ORIGIN}/team/new:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/new:1", lambda *_: None)
     assert f"{ORIGIN}/team/old:1" not in engine.tags
     assert f"{ORIGIN}/team/new:1" in engine.tags
     assert images.last_room["removed"] == [f"{ORIGIN}/team/old:1"]
@@ -277,7 +277,7 @@ def test_a_pull_onto_a_short_disk_makes_room_first(store):
 
 def test_a_disk_the_agent_cannot_see_removes_nothing(store):
     engine, images = store
-    images.ensure(f"{ORIGIN}/team/old:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/old:1", lambda *_: None)
     assert images.make_room() is None
     assert f"{ORIGIN}/team/old:1" in engine.tags
 
@@ -303,7 +303,7 @@ def test_a_disk_that_stays_full_of_what_may_not_go_is_reported_once(store):
     none', not one per check, and a later clean-up that removes something replaces it."""
     engine, images = store
     engine.root = "/var/lib/containers/storage"
-    images.ensure(f"{ORIGIN}/team/used:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/used:1", lambda *_: None)
     images.in_use = lambda: {f"{ORIGIN}/team/used:1"}
     images.disk_usage = short_disk(engine, base_gb=90)
     first = images.make_room()
