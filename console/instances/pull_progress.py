@@ -9,8 +9,7 @@ import math
 from rest_framework import serializers
 
 from console import integers
-
-UNITS = ("B", "kB", "MB", "GB", "TB")
+from console.fleet.images import human_size
 
 
 class PullSerializer(serializers.Serializer):
@@ -29,16 +28,6 @@ class PullSerializer(serializers.Serializer):
         attrs["layers_done"] = min(attrs["layers_done"], attrs["layers_total"])
         attrs["bytes_done"] = min(attrs["bytes_done"], attrs["bytes_total"])
         return attrs
-
-
-def human_size(size: float) -> str:
-    """Bytes in decimal units, as agent/pulls.py words them (the console does not import the
-    agent): `3.4 GB`."""
-    for unit in UNITS[:-1]:
-        if abs(size) < 1000:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} {UNITS[-1]}"
 
 
 def percent(pull: dict) -> int:

@@ -16,20 +16,26 @@ FIGURES = {
 }  # fmt: skip
 
 
+SIZES = "2 of 5 layers · 1.2 GB of 3.4 GB"
+
+
 @pytest.mark.parametrize(
-    ("figures", "percent", "summary"),
+    ("changes", "percent", "summary"),
     [
-        (FIGURES, 35, "2 of 5 layers · 1.2 GB of 3.4 GB · about 2 min left"),
-        ({**FIGURES, "eta_seconds": 40}, 35, "2 of 5 layers · 1.2 GB of 3.4 GB · about 40 s left"),
-        ({**FIGURES, "eta_seconds": 7200}, 35, "2 of 5 layers · 1.2 GB of 3.4 GB · about 2.0 h left"),
-        ({**FIGURES, "eta_seconds": None}, 35, "2 of 5 layers · 1.2 GB of 3.4 GB"),
-        ({**FIGURES, "bytes_done": 0, "bytes_total": 0, "eta_seconds": None}, 40, "2 of 5 layers"),
-        ({**FIGURES, "layers_done": 5, "bytes_done": 3_400_000_000, "done": True}, 100,
-         "5 of 5 layers · 3.4 GB of 3.4 GB"),
+        ({}, 35, f"{SIZES} · about 2 min left"),
+        ({"eta_seconds": 40}, 35, f"{SIZES} · about 40 s left"),
+        ({"eta_seconds": 7200}, 35, f"{SIZES} · about 2.0 h left"),
+        ({"eta_seconds": None}, 35, SIZES),
+        ({"bytes_done": 0, "bytes_total": 0, "eta_seconds": None}, 40, "2 of 5 layers"),
+        (
+            {"layers_done": 5, "bytes_done": 3_400_000_000, "done": True},
+            100,
+            "5 of 5 layers · 3.4 GB of 3.4 GB",
+        ),
     ],
-)  # fmt: skip
-def test_the_bar_says_how_far_by_bytes_else_layers_with_the_time_left(figures, percent, summary):
-    assert pull_progress.describe(figures) == {
+)
+def test_the_bar_says_how_far_by_bytes_else_layers_with_the_time_left(changes, percent, summary):
+    assert pull_progress.describe({**FIGURES, **changes}) == {
         "reference": REF,
         "percent": percent,
         "summary": summary,
