@@ -60,3 +60,38 @@ def test_the_image_list_says_where_each_can_come_from_in_a_region(catalog, membe
     assert found[catalog.image.name]["status"] == "registry"  # docker.io: reached
     assert api.get("/api/v1/images/").json()["results"][0]["availability"] is None
     assert api.get("/api/v1/images/", {"region": "mars"}).status_code == 400
+
+
+def test_the_launch_form_shows_each_images_availability_and_grays_out_what_cannot_run(catalog, web):
+    import html
+    import json
+    import re
+
+    host = oci_host(catalog)
+    HostImage.objects.create(host=host, reference="docker.io/" + catalog.image.reference,
+                             image_id="sha256:1", size_bytes=8_100_000_000)  # fmt: skip
+    ImageFactory(name="quay-one", reference="quay.io/team/one:1", description="From Quay",
+                 ports=[{"port": 8888, "name": "Jupyter", "app": "jupyter"},
+                        {"port": 6006, "name": "TensorBoard"}])  # fmt: skip
+    page = web.get("/instances/launch/").content.decode()
+    options = dict(re.findall(r'<label class="image-option" data-image="([^"]+)"(.*?)</label>',
+                              page, re.S))  # fmt: skip
+    held, far = options[catalog.image.name], options["quay-one"]
+    assert 'data-testid="image-status">on hosts<' in held and "8.1 GB" in held
+    assert "Held by 1 host of Local 1 (8.1 GB)" in held
+    assert re.search(r'<input type="radio" name="image" value="quay-one"[^>]* disabled>', far)
+    assert "registry unreachable" in far and "No host of Local 1 can reach quay.io" in far
+    assert "From Quay" in far and "Serves JupyterLab (8888) · TensorBoard (6006)" in far
+    by_region = json.loads(html.unescape(re.search(r'data-availability="([^"]+)"', held)[1]))
+    # where a spec would go to the host that holds the image, it starts without a pull
+    assert by_region["local-1"]["cached"] == {"a100-quarter": host.name, "a100-half": host.name}
+    body = {"region": "local-1", "spec": "a100-quarter", "image": catalog.image.name,
+            "name": "Not A Name"}  # fmt: skip
+    again = web.post("/instances/launch/", body).content.decode()  # refused: shown again
+    assert f'data-testid="image-cached">on {host.name}: cached</span>' in again
+    body["image"] = "quay-one"
+    refused = web.post("/instances/launch/", body).content.decode()
+    assert "Image: quay-one cannot run in Local 1: No host of Local 1 can reach quay.io" in (
+        html.unescape(refused)
+    )
+    assert not Instance.objects.exists()
