@@ -30,6 +30,14 @@ def cached_on(spec: Spec, checker: availability.Checker, held: dict[int, int]) -
     return checker.now.names[choice.host_pk]
 
 
+def _cached(specs: list[Spec], checker: availability.Checker, held: dict[int, int]) -> dict:
+    """spec code → the host that holds the image where that spec would go, for the specs
+    that fit now."""
+    fitting = [spec for spec in specs if checker.of(spec).status == availability.FITS_NOW]
+    hosts = {spec.code: cached_on(spec, checker, held) for spec in fitting}
+    return {code: host for code, host in hosts.items() if host}
+
+
 def options(images: list[Image], checkers: list[availability.Checker], specs: list[Spec]):
     """Each image with what the form shows of it, and `by_region`: region code → {status,
     label, detail, size, launchable, cached: {spec code: host}} (cached only for the specs
@@ -41,11 +49,7 @@ def options(images: list[Image], checkers: list[availability.Checker], specs: li
         for checker, fleet in fleets:
             where = fleet.of(image.reference)
             held = fleet.held(image.reference)
-            cached = {}
-            for spec in specs:
-                if held and checker.of(spec).status == availability.FITS_NOW:
-                    if host := cached_on(spec, checker, held):
-                        cached[spec.code] = host
+            cached = _cached(specs, checker, held) if held else {}
             by_region[checker.region.code] = {
                 "status": where.status,
                 "label": where.label,
