@@ -191,13 +191,21 @@ def wanted_settings(region: Region) -> dict:
     }
 
 
+def for_agent(host: Host, wanted: dict) -> dict:
+    """The settings as the host's agent takes them: an agent one version behind checks no
+    registries (its settings have no `registries`) and refuses a body that names them."""
+    if "registries" in host.image_settings:
+        return wanted
+    return {name: value for name, value in wanted.items() if name != "registries"}
+
+
 def push_when_due(host: Host, wanted: dict | None = None) -> bool:
     """Once committed, push the settings to the host when its agent applies others (and
     holds images at all); the same push is not queued twice within PUSH_THROTTLE_SECONDS.
     Answers whether one was queued."""
     if not host.image_settings or host.status in QUIET:
         return False
-    wanted = wanted or wanted_settings(host.region)
+    wanted = for_agent(host, wanted or wanted_settings(host.region))
     if host.image_settings == wanted:
         return False
     digest = hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
@@ -228,7 +236,7 @@ def push_settings(host_pk: int) -> bool:
     host = Host.objects.select_related("region").filter(pk=host_pk).first()
     if host is None or host.status in QUIET or not host.image_settings:
         return False
-    wanted = wanted_settings(host.region)
+    wanted = for_agent(host, wanted_settings(host.region))
     applied = agent_client.put_image_settings(host, wanted)
     Host.objects.filter(pk=host.pk).update(image_settings=applied)
     log.info("host %s: pre-pull %s, mirror %s", host.name, wanted["pre_pull"], wanted["mirror"])

@@ -234,3 +234,18 @@ def test_a_heartbeat_with_a_bad_image_report_is_refused_field_by_field(
     assert response.status_code == 400
     assert f"inventory.{where}" in response.json()["detail"]
     assert not host.events.filter(actor_label="agent").exists()
+
+
+def test_an_agent_one_version_behind_gets_its_settings_without_registries(register, monkeypatch):
+    host, _ = register("host-x", 2)
+    older = oci_inventory()
+    older["image_settings"] = {"pre_pull": [], "mirror": ""}  # it checks no registries
+    heartbeat(host, with_digest({k: v for k, v in older.items() if k != "digest"}))
+    ImageFactory(name="torch", reference="pytorch:2.4")
+    assert not images.push_when_due(Host.objects.get(pk=host.pk))  # nothing it can apply
+    sent = []
+    monkeypatch.setattr(
+        images.agent_client, "put_image_settings", lambda host, body: sent.append(body) or body
+    )
+    images.push_settings(host.pk)
+    assert sent == [{"pre_pull": [], "mirror": ""}]
