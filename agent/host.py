@@ -243,8 +243,17 @@ class LocalHost:
                 self._emit(alloc, "session", message, activity)
                 return
 
+    def _emit_progress(self, alloc: Allocation, message: str, pull: dict | None) -> None:
+        """A progress event; an image pull's carries its figures too (`pull`)."""
+        self._emit(alloc, "progress", message, pull=pull)
+
     def _emit(
-        self, alloc: Allocation, kind: str = "state", message: str = "", activity: str = ""
+        self,
+        alloc: Allocation,
+        kind: str = "state",
+        message: str = "",
+        activity: str = "",
+        pull: dict | None = None,
     ) -> None:
         event = {"allocation": alloc.id, "instance": alloc.instance, "kind": kind}
         if activity:
@@ -259,6 +268,8 @@ class LocalHost:
             )
         else:
             event.update(at=now_iso(), message=message)
+        if pull is not None:
+            event["pull"] = pull
         for listener in self.listeners:
             listener(event)
 
@@ -274,9 +285,9 @@ class LocalHost:
         """A callback for the runtime's worker thread: progress of a launch, as an event."""
         loop = asyncio.get_running_loop()
 
-        def report(message: str) -> None:
+        def report(message: str, pull: dict | None = None) -> None:
             log.info("allocation %s: %s", alloc.id, message)
-            loop.call_soon_threadsafe(self._emit, alloc, "progress", message)
+            loop.call_soon_threadsafe(self._emit_progress, alloc, message, pull)
 
         return report
 

@@ -10,6 +10,9 @@
 - Pre-pull: the references the console names (PUT /v1/images/settings, kept in the state
   directory) are pulled in the background, at start and whenever the list changes; each
   one's progress is in the inventory. A failed one is tried again PRE_PULL_RETRY_SECONDS later.
+- Registries: those the console names with the settings (its catalog's), the mirror's and the
+  pre-pulls' are checked for reachability (agent/registry_probe.py); the inventory's
+  `registries` says which this host reaches, and why not where it does not.
 - Clean-up (POST /v1/images/clean-up): removes the images the agent pulled itself that no
   allocation here uses and the console does not want pre-pulled. Images an operator put on
   the host otherwise (built, imported, pulled by hand) are never touched, and the engine
@@ -41,6 +44,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from agent.errors import invalid
 from agent.pulls import PullProgress, human_size
+from agent.registry_probe import RegistryProbe, registry_of
 from agent.runtimes import LaunchError
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,7 @@ IMAGE_REFRESH_SECONDS = 30.0
 PRE_PULL_RETRY_SECONDS = 60.0
 MAX_IMAGES = 500  # images the inventory lists, at most
 MAX_PRE_PULL = 100
+MAX_REGISTRIES = 50
 # Kubelet's defaults for its image garbage collection (imageGCHigh/LowThresholdPercent).
 DISK_HIGH_PERCENT = 85
 DISK_LOW_PERCENT = 80
@@ -95,12 +100,18 @@ def split_reference(reference: str) -> tuple[str, str]:
     return reference, "latest"
 
 
-def parse_settings(body) -> tuple[list[str], str]:
+def parse_settings(body) -> tuple[list[str], str, list[str]]:
     """The body of PUT /v1/images/settings: `{"pre_pull": [reference, …], "mirror":
-    "host[:port]" or ""}` → (the references normalized, sorted and unique; the mirror)."""
-    if not isinstance(body, dict) or set(body) != {"pre_pull", "mirror"}:
-        raise invalid('the body must be {"pre_pull": [reference, …], "mirror": "host[:port]"}')
+    "host[:port]" or "", "registries": [host[:port], …]}` (registries to check; optional, for
+    a console one version behind) → (the references normalized, sorted and unique; the
+    mirror; the registries sorted and unique)."""
+    if not isinstance(body, dict) or not {"pre_pull", "mirror"} <= set(body) <= SETTINGS_KEYS:
+        raise invalid(
+            'the body must be {"pre_pull": [reference, …], "mirror": "host[:port]", '
+            '"registries": ["host[:port]", …]}'
+        )
     pre_pull, mirror = body["pre_pull"], body["mirror"]
+    registries = body.get("registries", [])
     if not isinstance(pre_pull, list) or len(pre_pull) > MAX_PRE_PULL:
         raise invalid(f"pre_pull must be a list of at most {MAX_PRE_PULL} references")
     for reference in pre_pull:
@@ -108,7 +119,12 @@ def parse_settings(body) -> tuple[list[str], str]:
             raise invalid(f"not an image reference in pre_pull: {reference!r}", "invalid_reference")
     if not isinstance(mirror, str) or (mirror and not MIRROR.fullmatch(mirror)):
         raise invalid(f"mirror must be host[:port] or empty, not {mirror!r}", "invalid_mirror")
-    return sorted({normalize(reference) for reference in pre_pull}), mirror
+    if not isinstance(registries, list) or len(registries) > MAX_REGISTRIES:
+        raise invalid(f"registries must be a list of at most {MAX_REGISTRIES} host[:port]")
+    for registry in registries:
+        if not isinstance(registry, str) or not MIRROR.fullmatch(registry):
+            raise invalid(f"not a registry in registries: {registry!r}", "invalid_registry")
+    return sorted({normalize(reference) for reference in pre_pull}), mirror, sorted(set(registries))
 
 
 def _detail(report: str) -> str:
@@ -128,10 +144,12 @@ class ImageStore:
         client,
         path: Path,
         disk_percents: tuple[int, int] = (DISK_HIGH_PERCENT, DISK_LOW_PERCENT),
+        probe: RegistryProbe | None = None,
     ):
         """`client`: the engine's docker.DockerClient; `path`: the file that keeps the
         settings and what the agent pulled, across restarts; `disk_percents`: (high, low),
-        how full the engine's disk may get before images go to make room, and until when."""
+        how full the engine's disk may get before images go to make room, and until when;
+        `probe`: what checks the registries (a fresh one, started, by default)."""
         self.client = client
         self.path = path
         self.high, self.low = disk_percents
@@ -141,6 +159,7 @@ class ImageStore:
         saved = self._load()
         self.pre_pull: list[str] = saved.get("pre_pull", [])
         self.mirror: str = saved.get("mirror", "")
+        self.registries: list[str] = saved.get("registries", [])
         self.pulled: set[str] = set(saved.get("pulled", []))  # what clean-up may remove
         self.launched: dict[str, float] = saved.get("launched", {})  # reference -> when last
         self.last_room: dict | None = saved.get("last_room")  # the last clean-up for room
@@ -155,6 +174,11 @@ class ImageStore:
         self.refresh()
         self._wanted.set()
         threading.Thread(target=self._pre_pull_loop, name="pre-pull", daemon=True).start()
+        if probe is None:
+            probe = RegistryProbe()
+            probe.start()
+        self.probe = probe
+        self._probe_wanted()
 
     # --- what the host holds --------------------------------------------------------------
 
@@ -201,7 +225,12 @@ class ImageStore:
         with self._lock:
             return {
                 "images": list(self.held),
-                "image_settings": {"pre_pull": list(self.pre_pull), "mirror": self.mirror},
+                "image_settings": {
+                    "pre_pull": list(self.pre_pull),
+                    "mirror": self.mirror,
+                    "registries": list(self.registries),
+                },
+                "registries": self.probe.report(),
                 "pre_pulls": [
                     {"reference": reference, **self.pulls.get(reference, _WAITING)}
                     for reference in self.pre_pull
@@ -216,7 +245,8 @@ class ImageStore:
     # --- pulls ----------------------------------------------------------------------------
 
     def ensure(self, reference: str, progress) -> None:
-        """Pull `reference` unless the engine has it, reporting progress (`progress(text)`).
+        """Pull `reference` unless the engine has it, reporting progress (`progress(text,
+        figures)`: the figures are PullProgress.snapshot's, None in a report without them).
         LaunchError with the reason when it cannot be had."""
         with self._lock:
             lock = self._pulling.setdefault(reference, threading.Lock())
@@ -261,14 +291,14 @@ class ImageStore:
         """Pull `source` (the reference, or its copy at the mirror `via`)."""
         repository, tag = split_reference(source)
         pull = PullProgress(reference, via=via)
-        progress(pull.start())
+        progress(pull.start(), pull.snapshot())
         try:
             for line in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
                 if line.get("error"):
                     raise LaunchError(f"image_pull_failed: {reference}: {line['error']}")
                 pull.feed(line)
                 if report := pull.due():
-                    progress(report)
+                    progress(report, pull.snapshot())
         except NotFound as exc:
             raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc
         except APIError as exc:
@@ -279,7 +309,8 @@ class ImageStore:
             image = self.client.images.get(source)
         except ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {reference} (the pull brought nothing)") from exc
-        progress(pull.finished(image.id))
+        text = pull.finished(image.id)
+        progress(text, pull.snapshot(done=True))
 
     def _pulled(self, reference: str) -> None:
         with self._lock:
@@ -288,17 +319,25 @@ class ImageStore:
 
     # --- pre-pulls ------------------------------------------------------------------------
 
-    def configure(self, pre_pull: list[str], mirror: str) -> dict:
-        """The console's settings (see parse_settings): kept, and the pre-pulls started.
-        Idempotent. Answers the settings as applied."""
+    def configure(self, pre_pull: list[str], mirror: str, registries: list[str] = ()) -> dict:
+        """The console's settings (see parse_settings): kept, the pre-pulls started and the
+        registries checked. Idempotent. Answers the settings as applied."""
+        registries = list(registries)
         with self._lock:
-            if (pre_pull, mirror) != (self.pre_pull, self.mirror):
-                self.pre_pull, self.mirror = pre_pull, mirror
+            if (pre_pull, mirror, registries) != (self.pre_pull, self.mirror, self.registries):
+                self.pre_pull, self.mirror, self.registries = pre_pull, mirror, registries
                 self.pulls = {r: state for r, state in self.pulls.items() if r in pre_pull}
                 self._save()
                 log.info("images: pre-pull %s; mirror %s", pre_pull or "none", mirror or "none")
+        self._probe_wanted()
         self._wanted.set()
-        return {"pre_pull": pre_pull, "mirror": mirror}
+        return {"pre_pull": pre_pull, "mirror": mirror, "registries": registries}
+
+    def _probe_wanted(self) -> None:
+        """The registries to check: the console's, the mirror and the pre-pulls'."""
+        with self._lock:
+            pulled_from = {registry_of(reference) for reference in self.pre_pull}
+            self.probe.want({*self.registries, self.mirror, *pulled_from})
 
     def _pre_pull_loop(self) -> None:
         while True:
@@ -311,7 +350,7 @@ class ImageStore:
                     self._pre_pull(reference)
 
     def _pre_pull(self, reference: str) -> None:
-        def report(text: str) -> None:
+        def report(text: str, figures: dict | None = None) -> None:
             self._set_state(reference, "pulling", _detail(text))
 
         try:
@@ -443,6 +482,7 @@ class ImageStore:
         data = {
             "pre_pull": self.pre_pull,
             "mirror": self.mirror,
+            "registries": self.registries,
             "pulled": sorted(self.pulled),
             "launched": {name: at for name, at in self.launched.items() if name in self.pulled},
             "last_room": self.last_room,
@@ -454,3 +494,4 @@ class ImageStore:
 
 
 _WAITING = {"state": "waiting", "detail": ""}
+SETTINGS_KEYS = frozenset({"pre_pull", "mirror", "registries"})

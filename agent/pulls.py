@@ -1,7 +1,10 @@
 """An image pull's progress as a person reads it: layers and bytes done of total, from the
 engine's pull stream (Docker's, or Podman's Docker-compatible one), reported at most once a
-second so that a pull of many GB does not flood the console."""
+second so that a pull of many GB does not flood the console. Each report is text (the
+instance's events keep it) and the same figures as numbers, with an ETA from the rate so far
+(`snapshot`: what the instance page's bar and `gpucloud launch --wait` draw)."""
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -32,6 +35,15 @@ def human_size(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{size:.1f} {UNITS[-1]}"
+
+
+def eta(done: int, total: int, elapsed: float) -> int | None:
+    """Whole seconds until `total` bytes are there at the rate so far (`done` in `elapsed`
+    seconds), rounded up; None when no rate is known yet (nothing came, or no total)."""
+    if done <= 0 or total <= 0 or elapsed <= 0:
+        return None
+    left = max(total - done, 0) / (done / elapsed)
+    return math.ceil(left)
 
 
 @dataclass
@@ -89,6 +101,23 @@ class PullProgress:
             done = sum(layer.current for layer in layers)
             text += f" · {human_size(done)} of {human_size(total)}"
         return text
+
+    def snapshot(self, done: bool = False) -> dict:
+        """The figures of `summary` as numbers, and the seconds left at the rate so far (None
+        until some bytes came, or while no layer's size is known): `{"reference",
+        "layers_done", "layers_total", "bytes_done", "bytes_total", "eta_seconds", "done"}`."""
+        layers = self.layers.values()
+        total = sum(layer.total for layer in layers)
+        fetched = sum(layer.current for layer in layers)
+        return {
+            "reference": self.reference,
+            "layers_done": sum(layer.done for layer in layers),
+            "layers_total": len(self.layers),
+            "bytes_done": fetched,
+            "bytes_total": total,
+            "eta_seconds": 0 if done else eta(fetched, total, self.clock() - self.started),
+            "done": done,
+        }
 
     def due(self) -> str | None:
         """The report to send now (`pulling <reference>: <summary>`), or None: nothing new,

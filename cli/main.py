@@ -18,7 +18,7 @@ import httpx
 from cli import confirm, integers, snapshots, tokens, volumes
 from cli.errors import CliError
 from cli.ssh import exec_ssh, pin_host_key, ssh_argv
-from cli.wait import wait_until_running
+from cli.wait import human_size, wait_until_running
 
 
 def config_path() -> Path:
@@ -97,6 +97,19 @@ def table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def first_region(client) -> str | None:
+    """The code of the first region, the default of --region."""
+    regions = client.all("regions/")
+    return regions[0]["code"] if regions else None
+
+
+def image_cells(row: dict) -> dict:
+    """An image's availability and size, as the images table shows them."""
+    found = row.get("availability") or {}
+    size = found.get("size_bytes")
+    return {"availability": found.get("status", ""), "size": human_size(size) if size else ""}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucloud", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -106,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--token", required=True)
     specs = sub.add_parser("specs", help="what you can launch, and whether it fits in a region")
     specs.add_argument("--region", help="a region's code (default: the first region)")
-    sub.add_parser("images", help="images to boot")
+    images = sub.add_parser("images", help="images to boot, and whether a region can run each")
+    images.add_argument("--region", help="a region's code (default: the first region)")
     sub.add_parser("quota", help="your limits and what you use")
     instances = sub.add_parser("instances", help="list instances (but terminated ones)")
     instances.add_argument("--state", help="only these states, comma-separated")
@@ -300,10 +314,7 @@ def run(args, config: dict) -> tuple[object, str]:
         return {"url": args.url}, f"Logged in to {args.url}."
     client = Client(config["url"], config["token"])
     if args.command == "specs":
-        region = args.region
-        if region is None:
-            regions = client.all("regions/")
-            region = regions[0]["code"] if regions else None
+        region = args.region or first_region(client)
         rows = client.all("specs/", **({"region": region} if region else {}))
         shown = [
             {**row, "availability": (row.get("availability") or {}).get("status", "")}
@@ -314,8 +325,16 @@ def run(args, config: dict) -> tuple[object, str]:
             text = f"In {region}: fits_now, queues (busy), no_hardware or over_quota\n\n{text}"
         return rows, text
     if args.command == "images":
-        rows = client.all("images/")
-        return rows, table(rows, ["name", "cuda_version", "description"])
+        region = args.region or first_region(client)
+        rows = client.all("images/", **({"region": region} if region else {}))
+        shown = [{**row, **image_cells(row)} for row in rows]
+        text = table(shown, ["name", "cuda_version", "size", "availability", "description"])
+        if region:
+            text = (
+                f"In {region}: held (on its hosts), mirror, registry (pulled), unreachable or "
+                f"not_built; `--json` says why\n\n{text}"
+            )
+        return rows, text
     if args.command == "quota":
         quota = client.call("GET", "quota/")
         return quota, "\n".join(f"{k}: {v}" for k, v in quota.items())

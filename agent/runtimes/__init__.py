@@ -38,10 +38,11 @@ class Runtime(Protocol):
         alloc: Allocation,
         command: list[str] | None,
         env: dict[str, str],
-        progress: Callable[[str], None],
+        progress: Callable[..., None],
     ) -> tuple[int | None, int | None]:
         """Start the workload; answer its (pid, start time), either None where the runtime has
-        none. Raises LaunchError with the reason when it cannot run."""
+        none. Raises LaunchError with the reason when it cannot run. `progress(text, figures=
+        None)` tells how far it got; an image pull adds its figures (agent/pulls.py)."""
 
     def adopt(self, alloc: Allocation) -> bool:
         """Whether a workload of a previous run of the agent is still there to take back."""

@@ -7,6 +7,7 @@ from rest_framework.exceptions import ValidationError
 from accounts.permissions import request_membership
 from console.catalog.models import Image, Region, Spec
 from console.catalog.serializers import ImageSerializer, RegionSerializer, SpecSerializer
+from console.fleet.image_availability import Fleet
 from console.instances.availability import Checker
 
 REGION_PARAMETER = OpenApiParameter(
@@ -15,6 +16,27 @@ REGION_PARAMETER = OpenApiParameter(
     description="a region's code: each spec's `availability` there for your tenant (fits "
     "now, queues, no such hardware, over your quota); without it, `availability` is null",
 )
+
+
+IMAGE_REGION_PARAMETER = OpenApiParameter(
+    "region",
+    str,
+    description="a region's code: each image's `availability` there (held by its hosts, "
+    "through its mirror, from its registry, registry unreachable, not built); without it, "
+    "`availability` is null",
+)
+
+
+def region_asked(request) -> Region | None:
+    """The region of the `region` query parameter (None without one); 400 for an unknown
+    code."""
+    code = request.query_params.get("region") if request else None
+    if not code:
+        return None
+    region = Region.objects.filter(code=code).first()
+    if region is None:
+        raise ValidationError({"region": [f"No region {code}: see /api/v1/regions/."]})
+    return region
 
 
 @extend_schema_view(
@@ -45,21 +67,31 @@ class SpecViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_serializer_context(self):
         context = super().get_serializer_context()
-        code = self.request.query_params.get("region") if self.request else None
-        if code:
-            region = Region.objects.filter(code=code).first()
-            if region is None:
-                raise ValidationError({"region": [f"No region {code}: see /api/v1/regions/."]})
+        region = region_asked(self.request)
+        if region is not None:
             context["availability"] = Checker(request_membership(self.request).tenant.quota, region)
         return context
 
 
+@extend_schema_view(
+    list=extend_schema(parameters=[IMAGE_REGION_PARAMETER]),
+    retrieve=extend_schema(parameters=[IMAGE_REGION_PARAMETER]),
+)
 class ImageViewSet(viewsets.ReadOnlyModelViewSet):
+    """Active catalog images, and where each can come from in a region."""
+
     serializer_class = ImageSerializer
     api_scopes = "catalog:read"
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     queryset = Image.objects.filter(active=True)
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        region = region_asked(self.request)
+        if region is not None:
+            context["image_availability"] = Fleet(region)
+        return context
 
 
 class RegionViewSet(viewsets.ReadOnlyModelViewSet):

@@ -10,7 +10,26 @@ class RegionSerializer(serializers.ModelSerializer):
         fields = ["code", "name"]
 
 
+class ImageAvailabilitySerializer(serializers.Serializer):
+    status = serializers.CharField(
+        help_text="held: hosts of the region hold it (or run workloads without images); "
+        "mirror: the region's registry mirror serves it; registry: pulled from its own "
+        "registry; unreachable: no host reaches its registry (nor the mirror); not_built: a "
+        "localhost/ image no host holds. The last two cannot be launched there.",
+    )
+    launchable = serializers.BooleanField()
+    detail = serializers.CharField(help_text="where it comes from, or why it cannot, in words")
+    size_bytes = serializers.IntegerField(
+        allow_null=True, help_text="its size where a host holds it; null otherwise"
+    )
+    hosts = serializers.ListField(
+        child=serializers.CharField(), help_text="the hosts that start it without a pull"
+    )
+
+
 class ImageSerializer(serializers.ModelSerializer):
+    availability = serializers.SerializerMethodField()
+
     class Meta:
         model = Image
         fields = [
@@ -22,7 +41,14 @@ class ImageSerializer(serializers.ModelSerializer):
             "env",
             "ports",
             "restart_policy",
+            "availability",
         ]
+
+    @extend_schema_field(ImageAvailabilitySerializer(allow_null=True))
+    def get_availability(self, image) -> dict | None:
+        """Where it can come from in the `region` asked for; null without `region`."""
+        fleet = self.context.get("image_availability")
+        return fleet.of(image.reference).as_dict() if fleet is not None else None
 
 
 class PriceChangeSerializer(serializers.ModelSerializer):

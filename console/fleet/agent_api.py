@@ -140,6 +140,19 @@ class ImageSettingsSerializer(serializers.Serializer):
 
     pre_pull = serializers.ListField(child=serializers.CharField(max_length=255), max_length=100)
     mirror = serializers.CharField(max_length=255, allow_blank=True)
+    # the registries it checks (absent from an agent one version behind)
+    registries = serializers.ListField(
+        child=serializers.CharField(max_length=255), max_length=50, required=False
+    )
+
+
+class RegistryCheckSerializer(serializers.Serializer):
+    """Whether the host reaches a registry (agent/registry_probe.py), and why not."""
+
+    registry = serializers.CharField(max_length=255)
+    reachable = serializers.BooleanField()
+    error = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
+    checked_at = serializers.FloatField(min_value=0)
 
 
 class PrePullSerializer(serializers.Serializer):
@@ -180,6 +193,7 @@ class InventorySerializer(serializers.Serializer):
     images = HeldImageSerializer(many=True, required=False, default=list, max_length=1000)
     image_settings = ImageSettingsSerializer(required=False, default=None, allow_null=True)
     pre_pulls = PrePullSerializer(many=True, required=False, default=list, max_length=100)
+    registries = RegistryCheckSerializer(many=True, required=False, default=list, max_length=50)
     image_disk = ImageDiskSerializer(required=False, default=None, allow_null=True)
     digest = serializers.CharField(max_length=64, required=False, allow_blank=True)
     # the subnets of the networks the agent's engine gives containers: no host's address may

@@ -4,8 +4,10 @@ agent/image_store.py).
 - Each `oci` agent's inventory lists the images its engine holds; `sync` keeps them as
   HostImage rows (by reference) and the agent's image settings and pre-pull states on its
   Host. Placement prefers a host that holds a launch's image (`holders`).
-- The settings an agent should apply are the catalog's pre-pull images and its region's
-  registry mirror (`wanted_settings`). They are pushed (PUT /v1/images/settings) when a host
+- The settings an agent should apply are the catalog's pre-pull images, its region's
+  registry mirror and the registries of the catalog's images, which it checks for
+  reachability (`wanted_settings`; its answers are the host's `registry_checks`, which
+  console/fleet/image_availability.py reads). They are pushed (PUT /v1/images/settings) when a host
   joins, when the catalog's pre-pull set or a region's mirror changes, and by the beat to any
   host whose reported settings drifted from them (an agent that lost its state).
 - An operator's clean-up asks the agent to remove what it pulled that nothing uses and no
@@ -33,6 +35,7 @@ PUSH_THROTTLE_SECONDS = 30  # one push of the same settings to a host per this l
 # pre-pull states as the agent reports them
 PRE_PULL_STATES = ("waiting", "pulling", "pulled", "failed")
 QUIET = (Host.Status.UNREACHABLE, Host.Status.RETIRED)  # hosts nothing is pushed to
+UNITS = ("B", "kB", "MB", "GB", "TB")
 
 
 def normalize(reference: str) -> str:
@@ -47,6 +50,21 @@ def normalize(reference: str) -> str:
     if not at and ":" not in rest.rsplit("/", 1)[-1]:
         rest += ":latest"
     return f"{first}/{rest}{at}{digest}"
+
+
+def human_size(size: float) -> str:
+    """Bytes in decimal units, as agent/pulls.py words an image's (the console does not import
+    the agent): `3.4 GB`."""
+    for unit in UNITS[:-1]:
+        if abs(size) < 1000:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} {UNITS[-1]}"
+
+
+def registry_of(reference: str) -> str:
+    """The registry a reference is pulled from: `ubuntu` → `docker.io`."""
+    return normalize(reference).partition("/")[0]
 
 
 def holders(region_id: int, reference: str) -> frozenset[int]:
@@ -108,7 +126,21 @@ def sync(host: Host, inventory: dict) -> dict:
     return {
         "image_settings": settings if isinstance(settings, dict) else {},
         "pre_pulls": _pre_pulls(inventory),
+        "registry_checks": _registry_checks(inventory),
     }
+
+
+def _registry_checks(inventory: dict) -> list[dict]:
+    """The inventory's `registries`, as the serializer checked them."""
+    return [
+        {
+            "registry": check["registry"],
+            "reachable": check["reachable"],
+            "error": check.get("error", ""),
+            "checked_at": check["checked_at"],
+        }
+        for check in inventory.get("registries") or []
+    ]
 
 
 def _note_room_made(host: Host, disk: dict | None) -> None:
@@ -150,13 +182,21 @@ def note_held(host_pk: int, reference: str) -> None:
 
 def wanted_settings(region: Region) -> dict:
     """The body of PUT /v1/images/settings for the region's hosts."""
-    references = Image.objects.filter(pre_pull=True, active=True).values_list(
-        "reference", flat=True
-    )
+    catalog = Image.objects.filter(active=True).values_list("reference", "pre_pull")
+    registries = {registry_of(reference) for reference, _ in catalog} - {"localhost"}
     return {
-        "pre_pull": sorted({normalize(reference) for reference in references}),
+        "pre_pull": sorted({normalize(reference) for reference, pre_pull in catalog if pre_pull}),
         "mirror": region.registry_mirror,
+        "registries": sorted(registries),
     }
+
+
+def for_agent(host: Host, wanted: dict) -> dict:
+    """The settings as the host's agent takes them: an agent one version behind checks no
+    registries (its settings have no `registries`) and refuses a body that names them."""
+    if "registries" in host.image_settings:
+        return wanted
+    return {name: value for name, value in wanted.items() if name != "registries"}
 
 
 def push_when_due(host: Host, wanted: dict | None = None) -> bool:
@@ -165,7 +205,7 @@ def push_when_due(host: Host, wanted: dict | None = None) -> bool:
     Answers whether one was queued."""
     if not host.image_settings or host.status in QUIET:
         return False
-    wanted = wanted or wanted_settings(host.region)
+    wanted = for_agent(host, wanted or wanted_settings(host.region))
     if host.image_settings == wanted:
         return False
     digest = hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
@@ -196,7 +236,7 @@ def push_settings(host_pk: int) -> bool:
     host = Host.objects.select_related("region").filter(pk=host_pk).first()
     if host is None or host.status in QUIET or not host.image_settings:
         return False
-    wanted = wanted_settings(host.region)
+    wanted = for_agent(host, wanted_settings(host.region))
     applied = agent_client.put_image_settings(host, wanted)
     Host.objects.filter(pk=host.pk).update(image_settings=applied)
     log.info("host %s: pre-pull %s, mirror %s", host.name, wanted["pre_pull"], wanted["mirror"])

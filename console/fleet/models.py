@@ -123,6 +123,9 @@ class Host(models.Model):
     # (console/fleet/images.py).
     image_settings = models.JSONField(default=dict, blank=True)
     pre_pulls = models.JSONField(default=list, blank=True)
+    # The registries its agent checks and whether it reaches each ([{"registry", "reachable",
+    # "error", "checked_at"}], agent/registry_probe.py): what image availability reads.
+    registry_checks = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from console import activity, integers
 from console.fleet.agent_api import AgentView, validated
 from console.instances import access, outcomes
+from console.instances.pull_progress import PullSerializer
 
 
 class EventSerializer(serializers.Serializer):
@@ -30,6 +31,8 @@ class EventSerializer(serializers.Serializer):
     message = serializers.CharField(
         max_length=1000, required=False, allow_blank=True, allow_null=True, default=""
     )
+    # An image pull's figures, with a progress event that reports one (agent/pulls.py).
+    pull = PullSerializer(required=False, allow_null=True, default=None)
     # A session event's part in the idle watch (console.activity): an ssh session opened or ended.
     activity = serializers.ChoiceField(
         choices=["", "ssh.opened", "ssh.ended"], required=False, default=""
@@ -52,7 +55,9 @@ def apply(host, event: dict) -> bool:
     """One event of `host`'s agent; answers whether it changed anything."""
     message = event["message"] or ""
     if event["kind"] == "progress":
-        return outcomes.record_progress(host, event["instance"], event["allocation"], message)
+        return outcomes.record_progress(
+            host, event["instance"], event["allocation"], message, pull=event["pull"]
+        )
     if event["kind"] == "session":
         recorded = access.record_session(
             event["instance"],

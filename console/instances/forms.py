@@ -1,6 +1,7 @@
 import shlex
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from accounts.models import SshKey
 from console import integers
@@ -174,6 +175,12 @@ class LaunchForm(forms.Form):
             found = availability.Checker(self.membership.tenant.quota, region).of(spec)
             if not found.launchable:
                 self.add_error("spec", f"{spec.name} cannot be launched: {found.detail}")
+        image = data.get("image")
+        if image is not None and region is not None:
+            try:
+                services.check_image_obtainable(image, region)
+            except ValidationError as error:
+                self.add_error(None, error)
         return data
 
     def clean_on_host_loss(self) -> str:

@@ -275,6 +275,7 @@ def state_payload(instance: Instance, from_state: str, at: datetime) -> dict:
             "from_state": from_state,
             "state_reason": instance.state_reason,
             "reason_text": reasons.of_instance(instance),
+            "pull_progress": instance.pull_progress or None,
             "spec": spec.code,
             "spec_name": spec.name,
             "region": instance.region.code,

@@ -31,7 +31,7 @@ COLUMNS = (
     "terminated_at", "spec_id",
     "spec__code", "image__name", "image__reference", "image__ports", "region__code",
     "disk_host__name", "app_token", "restart_policy", "on_host_loss", "restart_count",
-    "restart_at", "spec__ram_mib", "spec__gpu_memory_mib",
+    "restart_at", "spec__ram_mib", "spec__gpu_memory_mib", "pull_progress",
 )  # fmt: skip
 SPEC_FIGURES = ("spec__mode", "spec__gpu_count", "spec__mig_profile__size", "spec__milli")
 HOST_COLUMNS = ("instance_id", "host__address", "host__name", "host__ssh_port",
@@ -111,6 +111,7 @@ def _one(row, host, keys, figures, placed, base_url, shell, now) -> dict:
             gpu_memory_mib=row["spec__gpu_memory_mib"],
             exit_code=row["exit_code"],
         ),
+        "pull_progress": row["pull_progress"] or None,
         "spec": row["spec__code"],
         "image": row["image__name"],
         "image_reference": row["image__reference"],

@@ -70,6 +70,9 @@ class Instance(models.Model):
     # Why it is in its state (reasons.Reason): a code, or none when the detail is words.
     state_reason_code = models.CharField(max_length=32, choices=reasons.Code.choices, blank=True)
     state_reason_detail = models.CharField(max_length=reasons.MAX_TEXT, blank=True)
+    # While its image is pulled, how far the pull got (the agent's figures, as
+    # console/instances/pull_progress.py keeps them); {} otherwise: every new reason clears it.
+    pull_progress = models.JSONField(default=dict, blank=True)
     priority = models.SmallIntegerField(default=0, help_text="higher starts first when queued")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -144,15 +147,20 @@ class Instance(models.Model):
         return self.reason.text
 
     @staticmethod
-    def reason_fields(reason: reasons.Reason | None) -> dict[str, str]:
-        """The columns that keep `reason` (None: no reason), for a save or an update."""
+    def reason_fields(reason: reasons.Reason | None, pull: dict | None = None) -> dict:
+        """The columns that keep `reason` (None: no reason), for a save or an update, with the
+        image pull's progress that goes with it (none unless given)."""
         kept = reason.fitted() if reason is not None else reasons.Reason()
-        return {"state_reason_code": kept.code, "state_reason_detail": kept.detail}
+        return {
+            "state_reason_code": kept.code,
+            "state_reason_detail": kept.detail,
+            "pull_progress": pull or {},
+        }
 
-    def set_reason(self, reason: reasons.Reason | None) -> None:
+    def set_reason(self, reason: reasons.Reason | None, pull: dict | None = None) -> None:
         """Say why it is in its state without a transition (lifecycle.transition says it with
-        one)."""
-        fields = self.reason_fields(reason)
+        one); `pull`: the figures of the image pull the reason reports."""
+        fields = self.reason_fields(reason, pull)
         for name, value in fields.items():
             setattr(self, name, value)
         Instance.objects.filter(pk=self.pk).update(**fields)

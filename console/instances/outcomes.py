@@ -354,9 +354,12 @@ def _workload_exited(instance_pk: int, outcome: Outcome) -> bool:
     return True
 
 
-def record_progress(host: Host, instance_pk: int, allocation_id: str, message: str) -> bool:
+def record_progress(
+    host: Host, instance_pk: int, allocation_id: str, message: str, pull: dict | None = None
+) -> bool:
     """The agent is still starting the workload (pulling its image…): say so on the instance,
-    in its events and in its tenant's browsers, without a transition."""
+    in its events and in its tenant's browsers, without a transition. `pull`: the figures of
+    an image pull's report (console/instances/pull_progress.py), kept with the reason."""
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
         if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
@@ -364,7 +367,7 @@ def record_progress(host: Host, instance_pk: int, allocation_id: str, message: s
         current = instance.current_allocation()
         if current is None or current.pk != allocation_id or current.host_id != host.pk:
             return False
-        instance.set_reason(reasons.Reason(detail=message))
+        instance.set_reason(reasons.Reason(detail=message), pull=pull)
         last = instance.events.last()
         if last is not None and last.kind == "note" and _same_pull(last.message, message):
             # one event per pull, saying how far it got: a long pull reports every second

@@ -13,6 +13,7 @@ from console.catalog.models import (
 )
 from console.instances import access
 from console.instances.models import InstanceEvent, OnHostLoss, State
+from console.instances.pull_progress import PullSerializer
 from console.instances.services import MAX_DISK_GIB
 
 
@@ -74,6 +75,12 @@ class InstanceSerializer(serializers.Serializer):
     reason_text = serializers.CharField(
         read_only=True,
         help_text="state_reason in words: what happened and what to do (empty when none)",
+    )
+    pull_progress = PullSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="while its image is pulled: layers and bytes done of total, and the seconds "
+        "left at the rate so far (null when not known); null otherwise",
     )
     spec = serializers.CharField(read_only=True)
     image = serializers.CharField(read_only=True)

@@ -22,7 +22,7 @@ from console import secret_env
 from console.audit import recorder as audit
 from console.catalog.models import Image, Region, Spec, command_errors, env_errors
 from console.errors import DomainError, ErrorCode
-from console.fleet import agent_client
+from console.fleet import agent_client, image_availability
 from console.fleet.models import Host
 from console.instances import (
     access,
@@ -188,6 +188,17 @@ def default_image() -> Image | None:
     return Image.objects.filter(active=True).order_by("name").first()
 
 
+def check_image_obtainable(image: Image, region: Region) -> None:
+    """A field error when no host of `region` can obtain `image`: its registry is out of every
+    host's reach, or it is a local image no host holds (console/fleet/image_availability.py).
+    Rather refused now, with the reason, than failed on a host after a wait."""
+    found = image_availability.classify(region, image.reference)
+    if not found.launchable:
+        raise ValidationError(
+            {"image": f"{image.name} cannot run in {region.name}: {found.detail}"}
+        )
+
+
 def launch_instance(
     tenant: Tenant,
     *,
@@ -240,6 +251,7 @@ def launch_instance(
         raise ValidationError(
             {"spec": f"{spec.name} cannot be launched: {detail} {over_quota}".strip()}
         )
+    check_image_obtainable(image, region)
     with transaction.atomic():
         quota = _lock_quota(tenant)  # first: it also serialises the name check below
         _check_name_free(tenant, name)

@@ -16,12 +16,13 @@ from accounts.guards import tenant_view
 from accounts.roles import OPERATE, READ
 from console import integers
 from console.audit import pages
-from console.catalog.models import Region, Spec
+from console.catalog.models import Image, Region, Spec
 from console.errors import DomainError
 from console.fleet.models import Host
 from console.instances import (
     access,
     availability,
+    image_choices,
     lifecycle,
     placement,
     resizing,
@@ -90,11 +91,10 @@ def _fit_count(checker, spec, found) -> int:
     return placement.count_fits(spec, checker.now, FIT_COUNT_LIMIT)
 
 
-def _spec_rows(quota, regions, specs, selected_region) -> list[dict]:
+def _spec_rows(checkers, specs, selected_region) -> list[dict]:
     """The launch form's specs (grouped by GPU model and mode, in the order given), each with
     what it does in each region (status, label, detail, how many fit now) and in the
     selected one, for the page as served. The regions are read once each (a Checker)."""
-    checkers = [availability.Checker(quota, region) for region in regions]
     rows = []
     for order, spec in enumerate(specs):
         found = {checker.region.code: (checker, checker.of(spec)) for checker in checkers}
@@ -177,7 +177,9 @@ def launch(request):
     specs.sort(key=lambda spec: (spec.gpu_model.name, spec.mode, spec.current_price(), spec.code))
     quota = tenant.quota
     used = usage(tenant)
-    rows = _spec_rows(quota, regions, specs, _region_code(form["region"].value(), regions))
+    checkers = [availability.Checker(quota, region) for region in regions]
+    selected_region = _region_code(form["region"].value(), regions)
+    rows = _spec_rows(checkers, specs, selected_region)
     return render(
         request,
         "instances/launch.html",
@@ -191,8 +193,30 @@ def launch(request):
             "quota": quota,
             "used": used,
             "selected_spec": form["spec"].value(),
+            "image_options": _image_options(form, checkers, specs, selected_region),
         },
     )
+
+
+def _image_options(form, checkers, specs, selected_region) -> list[dict]:
+    """The form's catalog images (image_choices.options), each with what it is in the
+    selected region (`now`), and which is checked: the form's, unless the region cannot
+    obtain it, then the first it can."""
+    found = image_choices.options(list(Image.objects.filter(active=True)), checkers, specs)
+    chosen = form["image"].value()
+    names = [
+        o["image"].name for o in found if o["by_region"].get(selected_region, {}).get("launchable")
+    ]
+    if chosen not in names and not form.is_bound:
+        chosen = names[0] if names else None
+    spec = form["spec"].value()
+    for option in found:
+        now = option["by_region"].get(selected_region) or {}
+        option["now"] = now
+        option["cached"] = now.get("cached", {}).get(spec, "")
+        option["checked"] = option["image"].name == chosen
+        option["availability"] = json.dumps(option["by_region"])
+    return found
 
 
 def _launch_fields(data: dict) -> dict:

@@ -1,7 +1,8 @@
 // The launch form: what each spec does in the chosen region (fits now, and how many, queues,
 // or cannot be launched: no such hardware there, over the tenant's quota), the ones that can
 // run first and the rest folded, what the launch does to the tenant's quota, the volumes of
-// the chosen region to attach, and, after a refused launch, the error summary at the top in
+// the chosen region to attach, the catalog's images with whether the region can obtain each,
+// and, after a refused launch, the error summary at the top in
 // focus.
 (() => {
   "use strict";
@@ -144,6 +145,40 @@
     }
   }
 
+  // Each catalog image in the chosen region: where it comes from (or why it cannot), grayed
+  // out where no host can obtain it, and the host that holds it where the chosen spec would
+  // go there ("on host-b: cached").
+  const imageOptions = [...form.querySelectorAll("[data-image-picker] [data-image]")];
+
+  function updateImages() {
+    const code = region.value;
+    const spec = form.querySelector("input[name=spec]:checked");
+    let checkedGone = false;
+    imageOptions.forEach((option) => {
+      const here = JSON.parse(option.dataset.availability)[code];
+      if (!here) return;
+      const input = option.querySelector("input");
+      const status = option.querySelector("[data-role=image-status]");
+      status.className = `badge badge-image-${here.status}`;
+      status.textContent = here.label;
+      option.querySelector("[data-role=image-size]").textContent = here.size;
+      option.querySelector("[data-role=image-detail]").textContent = here.detail;
+      const host = spec ? here.cached[spec.value] : "";
+      const cached = option.querySelector("[data-role=image-cached]");
+      cached.textContent = host ? `on ${host}: cached` : "";
+      cached.hidden = !host;
+      input.disabled = !here.launchable;
+      if (input.disabled && input.checked) {
+        input.checked = false;
+        checkedGone = true;
+      }
+    });
+    if (checkedGone || !form.querySelector("input[name=image]:checked")) {
+      const first = imageOptions.map((o) => o.querySelector("input")).find((i) => !i.disabled);
+      if (first) first.checked = true;
+    }
+  }
+
   rows.forEach((row) => row.addEventListener("click", (event) => {
     if (event.target.tagName !== "INPUT") row.querySelector("input").click();
   }));
@@ -152,11 +187,13 @@
     updateQuota();
     updateDisk();
     updateVolumes();
+    updateImages();
   });
   updateFits();
   updateQuota();
   updateDisk();
   updateVolumes();
+  updateImages();
   if (summary) {
     summary.scrollIntoView({ block: "start" });
     const first = summary.querySelector("[data-error-link]");

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+import requests
 from docker.errors import APIError, ImageNotFound
 
 from agent.api import create_app
@@ -17,6 +18,7 @@ from agent.gpu_models import MODELS
 from agent.host import LocalHost
 from agent.identity import HostSecret
 from agent.image_store import ImageStore, mirrored, normalize
+from agent.registry_probe import RegistryProbe
 from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 
@@ -81,10 +83,23 @@ class FakeEngine:
         return type("Image", (), {"id": self.tags[reference]})()
 
 
+def answering(**statuses):
+    """A `requests.get` for the registry probe: the status each host answers; others refuse."""
+
+    def get(url, **kwargs):
+        host = url.split("/")[2]
+        if host not in statuses:
+            raise requests.ConnectionError("[Errno 111] Connection refused")
+        return SimpleNamespace(status_code=statuses[host])
+
+    return get
+
+
 @pytest.fixture
 def store(tmp_path):
     engine = FakeEngine()
-    return engine, ImageStore(engine.client, tmp_path / "images.json")
+    probe = RegistryProbe(get=answering(**{ORIGIN: 401}))  # not started: tests probe
+    return engine, ImageStore(engine.client, tmp_path / "images.json", probe=probe)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +130,7 @@ def test_a_pull_goes_through_the_mirror_and_keeps_the_original_name(store):
     engine.serving.add(MIRROR)
     images.configure([], MIRROR)
     said = []
-    images.ensure(f"{ORIGIN}/team/x:1", said.append)
+    images.ensure(f"{ORIGIN}/team/x:1", lambda text, *_: said.append(text))
     assert engine.pulled == [f"{MIRROR}/team/x:1"]
     assert set(engine.tags) == {f"{ORIGIN}/team/x:1"}  # the mirror's name is gone
     assert said[0] == f"pulling {ORIGIN}/team/x:1 (via mirror {MIRROR})"
@@ -127,7 +142,7 @@ def test_a_failing_mirror_falls_back_to_the_origin_and_says_so(store):
     engine, images = store
     images.configure([], MIRROR)  # the mirror serves nothing: refused
     said = []
-    images.ensure(f"{ORIGIN}/team/x:1", said.append)
+    images.ensure(f"{ORIGIN}/team/x:1", lambda text, *_: said.append(text))
     assert engine.pulled == [f"{MIRROR}/team/x:1", f"{ORIGIN}/team/x:1"]
     assert any(m.startswith(f"mirror {MIRROR} failed (") for m in said), said
     assert said[-1].startswith(f"pulled {ORIGIN}/team/x:1 in ")
@@ -149,7 +164,7 @@ def test_pre_pulls_run_in_the_background_and_report_their_state(store):
 def test_clean_up_keeps_pre_pull_in_use_and_what_the_agent_did_not_pull(store):
     engine, images = store
     for name in ("pre", "used", "busy", "junk"):
-        images.ensure(f"{ORIGIN}/team/{name}:1", lambda _: None)
+        images.ensure(f"{ORIGIN}/team/{name}:1", lambda *_: None)
     engine.tags["localhost/built/by-hand:1"] = "sha256:hand"  # not the agent's
     engine.in_use.add(engine.tags[f"{ORIGIN}/team/busy:1"])  # a container of it
     images.configure([f"{ORIGIN}/team/pre:1"], "")
@@ -172,7 +187,7 @@ def test_the_inventory_digest_stays_while_the_images_do(tmp_path, store):
     first = host.inventory()["digest"]
     images.refresh()
     assert host.inventory()["digest"] == first
-    images.ensure(f"{ORIGIN}/team/x:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/x:1", lambda *_: None)
     assert host.inventory()["digest"] != first
 
 
@@ -208,6 +223,9 @@ def test_the_image_routes_take_only_the_consoles_credential(sim_host, secret):
         ({"pre_pull": ["bad reference; rm -rf"], "mirror": ""}, "invalid_reference"),
         ({"pre_pull": [], "mirror": "http://mirror/path"}, "invalid_mirror"),
         ({"pre_pull": ["x"] * 101, "mirror": ""}, "invalid_body"),
+        ({"pre_pull": [], "mirror": "", "registries": ["https://quay.io"]}, "invalid_registry"),
+        ({"pre_pull": [], "mirror": "", "registries": "quay.io"}, "invalid_body"),
+        ({"pre_pull": [], "mirror": "", "registries": [], "more": 1}, "invalid_body"),
     ],
 )
 def test_bad_settings_are_refused_field_by_field(tmp_path, store, body, code):
@@ -243,7 +261,7 @@ def test_a_short_disk_loses_the_least_recently_launched_images_until_it_has_room
     engine, images = store
     engine.root = "/var/lib/containers/storage"
     for name in ("old", "recent", "never", "used", "pre"):
-        images.ensure(f"{ORIGIN}/team/{name}:1", lambda _: None)
+        images.ensure(f"{ORIGIN}/team/{name}:1", lambda *_: None)
     engine.tags["localhost/built/by-hand:1"] = "sha256:hand"
     images.launching(f"{ORIGIN}/team/old:1")
     images.launching(f"{ORIGIN}/team/recent:1")
@@ -260,16 +278,18 @@ def test_a_short_disk_loses_the_least_recently_launched_images_until_it_has_room
     assert images.inventory()["image_disk"] == {
         "high_percent": 85, "low_percent": 80, "last_clean_up": outcome
     }  # fmt: skip
-    again = ImageStore(engine.client, images.path)  # a restarted agent still reports it
+    again = ImageStore(
+        engine.client, images.path, probe=RegistryProbe()
+    )  # a restarted agent still reports it
     assert again.inventory()["image_disk"]["last_clean_up"] == outcome
 
 
 def test_a_pull_onto_a_short_disk_makes_room_first(store):
     engine, images = store
     engine.root = "/var/lib/containers/storage"
-    images.ensure(f"{ORIGIN}/team/old:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/old:1", lambda *_: None)
     images.disk_usage = short_disk(engine, base_gb=85)
-    images.ensure(f"{ORIGIN}/team/new:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/new:1", lambda *_: None)
     assert f"{ORIGIN}/team/old:1" not in engine.tags
     assert f"{ORIGIN}/team/new:1" in engine.tags
     assert images.last_room["removed"] == [f"{ORIGIN}/team/old:1"]
@@ -277,7 +297,7 @@ def test_a_pull_onto_a_short_disk_makes_room_first(store):
 
 def test_a_disk_the_agent_cannot_see_removes_nothing(store):
     engine, images = store
-    images.ensure(f"{ORIGIN}/team/old:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/old:1", lambda *_: None)
     assert images.make_room() is None
     assert f"{ORIGIN}/team/old:1" in engine.tags
 
@@ -303,7 +323,7 @@ def test_a_disk_that_stays_full_of_what_may_not_go_is_reported_once(store):
     none', not one per check, and a later clean-up that removes something replaces it."""
     engine, images = store
     engine.root = "/var/lib/containers/storage"
-    images.ensure(f"{ORIGIN}/team/used:1", lambda _: None)
+    images.ensure(f"{ORIGIN}/team/used:1", lambda *_: None)
     images.in_use = lambda: {f"{ORIGIN}/team/used:1"}
     images.disk_usage = short_disk(engine, base_gb=90)
     first = images.make_room()
@@ -313,3 +333,46 @@ def test_a_disk_that_stays_full_of_what_may_not_go_is_reported_once(store):
     images.in_use = set
     assert images.make_room()["removed"] == [f"{ORIGIN}/team/used:1"]
     assert images.inventory()["image_disk"]["last_clean_up"]["removed"] == [f"{ORIGIN}/team/used:1"]
+
+
+def test_the_registries_named_the_mirror_and_the_pre_pulls_are_checked_and_reported(store):
+    _, images = store
+    applied = images.configure([f"{ORIGIN}/team/x:1"], MIRROR, ["localhost", "quay.io"])
+    assert applied == {"pre_pull": [f"{ORIGIN}/team/x:1"], "mirror": MIRROR,
+                       "registries": ["localhost", "quay.io"]}  # fmt: skip
+    assert images.inventory()["registries"] == []  # not checked yet
+    images.probe.probe_due()
+    found = {entry["registry"]: entry for entry in images.inventory()["registries"]}
+    assert set(found) == {ORIGIN, MIRROR, "quay.io"}  # localhost: this host's own images
+    assert found[ORIGIN]["reachable"] and found[ORIGIN]["error"] == ""  # 401: it is there
+    assert not found["quay.io"]["reachable"]
+    assert found["quay.io"]["error"] == (
+        "https: [Errno 111] Connection refused; http: [Errno 111] Connection refused"
+    )
+    assert images.inventory()["image_settings"]["registries"] == ["localhost", "quay.io"]
+
+
+def test_a_registry_is_asked_again_once_its_answer_is_old_and_a_new_one_at_once():
+    statuses = {"quay.io": 503}
+    asked = []
+
+    def get(url, **kwargs):
+        asked.append(url)
+        return SimpleNamespace(status_code=statuses[url.split("/")[2]])
+
+    probe = RegistryProbe(get=get, interval=0.2)
+    probe.want(["quay.io"])
+    probe.probe_due()
+    assert asked == ["https://quay.io/v2/", "http://quay.io/v2/"]
+    assert probe.report()[0]["error"] == "https: HTTP 503 from /v2/; http: HTTP 503 from /v2/"
+    probe.probe_due()
+    assert len(asked) == 2  # its answer is fresh
+    statuses.update({"quay.io": 200, "docker.io": 200, "registry-1.docker.io": 200})
+    probe.want(["quay.io", "docker.io"])
+    probe.probe_due()
+    assert asked[2:] == ["https://registry-1.docker.io/v2/"]  # Docker Hub's API host
+    time.sleep(0.25)
+    probe.probe_due()
+    assert [entry["reachable"] for entry in probe.report()] == [True, True]
+    probe.want(["docker.io"])
+    assert [entry["registry"] for entry in probe.report()] == ["docker.io"]

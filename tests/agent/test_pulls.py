@@ -3,7 +3,7 @@ done of total, in units a person reads, at most one report a second."""
 
 import pytest
 
-from agent.pulls import PullProgress, human_size
+from agent.pulls import PullProgress, eta, human_size
 
 REF = "registry.example/team/pytorch:2.4"
 
@@ -137,3 +137,42 @@ def test_podmans_config_blob_is_no_layer():
     ]:
         pull.feed(line)
     assert pull.finished(image_id) == f"pulled {REF} in 0 s: 3 of 3 layers"
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "elapsed", "left"),
+    [
+        (1_000_000_000, 3_000_000_000, 10.0, 20),  # 100 MB/s, 2 GB to go
+        (1, 3, 1.0, 2),
+        (2_000_000, 3_000_000, 7.0, 4),  # 3.5 s rounded up
+        (3_000_000, 3_000_000, 5.0, 0),
+        (0, 3_000_000, 5.0, None),  # no rate yet
+        (1_000, 0, 5.0, None),  # no size known
+        (1_000, 2_000, 0.0, None),
+    ],
+)
+def test_the_eta_is_what_is_left_at_the_rate_so_far(done, total, elapsed, left):
+    assert eta(done, total, elapsed) == left
+
+
+def test_each_report_has_its_figures_as_numbers_with_an_eta():
+    clock = Clock()
+    pull = PullProgress(REF, clock=clock)
+    assert pull.snapshot() == {
+        "reference": REF, "layers_done": 0, "layers_total": 0, "bytes_done": 0,
+        "bytes_total": 0, "eta_seconds": None, "done": False,
+    }  # fmt: skip
+    for line in DOCKER:
+        pull.feed(line)
+    clock.now += 12  # 1.2 GB in 12 s: 100 MB/s, 2.2 GB to go
+    figures = pull.snapshot()
+    assert (figures["layers_done"], figures["layers_total"]) == (1, 3)
+    assert (figures["bytes_done"], figures["bytes_total"]) == (1_200_000_000, 3_400_000_000)
+    assert figures["eta_seconds"] == 22
+    for line in DOCKER_END:
+        pull.feed(line)
+    pull.finished()
+    assert pull.snapshot(done=True) | {"reference": REF} == {
+        "reference": REF, "layers_done": 3, "layers_total": 3, "bytes_done": 3_400_000_000,
+        "bytes_total": 3_400_000_000, "eta_seconds": 0, "done": True,
+    }  # fmt: skip

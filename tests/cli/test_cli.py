@@ -276,3 +276,34 @@ def test_show_prints_the_command_as_a_line_that_gives_the_argv_back():
     (line,) = cli_main.describe({"command": command}).splitlines()
     assert line == "command: sh -c 'echo start SEED=$SEED'"
     assert shlex.split(line.removeprefix("command: ")) == command
+
+
+def test_images_say_whether_a_region_can_run_each(cli):
+    from console.catalog.models import Region
+    from console.fleet.models import HostImage
+
+    region = Region.objects.get()
+    settings = {"pre_pull": [], "mirror": "", "registries": ["docker.io", "quay.io"]}
+    checks = [
+        {"registry": "docker.io", "reachable": True, "error": "", "checked_at": 1.0},
+        {"registry": "quay.io", "reachable": False, "error": "timed out", "checked_at": 1.0},
+    ]
+    Host.objects.update(image_settings=settings, registry_checks=checks)
+    HostImage.objects.create(host=Host.objects.get(), reference="docker.io/library/python:3.12",
+                             image_id="sha256:1", size_bytes=1_020_000_000)  # fmt: skip
+    ImageFactory(name="python", reference="python:3.12", description="Python")
+    ImageFactory(name="quay-one", reference="quay.io/team/one:1", description="From Quay")
+    ImageFactory(name="jupyter", reference="localhost/gpucloud/jupyter", description="JupyterLab")
+    code, out, _ = cli("images")
+    assert code == 0
+    assert out.splitlines()[0].startswith(f"In {region.code}: held (on its hosts), mirror")
+    assert "AVAILABILITY" in out.splitlines()[2]
+    rows = {line.split()[0]: line for line in out.splitlines()[3:]}
+    assert " 1.0 GB " in rows["python"] and " held " in rows["python"]
+    assert " unreachable " in rows["quay-one"]
+    assert " not_built " in rows["jupyter"]
+    assert " registry " in rows["pytorch-2.5-cuda12.4"]  # docker.io: reached, not held
+    code, out, _ = cli("--json", "images", "--region", region.code)
+    found = {image["name"]: image["availability"] for image in json.loads(out)}
+    assert found["quay-one"]["detail"].startswith(f"No host of {region.name} can reach quay.io")
+    assert found["python"]["hosts"] == ["cordoned"]

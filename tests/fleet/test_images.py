@@ -15,7 +15,9 @@ pytestmark = pytest.mark.django_db
 REF = "registry.example:5000/team/pytorch:2.4"
 
 
-def oci_inventory(hostname="host-x", held=(), pre_pull=(), mirror="", states=()):
+def oci_inventory(
+    hostname="host-x", held=(), pre_pull=(), mirror="", states=(), registries=(), checks=()
+):
     inventory = make_inventory(hostname, 2)
     inventory.update(
         runtime="oci",
@@ -28,8 +30,13 @@ def oci_inventory(hostname="host-x", held=(), pre_pull=(), mirror="", states=())
             }
             for n, ref in enumerate(held, 1)
         ],  # fmt: skip
-        image_settings={"pre_pull": list(pre_pull), "mirror": mirror},
+        image_settings={
+            "pre_pull": list(pre_pull),
+            "mirror": mirror,
+            "registries": list(registries),
+        },
         pre_pulls=list(states),
+        registries=list(checks),
     )
     return with_digest(inventory)
 
@@ -83,15 +90,17 @@ def test_a_change_of_the_catalogs_pre_pull_set_or_of_a_regions_mirror_is_pushed(
     assert queued == []  # it applies what it should: nothing
     with django_capture_on_commit_callbacks(execute=True):
         image = ImageFactory(name="torch", reference=REF)
-    assert queued == []
+    # a new image's registry is one more to check
+    assert queued == [("console.fleet.tasks.push_image_settings", (host.pk,))]
+    heartbeat(host, oci_inventory(registries=["registry.example:5000"]))
     with django_capture_on_commit_callbacks(execute=True):
         image.pre_pull = True
         image.save()
-    assert queued == [("console.fleet.tasks.push_image_settings", (host.pk,))]
+    assert queued[1:] == [("console.fleet.tasks.push_image_settings", (host.pk,))]
     with django_capture_on_commit_callbacks(execute=True):
         image.save()  # the same change again, within the throttle: not pushed twice
-    assert len(queued) == 1
-    heartbeat(host, oci_inventory(pre_pull=[REF]))  # the agent applied it
+    assert len(queued) == 2
+    heartbeat(host, oci_inventory(pre_pull=[REF], registries=["registry.example:5000"]))
     with django_capture_on_commit_callbacks(execute=True):
         region = Region.objects.get(pk=host.region_id)
         region.registry_mirror = "127.0.0.1:5001"
@@ -110,7 +119,11 @@ def test_the_push_hands_the_agent_its_settings_and_notes_what_it_applies(registe
         images.agent_client, "put_image_settings", lambda host, body: sent.append(body) or body
     )
     assert images.push_settings(host.pk)
-    wanted = {"pre_pull": ["docker.io/library/pytorch:2.4"], "mirror": "127.0.0.1:5001"}
+    wanted = {
+        "pre_pull": ["docker.io/library/pytorch:2.4"],
+        "mirror": "127.0.0.1:5001",
+        "registries": ["docker.io"],
+    }
     assert sent == [wanted]
     assert Host.objects.get(pk=host.pk).image_settings == wanted
 
@@ -221,3 +234,18 @@ def test_a_heartbeat_with_a_bad_image_report_is_refused_field_by_field(
     assert response.status_code == 400
     assert f"inventory.{where}" in response.json()["detail"]
     assert not host.events.filter(actor_label="agent").exists()
+
+
+def test_an_agent_one_version_behind_gets_its_settings_without_registries(register, monkeypatch):
+    host, _ = register("host-x", 2)
+    older = oci_inventory()
+    older["image_settings"] = {"pre_pull": [], "mirror": ""}  # it checks no registries
+    heartbeat(host, with_digest({k: v for k, v in older.items() if k != "digest"}))
+    ImageFactory(name="torch", reference="pytorch:2.4")
+    assert not images.push_when_due(Host.objects.get(pk=host.pk))  # nothing it can apply
+    sent = []
+    monkeypatch.setattr(
+        images.agent_client, "put_image_settings", lambda host, body: sent.append(body) or body
+    )
+    images.push_settings(host.pk)
+    assert sent == [{"pre_pull": [], "mirror": ""}]

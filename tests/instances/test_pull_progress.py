@@ -50,11 +50,14 @@ def test_a_pull_reports_layers_and_bytes_done_of_total_up_to_all_of_them(
     iid = api.post("/instances/", json=body).json()["id"]
 
     reasons = []  # each state reason the tenant could read while it started
+    figures = []  # and each pull_progress (the bar's figures)
 
     def running():
         instance = api.get(f"/instances/{iid}/").json()
         if not reasons or reasons[-1] != instance["state_reason"]:
             reasons.append(instance["state_reason"])
+        if instance["pull_progress"] and instance["pull_progress"] not in figures:
+            figures.append(instance["pull_progress"])
         return instance["state"] == "running"
 
     wait_for(running, timeout=60, what="the instance running", stack=stack)
@@ -72,3 +75,13 @@ def test_a_pull_reports_layers_and_bytes_done_of_total_up_to_all_of_them(
     # what the tenant read on the way: layers done never went back
     counts = [int(LAYERS.search(r)[1]) for r in reasons if r and LAYERS.search(r)]
     assert counts == sorted(counts) and all(count <= layers for count in counts), reasons
+
+    # the same reports as figures: the bar never went back nor past its totals
+    assert figures, reasons
+    assert {f["reference"] for f in figures} == {reference}
+    assert all(f["layers_done"] <= f["layers_total"] <= layers for f in figures), figures
+    assert all(f["bytes_done"] <= f["bytes_total"] for f in figures), figures
+    done = [f["layers_done"] for f in figures]
+    assert done == sorted(done), figures
+    running_now = api.get(f"/instances/{iid}/").json()
+    assert running_now["pull_progress"] is None  # running: no bar

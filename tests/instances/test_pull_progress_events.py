@@ -61,3 +61,29 @@ def test_another_images_pull_and_other_notes_keep_their_own_events(catalog, tena
         f"pulling {REF}-cuda: 1 of 9 layers",
     ]
     assert fresh(instance).state == State.PROVISIONING
+
+
+def test_a_reports_figures_reach_the_instance_its_api_its_page_and_its_live_update(
+    catalog, tenant, agents, sent, member, token_client, web, django_capture_on_commit_callbacks
+):
+    host, instance = started(catalog, tenant, agents, start_state="starting")
+    figures = {"reference": REF, "layers_done": 1, "layers_total": 4, "bytes_done": 850_000_000,
+               "bytes_total": 3_400_000_000, "eta_seconds": 30, "done": False}  # fmt: skip
+    report = f"pulling {REF}: 1 of 4 layers · 850.0 MB of 3.4 GB"
+    with django_capture_on_commit_callbacks(execute=True):
+        push(host, event(instance, kind="progress", message=report, pull=figures))
+    assert fresh(instance).pull_progress == figures
+    assert sent[-1]["payload"]["instance"]["pull_progress"] == figures
+    api = token_client(member).get(f"/api/v1/instances/{instance.pk}/").json()
+    assert api["pull_progress"] == figures and api["state_reason"] == report
+    page = web.get(f"/instances/{instance.pk}/").content.decode()
+    assert 'data-testid="pull-progress" data-percent="25"' in page
+    assert "1 of 4 layers · 850.0 MB of 3.4 GB · about 30 s left" in page
+    # the next note (no figures) ends the bar; the text stays an event
+    push(host, event(instance, kind="progress", message="the container starts"))
+    assert fresh(instance).pull_progress == {}
+    assert "pull-progress" not in web.get(f"/instances/{instance.pk}/").content.decode()
+    assert (
+        token_client(member).get(f"/api/v1/instances/{instance.pk}/").json()["pull_progress"]
+        is None
+    )

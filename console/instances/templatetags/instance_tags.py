@@ -3,7 +3,7 @@ from decimal import Decimal
 
 from django import template
 
-from console.instances import reasons
+from console.instances import pull_progress, reasons
 
 register = template.Library()
 
@@ -25,6 +25,12 @@ def cuda(image) -> str:
 def reason_text(instance) -> str:
     """Why the instance is in its state, in words (reasons.py)."""
     return reasons.of_instance(instance)
+
+
+@register.filter
+def pull_bar(instance) -> dict | None:
+    """Its image pull's bar (percent, summary with the ETA), while one is reported."""
+    return pull_progress.describe(instance.pull_progress)
 
 
 @register.filter
