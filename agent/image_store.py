@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import requests
@@ -319,7 +319,7 @@ class ImageStore:
 
     # --- pre-pulls ------------------------------------------------------------------------
 
-    def configure(self, pre_pull: list[str], mirror: str, registries: list[str] = ()) -> dict:
+    def configure(self, pre_pull: list[str], mirror: str, registries: Sequence[str] = ()) -> dict:
         """The console's settings (see parse_settings): kept, the pre-pulls started and the
         registries checked. Idempotent. Answers the settings as applied."""
         registries = list(registries)

@@ -164,7 +164,7 @@ class LaunchForm(forms.Form):
         self.fields["name"].widget.attrs.pop("maxlength", None)
 
     def clean(self):
-        data = super().clean()
+        data = super().clean() or {}
         spec, region = data.get("spec"), data.get("region")
         disk_gib = data.get("disk_gib")
         if spec is not None and disk_gib is not None and disk_gib < spec.disk_gib:

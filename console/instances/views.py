@@ -113,7 +113,8 @@ def _spec_rows(checkers, specs, selected_region) -> list[dict]:
                 "ram_gib": round(spec.ram_mib / 1024, 1),
                 "now": now and {"status": now[0], "label": now[1], "detail": now[2]},
                 "fit_count": now[3] if now else 0,
-                "launchable": bool(now) and now[0] in (availability.FITS_NOW, availability.QUEUES),
+                "launchable": now is not None
+                and now[0] in (availability.FITS_NOW, availability.QUEUES),
                 "availability": json.dumps(by_region),
             }
         )
