@@ -255,7 +255,11 @@ class LocalHost:
         activity: str = "",
         pull: dict | None = None,
     ) -> None:
-        event: dict[str, object] = {"allocation": alloc.id, "instance": alloc.instance, "kind": kind}
+        event: dict[str, object] = {
+            "allocation": alloc.id,
+            "instance": alloc.instance,
+            "kind": kind,
+        }
         if activity:
             event["activity"] = activity
         if kind == "state":
