@@ -54,6 +54,7 @@ DISK_HIGH_PERCENT = 85
 DISK_LOW_PERCENT = 80
 REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 MIRROR = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def normalize(reference: str) -> str:
@@ -93,6 +94,75 @@ def split_reference(reference: str) -> tuple[str, str]:
         repository, _, tag = reference.rpartition(":")
         return repository, tag
     return reference, "latest"
+
+
+def registry_of(reference: str) -> str:
+    """The registry `reference` is pulled from, as `normalize` names it (`docker.io`)."""
+    return normalize(reference).partition("/")[0]
+
+
+def repo_digest(repo_digests: list[str], reference: str) -> str | None:
+    """The digest of `reference`'s repository among an image's RepoDigests
+    (`ghcr.io/x/y@sha256:…`), else the first one's (a copy pulled through the mirror names
+    the mirror's repository: the same bytes)."""
+    repository = split_reference(normalize(reference))[0]
+    found = []
+    for entry in repo_digests:
+        name, at, digest = entry.partition("@")
+        if not at or not DIGEST.fullmatch(digest):
+            continue
+        if normalize(f"{name}@{digest}").partition("@")[0] == repository:
+            return digest
+        found.append(digest)
+    return found[0] if found else None
+
+
+# Pull failures, as engines word them (Docker's and Podman's, whose errors come from
+# containers/image): what the registry said, and what that calls for.
+_UNAUTHORIZED = re.compile(
+    r"unauthori[sz]ed|authentication required|401|invalid username/password|"
+    r"access to the resource is denied|denied: ",
+    re.IGNORECASE,
+)
+_NOT_FOUND = re.compile(
+    r"manifest unknown|name unknown|not found|404|no such image|does not exist", re.IGNORECASE
+)
+_UNREACHABLE = re.compile(
+    r"connection refused|no such host|i/o timeout|dial tcp|network is unreachable|"
+    r"no route to host|timeout|server misbehaving|tls: |x509: |http response to https client",
+    re.IGNORECASE,
+)
+RAW_ERROR_CHARS = 140  # of the engine's own words, at most, in a reason
+
+
+def shorten(text: str, limit: int = RAW_ERROR_CHARS) -> str:
+    """The engine's error in at most `limit` characters, cut at a word's end with "…"."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    cut = cut[: cut.rfind(" ")] if " " in cut else cut[:-1]
+    return cut.rstrip(" ,;:(") + "…"
+
+
+def pull_failure(reference: str, error: str, auth: dict | None) -> str:
+    """The reason ("code: detail", console/instances/reasons.py says it in words) of a pull of
+    `reference` that failed with the engine's `error`, with `auth` the credential used (its
+    username may be named, never its password)."""
+    registry = registry_of(reference)
+    raw = shorten(error.replace(auth["password"], "••••••") if auth else error)
+    if _UNAUTHORIZED.search(error):
+        if auth:
+            return (
+                f"registry_refused_credentials: {registry} refused the credentials "
+                f"‘{auth['username']}’: {raw}"
+            )
+        return f"registry_needs_credentials: {registry} asks for credentials to pull {reference}"
+    if _NOT_FOUND.search(error):
+        return f"image_not_found: {reference} is not in {registry}: {raw}"
+    if _UNREACHABLE.search(error):
+        return f"registry_unreachable: {registry}: {raw}"
+    return f"image_pull_failed: {reference}: {raw}"
 
 
 def parse_settings(body) -> tuple[list[str], str]:
@@ -215,9 +285,10 @@ class ImageStore:
 
     # --- pulls ----------------------------------------------------------------------------
 
-    def ensure(self, reference: str, progress) -> None:
-        """Pull `reference` unless the engine has it, reporting progress (`progress(text)`).
-        LaunchError with the reason when it cannot be had."""
+    def ensure(self, reference: str, progress, auth: dict | None = None) -> None:
+        """Pull `reference` unless the engine has it, reporting progress (`progress(text)`),
+        with `auth` ({registry, username, password}: a tenant's credential, used for this pull
+        only and never kept or logged). LaunchError with the reason when it cannot be had."""
         with self._lock:
             lock = self._pulling.setdefault(reference, threading.Lock())
         with lock:  # a launch and a pre-pull of one image wait for one pull
@@ -229,7 +300,7 @@ class ImageStore:
             except APIError as exc:
                 raise LaunchError(f"engine_unavailable: {exc.explanation or exc}") from exc
             self.make_room()
-            self._pull(reference, progress)
+            self._pull(reference, progress, auth)
         self._refresh_quietly()
 
     def launching(self, reference: str) -> None:
@@ -239,7 +310,19 @@ class ImageStore:
             self.launched[normalize(reference)] = time.time()
             self._save()
 
-    def _pull(self, reference: str, progress) -> None:
+    def digest_of(self, reference: str) -> str | None:
+        """The digest (sha256:…) the engine's image of `reference` was pulled at, from its
+        RepoDigests (that repository's, else the mirror's copy's); None for an image built or
+        imported here, which no registry names."""
+        if "@" in reference:
+            return reference.partition("@")[2]
+        try:
+            attrs = self.client.api.inspect_image(reference)
+        except (DockerException, requests.RequestException):
+            return None
+        return repo_digest(attrs.get("RepoDigests") or [], reference)
+
+    def _pull(self, reference: str, progress, auth: dict | None = None) -> None:
         mirror = self.mirror
         source = mirrored(reference, mirror)
         if source is not None:
@@ -254,27 +337,44 @@ class ImageStore:
             else:
                 self._pulled(reference)
                 return
-        self._fetch(reference, reference, progress)
+        self._fetch(reference, reference, progress, auth=auth)
         self._pulled(reference)
 
-    def _fetch(self, source: str, reference: str, progress, via: str = "") -> None:
-        """Pull `source` (the reference, or its copy at the mirror `via`)."""
+    def _fetch(
+        self, source: str, reference: str, progress, via: str = "", auth: dict | None = None
+    ) -> None:
+        """Pull `source` (the reference, or its copy at the mirror `via`), with `auth` when
+        it is the credential of `source`'s registry."""
         repository, tag = split_reference(source)
+        registry = registry_of(source)
+        credential = auth if auth and auth.get("registry") == registry else None
+        extra = (
+            {
+                "auth_config": {
+                    "username": credential["username"],
+                    "password": credential["password"],
+                }
+            }
+            if credential
+            else {}
+        )
         pull = PullProgress(reference, via=via)
         progress(pull.start())
         try:
-            for line in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
+            for line in self.client.api.pull(
+                repository, tag=tag, stream=True, decode=True, **extra
+            ):
                 if line.get("error"):
-                    raise LaunchError(f"image_pull_failed: {reference}: {line['error']}")
+                    raise LaunchError(pull_failure(reference, str(line["error"]), credential))
                 pull.feed(line)
                 if report := pull.due():
                     progress(report)
-        except NotFound as exc:
-            raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc
         except APIError as exc:
-            raise LaunchError(f"image_pull_failed: {reference}: {exc.explanation or exc}") from exc
+            raise LaunchError(
+                pull_failure(reference, str(exc.explanation or exc), credential)
+            ) from exc
         except requests.RequestException as exc:
-            raise LaunchError(f"image_pull_failed: {reference}: {exc}") from exc
+            raise LaunchError(pull_failure(reference, str(exc), credential)) from exc
         try:
             image = self.client.images.get(source)
         except ImageNotFound as exc:
