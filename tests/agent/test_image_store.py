@@ -143,7 +143,10 @@ def test_pre_pulls_run_in_the_background_and_report_their_state(store):
         time.sleep(0.01)
     states = {p["reference"]: p for p in images.inventory()["pre_pulls"]}
     assert states[f"{ORIGIN}/team/a:1"]["state"] == "failed"
-    assert "image_pull_failed" in states[f"{ORIGIN}/team/a:1"]["detail"]
+    assert (
+        "registry_unreachable: registry.example:5000: connection refused"
+        == states[f"{ORIGIN}/team/a:1"]["detail"]
+    )
 
 
 def test_clean_up_keeps_pre_pull_in_use_and_what_the_agent_did_not_pull(store):
