@@ -8,7 +8,7 @@ name its registry: one that names none (`ubuntu`) or `localhost/` could resolve 
 the hosts hold themselves (built or imported by the operator), which only the operator's
 catalog runs."""
 
-from console.catalog.models import REFERENCE
+from console.catalog.models import REFERENCE, REGISTRY_HOST
 
 MAX_REFERENCE = 255
 EXAMPLE = "ghcr.io/your-team/trainer:1.0"
@@ -42,14 +42,14 @@ def refusal(reference: str, region) -> str | None:
         return "Give an image reference, e.g. " + EXAMPLE + "."
     if len(reference) > MAX_REFERENCE:
         return f"An image reference has at most {MAX_REFERENCE} characters."
-    if not REFERENCE.fullmatch(reference):
+    registry = registry_of(reference)
+    if not REFERENCE.fullmatch(reference) or (registry and not REGISTRY_HOST.fullmatch(registry)):
         return (
             "Not an image reference: registry/repository:tag in lower case, e.g. "
             f"{EXAMPLE} (no spaces, no scheme)."
         )
     if not region.tenant_images:
         return f"Region {region.code} runs only the catalog's images: choose one of those."
-    registry = registry_of(reference)
     if not registry:
         return (
             f"Name the registry, e.g. docker.io/{reference}: a reference without one could "
