@@ -144,8 +144,8 @@ def test_pre_pulls_run_in_the_background_and_report_their_state(store):
     states = {p["reference"]: p for p in images.inventory()["pre_pulls"]}
     assert states[f"{ORIGIN}/team/a:1"]["state"] == "failed"
     assert (
-        "registry_unreachable: registry.example:5000: connection refused"
-        == states[f"{ORIGIN}/team/a:1"]["detail"]
+        states[f"{ORIGIN}/team/a:1"]["detail"]
+        == "registry_unreachable: registry.example:5000: connection refused"
     )
 
 
