@@ -135,9 +135,13 @@ _UNREACHABLE = re.compile(
 RAW_ERROR_CHARS = 140  # of the engine's own words, at most, in a reason
 
 
+# what Podman says before each error, the reference again: the reason names it already
+_SOURCE = re.compile(r"initializing source docker://\S+: ")
+
+
 def shorten(text: str, limit: int = RAW_ERROR_CHARS) -> str:
     """The engine's error in at most `limit` characters, cut at a word's end with "…"."""
-    text = " ".join(text.split())
+    text = " ".join(_SOURCE.sub("", text).split())
     if len(text) <= limit:
         return text
     cut = text[:limit]
