@@ -130,6 +130,12 @@ class Instance(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["tenant", "state"]), models.Index(fields=["state"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(image__isnull=False) | ~models.Q(image_reference=""),
+                name="instance_runs_an_image",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
