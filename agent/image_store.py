@@ -6,7 +6,10 @@
 - Pulls: through the region's registry mirror first (the reference rewritten to the mirror's
   host, then tagged as the original, so that containers and the inventory use the original
   name), from the image's own registry when the mirror fails; one pull of a reference at a
-  time, which a launch and a pre-pull of it share.
+  time, which a launch and a pre-pull of it share. A tenant's registry credential comes with
+  its allocation, is used for that pull only (never through the mirror) and is kept nowhere;
+  an image pulled with one is pulled again at each launch, with the launch's own credential,
+  so that its copy on the host gives no other tenant an image its registry would refuse them.
 - Pre-pull: the references the console names (PUT /v1/images/settings, kept in the state
   directory) are pulled in the background, at start and whenever the list changes; each
   one's progress is in the inventory. A failed one is tried again PRE_PULL_RETRY_SECONDS later.
@@ -218,6 +221,9 @@ class ImageStore:
         self.pulled: set[str] = set(saved.get("pulled", []))  # what clean-up may remove
         self.launched: dict[str, float] = saved.get("launched", {})  # reference -> when last
         self.last_room: dict | None = saved.get("last_room")  # the last clean-up for room
+        # images pulled with a tenant's credential: a copy here proves no right to them, so
+        # every launch of one pulls it again with its own credential (the registry decides)
+        self.private: set[str] = set(saved.get("private", []))
         self._storage: str | None = None
         self._removing = threading.Lock()
         self.pulls: dict[str, dict] = {}  # pre-pull reference -> {"state", "detail"}
@@ -298,14 +304,28 @@ class ImageStore:
         with lock:  # a launch and a pre-pull of one image wait for one pull
             try:
                 self.client.images.get(reference)
-                return
+                if not self.is_private(reference):
+                    return
             except ImageNotFound:
                 pass
             except APIError as exc:
                 raise LaunchError(f"engine_unavailable: {exc.explanation or exc}") from exc
             self.make_room()
             self._pull(reference, progress, auth)
+            if auth:
+                digest = self.digest_of(reference)
+                repository = split_reference(reference)[0]
+                with self._lock:
+                    self.private.add(normalize(reference))
+                    if digest:  # the same bytes by their digest
+                        self.private.add(normalize(f"{repository}@{digest}"))
+                    self._save()
         self._refresh_quietly()
+
+    def is_private(self, reference: str) -> bool:
+        """Whether `reference` was pulled with a credential: then each launch pulls it again
+        with its own (see `private`)."""
+        return normalize(reference) in self.private
 
     def launching(self, reference: str) -> None:
         """A workload of `reference` starts: the least recently launched images go first when
@@ -328,7 +348,8 @@ class ImageStore:
 
     def _pull(self, reference: str, progress, auth: dict | None = None) -> None:
         mirror = self.mirror
-        source = mirrored(reference, mirror)
+        # with a credential, its registry decides: a mirror's copy would ask for none
+        source = None if auth else mirrored(reference, mirror)
         if source is not None:
             try:
                 self._fetch(source, reference, progress, via=mirror)
@@ -550,6 +571,7 @@ class ImageStore:
             "pulled": sorted(self.pulled),
             "launched": {name: at for name, at in self.launched.items() if name in self.pulled},
             "last_room": self.last_room,
+            "private": sorted(self.private),
         }
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
         with os.fdopen(fd, "w") as file:

@@ -471,7 +471,7 @@ class OciRuntime:
         reference = spec.get("image")
         if not reference:
             raise LaunchError("launch_failed: the allocation names no image")
-        if reference not in self._images:
+        if reference not in self._images or self.images.is_private(reference):
             self._ensure_image(reference, progress, alloc.pull_auth)
             self._images.add(reference)
         alloc.image_digest = self.images.digest_of(reference)

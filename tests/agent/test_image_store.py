@@ -17,6 +17,7 @@ from agent.gpu_models import MODELS
 from agent.host import LocalHost
 from agent.identity import HostSecret
 from agent.image_store import ImageStore, mirrored, normalize
+from agent.runtimes import LaunchError
 from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 
@@ -316,3 +317,41 @@ def test_a_disk_that_stays_full_of_what_may_not_go_is_reported_once(store):
     images.in_use = set
     assert images.make_room()["removed"] == [f"{ORIGIN}/team/used:1"]
     assert images.inventory()["image_disk"]["last_clean_up"]["removed"] == [f"{ORIGIN}/team/used:1"]
+
+
+class PrivateEngine(FakeEngine):
+    """A registry that serves ORIGIN's images to the credential `allowed` only."""
+
+    allowed = {"username": "ci-bot", "password": "right"}
+
+    def pull(self, repository, tag, stream, decode, auth_config=None):
+        if auth_config != self.allowed:
+            self.pulled.append(f"{repository}:{tag}")
+            raise APIError("unauthorized: authentication required")
+        return super().pull(repository, tag, stream, decode)
+
+    def inspect_image(self, image_id):
+        digest = "sha256:" + "e" * 64
+        return {**super().inspect_image(image_id), "RepoDigests": [f"{ORIGIN}/team/p@{digest}"]}
+
+
+def test_an_image_pulled_with_a_credential_is_no_other_tenants(tmp_path):
+    engine = PrivateEngine()
+    images = ImageStore(engine.client, tmp_path / "images.json")
+    reference = f"{ORIGIN}/team/p:1"
+    right = {"registry": ORIGIN, **PrivateEngine.allowed}
+    images.ensure(reference, lambda text: None, right)
+    assert images.is_private(reference)
+    assert images.is_private(f"{ORIGIN}/team/p@sha256:" + "e" * 64)
+    # the host holds it, yet a launch without the credential asks the registry, which refuses
+    with pytest.raises(LaunchError, match="registry_needs_credentials"):
+        images.ensure(reference, lambda text: None)
+    wrong = {**right, "password": "wrong"}
+    with pytest.raises(LaunchError, match="registry_refused_credentials") as refused:
+        images.ensure(reference, lambda text: None, wrong)
+    assert "wrong" not in str(refused.value).replace("‘ci-bot’", "")
+    images.ensure(reference, lambda text: None, right)  # the owner's launch pulls again
+    assert "right" not in (tmp_path / "images.json").read_text()
+    # an agent restarted remembers which are private
+    again = ImageStore(engine.client, tmp_path / "images.json")
+    assert again.is_private(reference)
