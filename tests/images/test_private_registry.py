@@ -4,7 +4,8 @@ Celery worker. The tenant's admin stores the registry's credential; a member lau
 image by reference; it runs, pinned to its first pull's digest, and still runs those bytes
 after a stop and start although its tag has moved and the host lost its copy. A wrong
 password is a clear reason, a registry the region does not allow a 400 on the field, and the
-password is in no answer, page, event, audit entry, log line or state file."""
+password is in no answer, page, event, audit entry, log line or state file. Another tenant,
+without the credential, does not get the image although the host holds it."""
 
 import json
 import secrets
@@ -127,6 +128,15 @@ def test_a_private_image_with_stored_credentials(
     messages = [e["message"] for e in api.get(f"/instances/{iid}/events/").json()["results"]]
     assert f"Pinned {reference} to {digest}" in messages
     assert running_marker(container_engine, host, iid) == "v1"
+
+    # the host holds it now, yet another tenant, without a credential, does not get it
+    _, stranger = make_tenant(slug="globex", username="gus")
+    theirs = api_client(stack, stranger).post("/instances/", json={**body, "name": "theirs"})
+    refused = wait_state(api_client(stack, stranger), theirs.json()["id"], "failed", stack=stack)
+    assert refused["reason_text"].startswith(
+        f"{private_registry} asks for credentials to pull {reference} — add them under "
+        "Registry credentials"
+    ), refused
 
     # the tag moves, the host forgets its copy: a start runs the pinned bytes all the same
     assert api.post(f"/instances/{iid}/stop/").status_code == 202
