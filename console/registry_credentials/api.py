@@ -2,7 +2,6 @@
 owners list, add (or replace) and remove them; the token or password is write-only. Members
 use them without seeing them: a launch whose image is in such a registry pulls with it."""
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.response import Response
@@ -33,9 +32,6 @@ class RegistryCredentialViewSet(
 
     def get_queryset(self):
         return RegistryCredential.objects.filter(tenant=request_membership(self.request).tenant)
-
-    def get_object(self):
-        return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
 
     @extend_schema(
         request=NewRegistryCredentialSerializer, responses={201: RegistryCredentialSerializer}
