@@ -78,6 +78,18 @@ SCOPES = (
         whole_tenant=True,
     ),
     Scope("audit:read", "read the tenant's audit log", MANAGE, whole_tenant=True),
+    Scope(
+        "registries:read",
+        "list the tenant's registry credentials (never their tokens)",
+        MANAGE,
+        whole_tenant=True,
+    ),
+    Scope(
+        "registries:write",
+        "add, replace and remove the tenant's registry credentials",
+        MANAGE,
+        whole_tenant=True,
+    ),
 )
 BY_NAME = {scope.name: scope for scope in SCOPES}
 GROUPS = tuple(dict.fromkeys(scope.group for scope in SCOPES))

@@ -1,7 +1,7 @@
 """Allocations: the request body they are made from, and the record the agent keeps of each."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from agent.errors import invalid
@@ -264,6 +264,18 @@ def parse_spec(body, gpus: list[dict]) -> dict:
     }
 
 
+def parse_registry_auth(value) -> dict | None:
+    """The credential the console sends for an allocation's pull ({registry, username,
+    password}, or none): kept in memory for that pull only (Allocation.pull_auth)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"registry", "username", "password"}:
+        raise invalid("registry_auth must be {registry, username, password}")
+    if not all(isinstance(item, str) and 0 < len(item) <= 4096 for item in value.values()):
+        raise invalid("registry_auth's registry, username and password must be strings")
+    return dict(value)
+
+
 def cuda_env(spec: dict, gpu_uuids: list[str], mig_uuid: str | None) -> dict[str, str]:
     """The CUDA variable that names a workload's devices. A shared fraction's limits are not
     here: the runtime sets them through the fraction's MPS control daemon, out of its reach."""
@@ -287,6 +299,11 @@ class Allocation:
     pid_start: int | None = None  # the process's start time, to recognise it after a restart
     container: str | None = None  # the oci runtime's container name
     finished_at: str | None = None  # when the workload ended, as the runtime saw it
+    # the digest its image was pulled at (sha256:…), which the console pins a tenant's image to
+    image_digest: str | None = None
+    # the registry credential of its next pull ({registry, username, password}): in memory
+    # only, never saved (state.StateStore.save_allocations leaves it out), never shown
+    pull_auth: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def instance(self) -> str:
@@ -331,6 +348,7 @@ class Allocation:
             "env": self.env,
             "labels": self.spec["labels"],
             "image": self.spec.get("image"),
+            "image_digest": self.image_digest,
             "container": self.container,
             "finished_at": self.finished_at,
             "created_at": self.created_at,

@@ -18,6 +18,7 @@ from agent.allocations import (
     cuda_env,
     now_iso,
     parse_limits,
+    parse_registry_auth,
     parse_spec,
 )
 from agent.backends import GpuBackend
@@ -267,6 +268,7 @@ class LocalHost:
                 state=alloc.state,
                 reason=alloc.reason,
                 exit_code=alloc.exit_code,
+                image_digest=alloc.image_digest or "",
                 at=alloc.finished_at or alloc.updated_at,
                 message=message,
             )
@@ -310,6 +312,8 @@ class LocalHost:
             self._ended(alloc, "failed", f"launch_failed: {exc.__class__.__name__}: {exc}")
         else:
             alloc.set_state("running")
+        finally:
+            alloc.pull_auth = None  # for that one pull
         self._save()
 
     async def _start_workload(self, alloc: Allocation) -> None:
@@ -341,6 +345,11 @@ class LocalHost:
         one; same id, another body: 409."""
         check_id(alloc_id)
         gpus = self.backend.gpus()
+        if isinstance(body, dict):  # the pull's credential: no part of the spec, never saved
+            body = dict(body)
+            pull_auth = parse_registry_auth(body.pop("registry_auth", None))
+        else:
+            pull_auth = None
         spec = parse_spec(body, gpus)
         async with self._lock(alloc_id):
             existing = self.allocations.get(alloc_id)
@@ -367,6 +376,7 @@ class LocalHost:
                 state="starting",
                 created_at=stamp,
                 updated_at=stamp,
+                pull_auth=pull_auth,
             )
             if spec.get("volume"):
                 claim_output(self.store.log_dir, alloc.instance, spec["volume"]["name"])

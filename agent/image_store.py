@@ -6,7 +6,10 @@
 - Pulls: through the region's registry mirror first (the reference rewritten to the mirror's
   host, then tagged as the original, so that containers and the inventory use the original
   name), from the image's own registry when the mirror fails; one pull of a reference at a
-  time, which a launch and a pre-pull of it share.
+  time, which a launch and a pre-pull of it share. A tenant's registry credential comes with
+  its allocation, is used for that pull only (never through the mirror) and is kept nowhere;
+  an image pulled with one is pulled again at each launch, with the launch's own credential,
+  so that its copy on the host gives no other tenant an image its registry would refuse them.
 - Pre-pull: the references the console names (PUT /v1/images/settings, kept in the state
   directory) are pulled in the background, at start and whenever the list changes; each
   one's progress is in the inventory. A failed one is tried again PRE_PULL_RETRY_SECONDS later.
@@ -59,6 +62,7 @@ DISK_HIGH_PERCENT = 85
 DISK_LOW_PERCENT = 80
 REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 MIRROR = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def normalize(reference: str) -> str:
@@ -98,6 +102,74 @@ def split_reference(reference: str) -> tuple[str, str]:
         repository, _, tag = reference.rpartition(":")
         return repository, tag
     return reference, "latest"
+
+
+def repo_digest(repo_digests: list[str], reference: str) -> str | None:
+    """The digest of `reference`'s repository among an image's RepoDigests
+    (`ghcr.io/x/y@sha256:…`), else the first one's (a copy pulled through the mirror names
+    the mirror's repository: the same bytes)."""
+    repository = split_reference(normalize(reference))[0]
+    found = []
+    for entry in repo_digests:
+        name, at, digest = entry.partition("@")
+        if not at or not DIGEST.fullmatch(digest):
+            continue
+        if normalize(f"{name}@{digest}").partition("@")[0] == repository:
+            return digest
+        found.append(digest)
+    return found[0] if found else None
+
+
+# Pull failures, as engines word them (Docker's and Podman's, whose errors come from
+# containers/image): what the registry said, and what that calls for.
+_UNAUTHORIZED = re.compile(
+    r"unauthori[sz]ed|authentication required|401|invalid username/password|"
+    r"access to the resource is denied|denied: ",
+    re.IGNORECASE,
+)
+_NOT_FOUND = re.compile(
+    r"manifest unknown|name unknown|not found|404|no such image|does not exist", re.IGNORECASE
+)
+_UNREACHABLE = re.compile(
+    r"connection refused|no such host|i/o timeout|dial tcp|network is unreachable|"
+    r"no route to host|timeout|server misbehaving|tls: |x509: |http response to https client",
+    re.IGNORECASE,
+)
+RAW_ERROR_CHARS = 140  # of the engine's own words, at most, in a reason
+
+
+# what Podman says before each error, the reference again: the reason names it already
+_SOURCE = re.compile(r"initializing source docker://\S+: ")
+
+
+def shorten(text: str, limit: int = RAW_ERROR_CHARS) -> str:
+    """The engine's error in at most `limit` characters, cut at a word's end with "…"."""
+    text = " ".join(_SOURCE.sub("", text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    cut = cut[: cut.rfind(" ")] if " " in cut else cut[:-1]
+    return cut.rstrip(" ,;:(") + "…"
+
+
+def pull_failure(reference: str, error: str, auth: dict | None) -> str:
+    """The reason ("code: detail", console/instances/reasons.py says it in words) of a pull of
+    `reference` that failed with the engine's `error`, with `auth` the credential used (its
+    username may be named, never its password)."""
+    registry = registry_of(normalize(reference))
+    raw = shorten(error.replace(auth["password"], "••••••") if auth else error)
+    if _UNAUTHORIZED.search(error):
+        if auth:
+            return (
+                f"registry_refused_credentials: {registry} refused the credentials "
+                f"‘{auth['username']}’: {raw}"
+            )
+        return f"registry_needs_credentials: {registry} asks for credentials to pull {reference}"
+    if _NOT_FOUND.search(error):
+        return f"image_not_found: {reference} is not in {registry}: {raw}"
+    if _UNREACHABLE.search(error):
+        return f"registry_unreachable: {registry}: {raw}"
+    return f"image_pull_failed: {reference}: {raw}"
 
 
 def parse_settings(body) -> tuple[list[str], str, list[str]]:
@@ -163,6 +235,9 @@ class ImageStore:
         self.pulled: set[str] = set(saved.get("pulled", []))  # what clean-up may remove
         self.launched: dict[str, float] = saved.get("launched", {})  # reference -> when last
         self.last_room: dict | None = saved.get("last_room")  # the last clean-up for room
+        # images pulled with a tenant's credential: a copy here proves no right to them, so
+        # every launch of one pulls it again with its own credential (the registry decides)
+        self.private: set[str] = set(saved.get("private", []))
         self._storage: str | None = None
         self._removing = threading.Lock()
         self.pulls: dict[str, dict] = {}  # pre-pull reference -> {"state", "detail"}
@@ -244,23 +319,38 @@ class ImageStore:
 
     # --- pulls ----------------------------------------------------------------------------
 
-    def ensure(self, reference: str, progress) -> None:
+    def ensure(self, reference: str, progress, auth: dict | None = None) -> None:
         """Pull `reference` unless the engine has it, reporting progress (`progress(text,
-        figures)`: the figures are PullProgress.snapshot's, None in a report without them).
-        LaunchError with the reason when it cannot be had."""
+        figures)`: the figures are PullProgress.snapshot's, None in a report without them),
+        with `auth` ({registry, username, password}: a tenant's credential, used for this pull
+        only and never kept or logged). LaunchError with the reason when it cannot be had."""
         with self._lock:
             lock = self._pulling.setdefault(reference, threading.Lock())
         with lock:  # a launch and a pre-pull of one image wait for one pull
             try:
                 self.client.images.get(reference)
-                return
+                if not self.is_private(reference):
+                    return
             except ImageNotFound:
                 pass
             except APIError as exc:
                 raise LaunchError(f"engine_unavailable: {exc.explanation or exc}") from exc
             self.make_room()
-            self._pull(reference, progress)
+            self._pull(reference, progress, auth)
+            if auth:
+                digest = self.digest_of(reference)
+                repository = split_reference(reference)[0]
+                with self._lock:
+                    self.private.add(normalize(reference))
+                    if digest:  # the same bytes by their digest
+                        self.private.add(normalize(f"{repository}@{digest}"))
+                    self._save()
         self._refresh_quietly()
+
+    def is_private(self, reference: str) -> bool:
+        """Whether `reference` was pulled with a credential: then each launch pulls it again
+        with its own (see `private`)."""
+        return normalize(reference) in self.private
 
     def launching(self, reference: str) -> None:
         """A workload of `reference` starts: the least recently launched images go first when
@@ -269,9 +359,22 @@ class ImageStore:
             self.launched[normalize(reference)] = time.time()
             self._save()
 
-    def _pull(self, reference: str, progress) -> None:
+    def digest_of(self, reference: str) -> str | None:
+        """The digest (sha256:…) the engine's image of `reference` was pulled at, from its
+        RepoDigests (that repository's, else the mirror's copy's); None for an image built or
+        imported here, which no registry names."""
+        if "@" in reference:
+            return reference.partition("@")[2]
+        try:
+            attrs = self.client.api.inspect_image(reference)
+        except (DockerException, requests.RequestException):
+            return None
+        return repo_digest(attrs.get("RepoDigests") or [], reference)
+
+    def _pull(self, reference: str, progress, auth: dict | None = None) -> None:
         mirror = self.mirror
-        source = mirrored(reference, mirror)
+        # with a credential, its registry decides: a mirror's copy would ask for none
+        source = None if auth else mirrored(reference, mirror)
         if source is not None:
             try:
                 self._fetch(source, reference, progress, via=mirror)
@@ -284,27 +387,44 @@ class ImageStore:
             else:
                 self._pulled(reference)
                 return
-        self._fetch(reference, reference, progress)
+        self._fetch(reference, reference, progress, auth=auth)
         self._pulled(reference)
 
-    def _fetch(self, source: str, reference: str, progress, via: str = "") -> None:
-        """Pull `source` (the reference, or its copy at the mirror `via`)."""
+    def _fetch(
+        self, source: str, reference: str, progress, via: str = "", auth: dict | None = None
+    ) -> None:
+        """Pull `source` (the reference, or its copy at the mirror `via`), with `auth` when
+        it is the credential of `source`'s registry."""
         repository, tag = split_reference(source)
+        registry = registry_of(normalize(source))
+        credential = auth if auth and auth.get("registry") == registry else None
+        extra = (
+            {
+                "auth_config": {
+                    "username": credential["username"],
+                    "password": credential["password"],
+                }
+            }
+            if credential
+            else {}
+        )
         pull = PullProgress(reference, via=via)
         progress(pull.start(), pull.snapshot())
         try:
-            for line in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
+            for line in self.client.api.pull(
+                repository, tag=tag, stream=True, decode=True, **extra
+            ):
                 if line.get("error"):
-                    raise LaunchError(f"image_pull_failed: {reference}: {line['error']}")
+                    raise LaunchError(pull_failure(reference, str(line["error"]), credential))
                 pull.feed(line)
                 if report := pull.due():
                     progress(report, pull.snapshot())
-        except NotFound as exc:
-            raise LaunchError(f"image_not_found: {reference}: {exc.explanation or exc}") from exc
         except APIError as exc:
-            raise LaunchError(f"image_pull_failed: {reference}: {exc.explanation or exc}") from exc
+            raise LaunchError(
+                pull_failure(reference, str(exc.explanation or exc), credential)
+            ) from exc
         except requests.RequestException as exc:
-            raise LaunchError(f"image_pull_failed: {reference}: {exc}") from exc
+            raise LaunchError(pull_failure(reference, str(exc), credential)) from exc
         try:
             image = self.client.images.get(source)
         except ImageNotFound as exc:
@@ -486,6 +606,7 @@ class ImageStore:
             "pulled": sorted(self.pulled),
             "launched": {name: at for name, at in self.launched.items() if name in self.pulled},
             "last_room": self.last_room,
+            "private": sorted(self.private),
         }
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
         with os.fdopen(fd, "w") as file:

@@ -22,6 +22,17 @@ INSTALL_ID = "install_id.json"
 PRIVATE_UMASK = 0o077
 
 
+# what an allocation holds for its next pull only: never on disk
+NOT_SAVED = frozenset({"pull_auth"})
+
+
+def kept(alloc: Allocation) -> dict:
+    """An allocation as the state directory keeps it: without its pull's credential."""
+    return {
+        name: value for name, value in dataclasses.asdict(alloc).items() if name not in NOT_SAVED
+    }
+
+
 class StateStore:
     def __init__(self, root: Path):
         self.root = root
@@ -66,7 +77,7 @@ class StateStore:
         return [Allocation(**record) for record in self._read(ALLOCATIONS) or []]
 
     def save_allocations(self, allocations: list[Allocation]) -> None:
-        self._write(ALLOCATIONS, [dataclasses.asdict(a) for a in allocations])
+        self._write(ALLOCATIONS, [kept(a) for a in allocations])
 
     def load_gpu_modes(self) -> dict[int, str]:
         return {int(index): mode for index, mode in (self._read(GPU_MODES) or {}).items()}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from cli import confirm, integers, snapshots, tokens, volumes
+from cli import confirm, integers, registry_credentials, snapshots, tokens, volumes
 from cli.errors import CliError
 from cli.ssh import exec_ssh, pin_host_key, ssh_argv
 from cli.wait import human_size, wait_until_running
@@ -138,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     launch.add_argument("--image", help="an image's name (default: the first, as in the console)")
     launch.add_argument(
+        "--image-ref", metavar="REFERENCE",
+        help="an image of your own instead of --image, e.g. ghcr.io/team/trainer:1.0 (pinned to "
+        "its digest at the first pull; a private registry's credential: registry-credentials add)",
+    )  # fmt: skip
+    launch.add_argument(
         "--disk-gib", type=int, help="its disk at /workspace (default and smallest: the spec's)"
     )
     launch.add_argument("--region")
@@ -240,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--month", help="YYYY-MM (default: this month)")
     sub.add_parser("invoices", help="your invoices")
     tokens.add_parser(sub)
+    registry_credentials.add_parser(sub)
     volumes.add_parser(sub)
     snapshots.add_parser(sub)
     return parser
@@ -274,6 +280,8 @@ def describe(instance: dict) -> str:
     """What it runs (an argv, quoted to paste back into a shell), and how to reach it: its ssh
     command and its web ports' URLs."""
     lines = []
+    if instance.get("image_digest"):
+        lines.append(f"image: {instance['image_reference']} pinned to {instance['image_digest']}")
     if instance.get("command"):
         lines.append(f"command: {shlex.join(instance['command'])}")
     if instance.get("ssh"):
@@ -349,7 +357,8 @@ def run(args, config: dict) -> tuple[object, str]:
             raise CliError("give --spec, or --template")
         body = {}
         given = (("template", args.template), ("spec", args.spec), ("name", args.name),
-                 ("image", args.image), ("disk_gib", args.disk_gib))  # fmt: skip
+                 ("image", args.image), ("image_ref", args.image_ref),
+                 ("disk_gib", args.disk_gib))  # fmt: skip
         for key, value in given:
             if value is not None:
                 body[key] = value
@@ -441,6 +450,8 @@ def run(args, config: dict) -> tuple[object, str]:
         )
     if args.command == "tokens":
         return tokens.run(client, args, table)
+    if args.command == "registry-credentials":
+        return registry_credentials.run(client, args, table)
     if args.command == "volumes":
         return volumes.run(client, args, table, instance_id)
     if args.command in ("snapshots", "shelve"):

@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "console.fleet",
     "console.instances",
     "console.launch_templates",
+    "console.registry_credentials",
     "console.metrics",
     "console.web",
     "console.volumes",

@@ -12,6 +12,7 @@ urlpatterns = [
     path("fleet/", include("console.fleet.urls")),
     path("instances/", include("console.instances.urls")),
     path("templates/", include("console.launch_templates.urls")),
+    path("registry-credentials/", include("console.registry_credentials.urls")),
     path("snapshots/", include("console.snapshots.urls")),
     path("volumes/", include("console.volumes.urls")),
     path("idle/", include("console.idle.urls")),

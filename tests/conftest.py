@@ -282,6 +282,9 @@ class ContainerEngine:
     storage: Path
     registry_port: int
     registries_conf: Path
+    # a second registry the engine may reach over plain HTTP: one that asks for credentials
+    # (tests/images/test_private_registry.py)
+    private_registry_port: int = 0
 
     def podman(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -351,10 +354,13 @@ def container_engine(tmp_path_factory, worker_id):
     run = tmp_path_factory.mktemp("podman")
     storage = run / "storage"
     engine.layer_storage(storage, LAYER_STORAGE_GIB)  # bounds each container's layer
-    registry_port = processes.free_port()
-    registries = run / "registries.conf"  # the test registry (tests/registry.py) speaks HTTP
+    registry_port, private_port = processes.free_port(), processes.free_port()
+    registries = run / "registries.conf"  # the test registries (tests/registry.py) speak HTTP
     registries.write_text(
-        f'[[registry]]\nlocation = "127.0.0.1:{registry_port}"\ninsecure = true\n'
+        "".join(
+            f'[[registry]]\nlocation = "127.0.0.1:{port}"\ninsecure = true\n'
+            for port in (registry_port, private_port)
+        )
     )
     conf = run / "containers.conf"
     worker = 0 if worker_id == "master" else int(worker_id.removeprefix("gw"))
@@ -372,7 +378,7 @@ def container_engine(tmp_path_factory, worker_id):
     engine.build_demo_image(storage=storage)
     url = f"unix://{run / 'podman.sock'}"
     _ENGINES_STARTED.append(url)
-    yield ContainerEngine(url, storage, registry_port, registries)
+    yield ContainerEngine(url, storage, registry_port, registries, private_port)
     _ENGINES_STARTED.remove(url)
     _remove_test_networks(url)
     service.terminate()

@@ -420,10 +420,10 @@ class OciRuntime:
 
     # --- images ---------------------------------------------------------------------------
 
-    def _ensure_image(self, reference: str, progress) -> None:
+    def _ensure_image(self, reference: str, progress, auth: dict | None = None) -> None:
         """Pull the image unless the engine has it (agent/image_store.py: through the
-        region's mirror first, after making room on its disk if it is short)."""
-        self.images.ensure(reference, progress)
+        region's mirror first), with the tenant's registry credential `auth` if any."""
+        self.images.ensure(reference, progress, auth)
         self.images.launching(reference)
 
     # --- containers -----------------------------------------------------------------------
@@ -486,9 +486,10 @@ class OciRuntime:
         reference = spec.get("image")
         if not reference:
             raise LaunchError("launch_failed: the allocation names no image")
-        if reference not in self._images:
-            self._ensure_image(reference, progress)
+        if reference not in self._images or self.images.is_private(reference):
+            self._ensure_image(reference, progress, alloc.pull_auth)
             self._images.add(reference)
+        alloc.image_digest = self.images.digest_of(reference)
         labels = spec["labels"]
         instance = alloc.instance
         resources = spec.get("resources") or {}
@@ -542,7 +543,7 @@ class OciRuntime:
         with self._starting:
             self._check_disks_free(disks, alloc.id)
             try:
-                container = self._create(reference, options, alloc.id, progress)
+                container = self._create(reference, options, alloc, progress)
             except ImageNotFound as exc:
                 raise LaunchError(f"image_not_found: {reference}") from exc
             except APIError as exc:
@@ -577,7 +578,7 @@ class OciRuntime:
                 if disk in held:
                     raise LaunchError(f"volume_busy: {Path(disk).parent.name} is in use")
 
-    def _create(self, reference: str, options: dict, alloc_id: str, progress):
+    def _create(self, reference: str, options: dict, alloc: Allocation, progress):
         """Create the container, asking the engine only that on the usual path (every call
         is the engine's CPU, which a burst of launches shares): an image removed since it
         was seen here is pulled again; a container of the same name left by an earlier
@@ -587,12 +588,12 @@ class OciRuntime:
             return self._create_container(reference, options)
         except ImageNotFound:
             self._images.discard(reference)
-            self._ensure_image(reference, progress)
+            self._ensure_image(reference, progress, alloc.pull_auth)
             self._images.add(reference)
         except APIError as exc:
             if not _name_in_use(exc):
                 raise
-            self._remove_stale(options["name"], alloc_id)
+            self._remove_stale(options["name"], alloc.id)
         return self._create_container(reference, options)
 
     def _create_container(self, reference: str, options: dict):

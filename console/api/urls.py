@@ -23,6 +23,7 @@ urlpatterns = [
     path("", include("console.instances.api_urls")),
     path("", include("console.idle.api_urls")),
     path("", include("console.launch_templates.api_urls")),
+    path("", include("console.registry_credentials.api_urls")),
     path("", include("billing.api_urls")),
     path("", include("console.snapshots.api_urls")),
     path("", include("console.volumes.api_urls")),

@@ -33,6 +33,7 @@ CAPTURED: dict[str, frozenset[str]] = {
     "fleet.Gpu": frozenset({"mig_devices", "health_changed_at"}),
     "fleet.JoinToken": frozenset({"token_hash"}),
     "launch_templates.LaunchTemplate": frozenset(),
+    "registry_credentials.RegistryCredential": frozenset({"sealed_secret", "last_used_at"}),
     "idle.OperatorPolicy": frozenset(),
     "idle.TenantPolicy": frozenset(),
     "idle.InstancePolicy": frozenset(),

@@ -9,7 +9,7 @@ from console.catalog.spec_fit import spec_fit
 
 @admin.register(Region)
 class RegionAdmin(admin.ModelAdmin):
-    list_display = ["code", "name", "registry_mirror"]
+    list_display = ["code", "name", "registry_mirror", "tenant_images"]
     search_fields = ["code", "name"]
 
 

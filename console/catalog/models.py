@@ -37,6 +37,9 @@ def price_in_force(points: list[tuple[datetime, Decimal]], at: datetime | None =
     return in_force[-1] if in_force else points[0][1]
 
 
+REGISTRY_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?")
+
+
 class Region(models.Model):
     code = models.SlugField(max_length=40, unique=True)
     name = models.CharField(max_length=80)
@@ -62,12 +65,33 @@ class Region(models.Model):
         help_text="host[:port] of a registry mirror its hosts pull through first, e.g. "
         "127.0.0.1:5001; empty: each image's own registry",
     )
+    # The images tenants may name themselves (console/catalog/registries.py): whether they
+    # may at all, and from which registries (the mirror is always allowed).
+    tenant_images = models.BooleanField(
+        default=True,
+        help_text="tenants may launch image references of their own, not only the catalog's",
+    )
+    allowed_registries = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='registries (host[:port]) tenants may pull from, e.g. ["ghcr.io", '
+        '"quay.io"]; empty: any registry. The registry mirror is always allowed.',
+    )
 
     class Meta:
         ordering = ["code"]
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self):
+        hosts = self.allowed_registries
+        if not isinstance(hosts, list) or not all(
+            isinstance(host, str) and REGISTRY_HOST.fullmatch(host) for host in hosts
+        ):
+            raise ValidationError(
+                {"allowed_registries": 'A list of registries\' host[:port], e.g. ["ghcr.io"].'}
+            )
 
 
 class GpuModel(models.Model):

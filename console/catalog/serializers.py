@@ -1,13 +1,22 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from console.catalog import registries
 from console.catalog.models import Image, Region, Spec, SpecPrice
 
 
 class RegionSerializer(serializers.ModelSerializer):
+    allowed_registries = serializers.SerializerMethodField(
+        help_text="the registries (host[:port]) a launch's image_ref may name here, the "
+        "registry mirror among them; empty: any"
+    )
+
     class Meta:
         model = Region
-        fields = ["code", "name"]
+        fields = ["code", "name", "tenant_images", "allowed_registries"]
+
+    def get_allowed_registries(self, region) -> list[str]:
+        return registries.allowed_registries(region)
 
 
 class ImageAvailabilitySerializer(serializers.Serializer):

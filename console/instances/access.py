@@ -118,6 +118,8 @@ def launch_ports_errors(image, ports) -> list[str]:
         return problems
     if len(ports) > MAX_PORTS:
         return [f"At most {MAX_PORTS} ports."]
+    if image is None:  # a tenant's own image declares no ports here
+        return []
     served = {entry["port"] for entry in image.ports or []}
     return [
         f"Port {entry['port']} is already served by {image.name}."
@@ -318,7 +320,7 @@ def target(membership: Membership | None, instance_pk: int, port: int | None = N
         detail = scopes.missing_detail(CONNECT)
         raise ConnectRefused(detail, code=ErrorCode.SCOPE_MISSING, status=403)
     if port is not None and port not in {
-        entry["port"] for entry in declared_ports(instance.image.ports, instance.ports)
+        entry["port"] for entry in declared_ports(instance.image_ports, instance.ports)
     }:
         detail = f"{instance.name} serves no port {port}."
         raise ConnectRefused(detail, code=ErrorCode.NOT_FOUND, status=404)

@@ -14,6 +14,8 @@ from console.fleet.agent_api import AgentView, validated
 from console.instances import access, outcomes
 from console.instances.pull_progress import PullSerializer
 
+DIGEST_PATTERN = r"\Asha256:[0-9a-f]{64}\Z"
+
 
 class EventSerializer(serializers.Serializer):
     allocation = serializers.CharField(max_length=64)
@@ -26,6 +28,10 @@ class EventSerializer(serializers.Serializer):
     )
     exit_code = integers.Field(
         required=False, allow_null=True, default=None, min_value=-(2**31), max_value=2**31 - 1
+    )
+    # the digest its image was pulled at (sha256:…): the console pins a tenant's reference to it
+    image_digest = serializers.RegexField(
+        DIGEST_PATTERN, required=False, default="", allow_blank=True
     )
     at = serializers.DateTimeField()
     message = serializers.CharField(
@@ -78,6 +84,7 @@ def apply(host, event: dict) -> bool:
         exit_code=event["exit_code"],
         at=event["at"],
         message=message,
+        image_digest=event["image_digest"],
     )
     return outcomes.record_outcome(host, event["instance"], outcome)
 

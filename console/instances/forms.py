@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 
 from accounts.models import SshKey
 from console import integers
+from console.catalog import registries
 from console.catalog.models import (
     Image,
     Region,
@@ -71,7 +72,21 @@ class LaunchForm(forms.Form):
         label="Spec",
     )
     image = forms.ModelChoiceField(
-        queryset=Image.objects.filter(active=True), to_field_name="name", empty_label=None
+        queryset=Image.objects.filter(active=True),
+        to_field_name="name",
+        empty_label=None,
+        required=False,
+    )
+    image_ref = forms.CharField(
+        max_length=registries.MAX_REFERENCE + 1,  # longer: refusal says the limit in words
+        required=False,
+        label="Or your own image",
+        help_text="Optional: an image reference of your own instead of the catalog image, e.g. "
+        f"{registries.EXAMPLE}; a private registry's credentials go under Registry credentials. "
+        "It is pinned to its digest at the first pull.",
+        widget=forms.TextInput(
+            attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "registry/repo:tag"}
+        ),
     )
     name = forms.CharField(
         max_length=63,
@@ -171,6 +186,12 @@ class LaunchForm(forms.Form):
             self.add_error(
                 "disk_gib", f"{spec.name} comes with {spec.disk_gib} GiB: give at least that."
             )
+        if data.get("image_ref"):  # a reference of the tenant's own replaces the catalog image
+            data["image"] = None
+            if region is not None and (refused := registries.refusal(data["image_ref"], region)):
+                self.add_error("image_ref", refused)
+        elif data.get("image") is None and "image" not in self.errors:
+            self.add_error("image", "Choose an image, or give a reference of your own.")
         if spec is not None and region is not None and self.membership is not None:
             found = availability.Checker(self.membership.tenant.quota, region).of(spec)
             if not found.launchable:
@@ -182,6 +203,9 @@ class LaunchForm(forms.Form):
             except ValidationError as error:
                 self.add_error(None, error)
         return data
+
+    def clean_image_ref(self) -> str:
+        return self.cleaned_data["image_ref"].strip()
 
     def clean_on_host_loss(self) -> str:
         return self.cleaned_data["on_host_loss"] or OnHostLoss.KEEP_DISK
@@ -220,7 +244,7 @@ class LaunchForm(forms.Form):
             if not colon or port is None or not name.strip():
                 raise forms.ValidationError(f"Line {number}: write PORT:NAME, e.g. 8080:app.")
             ports.append({"port": port, "name": name.strip()})
-        image = self.cleaned_data.get("image")
+        image = None if self.data.get("image_ref", "").strip() else self.cleaned_data.get("image")
         if ports and image is not None and (problems := access.launch_ports_errors(image, ports)):
             raise forms.ValidationError(problems)
         return ports

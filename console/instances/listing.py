@@ -29,7 +29,8 @@ COLUMNS = (
     "id", "name", "state", "state_reason_code", "state_reason_detail", "command", "env",
     "secret_env", "exit_code", "ports", "disk_gib", "created_by_id", "created_at", "updated_at",
     "terminated_at", "spec_id",
-    "spec__code", "image__name", "image__reference", "image__ports", "region__code",
+    "spec__code", "image__name", "image__reference", "image__ports", "image_reference",
+    "image_digest", "region__code",
     "disk_host__name", "app_token", "restart_policy", "on_host_loss", "restart_count",
     "restart_at", "spec__ram_mib", "spec__gpu_memory_mib", "pull_progress",
 )  # fmt: skip
@@ -98,7 +99,7 @@ def represent(rows: list[dict], *, shell: bool, staff: bool, base_url: str) -> l
 def _one(row, host, keys, figures, placed, base_url, shell, now) -> dict:
     instance_id, state, restart_at = row["id"], row["state"], row["restart_at"]
     reason = reasons.Reason(row["state_reason_code"], row["state_reason_detail"])
-    ports = access.declared_ports(row["image__ports"], row["ports"])
+    ports = access.declared_ports(row["image__ports"] or [], row["ports"])
     queries = [_query(entry, row["app_token"], shell) for entry in ports]
     return {
         "id": instance_id,
@@ -113,8 +114,9 @@ def _one(row, host, keys, figures, placed, base_url, shell, now) -> dict:
         ),
         "pull_progress": row["pull_progress"] or None,
         "spec": row["spec__code"],
-        "image": row["image__name"],
-        "image_reference": row["image__reference"],
+        "image": row["image__name"] or row["image_reference"],
+        "image_reference": row["image__reference"] or row["image_reference"],
+        "image_digest": row["image_digest"],
         "command": row["command"],
         "env": row["env"],
         "secret_env": secret_env.masked(row["secret_env"]),

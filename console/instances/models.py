@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from accounts.models import SshKey, Tenant
 from console import secret_env
+from console.catalog import registries
 from console.catalog.models import Image, Mode, Region, RestartPolicy, Spec
 from console.fleet.models import Gpu, Host
 from console.instances import reasons
@@ -64,7 +65,15 @@ class Instance(models.Model):
     )
     name = models.CharField(max_length=63)
     spec = models.ForeignKey(Spec, on_delete=models.PROTECT, related_name="instances")
-    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="instances")
+    # What it runs: a catalog image, or (image None) a reference of the tenant's own
+    # (catalog/registries.py says which a region allows). `image_reference` is the reference
+    # as launched; `image_digest` the digest of a tenant's reference's first pull, which every
+    # later allocation pulls and runs (`pull_reference`), so a moved tag changes nothing.
+    image = models.ForeignKey(
+        Image, on_delete=models.PROTECT, null=True, blank=True, related_name="instances"
+    )
+    image_reference = models.CharField(max_length=255, blank=True)
+    image_digest = models.CharField(max_length=80, blank=True)
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="instances")
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     # Why it is in its state (reasons.Reason): a code, or none when the detail is words.
@@ -124,6 +133,12 @@ class Instance(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["tenant", "state"]), models.Index(fields=["state"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(image__isnull=False) | ~models.Q(image_reference=""),
+                name="instance_runs_an_image",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
@@ -131,6 +146,36 @@ class Instance(models.Model):
     @property
     def is_live(self) -> bool:
         return self.state != State.TERMINATED
+
+    @property
+    def reference(self) -> str:
+        """The image reference it was launched with (its catalog image's, or the tenant's)."""
+        return self.image.reference if self.image_id is not None else self.image_reference
+
+    @property
+    def pull_reference(self) -> str:
+        """What its allocations pull and run: a tenant's reference pinned to its digest once
+        known (repository@sha256:…), else the reference."""
+        return registries.pinned(self.reference, self.image_digest)
+
+    @property
+    def image_label(self) -> str:
+        """Its image as the pages and the API name it: the catalog image's name, or the
+        tenant's reference."""
+        return self.image.name if self.image_id is not None else self.image_reference
+
+    @property
+    def image_command(self) -> list[str]:
+        """Its image's default command ([]: the image's own CMD, always for a tenant's)."""
+        return self.image.command if self.image_id is not None else []
+
+    @property
+    def image_env(self) -> dict[str, str]:
+        return self.image.env if self.image_id is not None else {}
+
+    @property
+    def image_ports(self) -> list[dict]:
+        return self.image.ports if self.image_id is not None else []
 
     @property
     def masked_secrets(self) -> dict[str, str]:

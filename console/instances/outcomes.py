@@ -5,6 +5,7 @@ Each checks the instance's state again under its lock, so a late or repeated rep
 nothing."""
 
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -20,6 +21,8 @@ from console.instances import lifecycle, locks, placement, queue, reasons, resta
 from console.instances.models import Allocation, Instance, InstanceEvent, State
 
 log = logging.getLogger(__name__)
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 S = State
 
@@ -38,6 +41,7 @@ class Job:
     request: dict
     # the instance's secrets, sealed: placement.agent_body opens them into the request it sends
     secret_env: dict = field(default_factory=dict, repr=False)
+    tenant_id: int | None = None  # whose registry credentials its pull may use
 
 
 def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
@@ -47,7 +51,9 @@ def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
     A plain read, no lock: nothing is written here (on SQLite a transaction would take the
     database's write lock), and whatever the task does next is recorded by a function that
     checks the state again under the lock (mark_running, finish_stop, ...)."""
-    instance = Instance.objects.filter(pk=instance_pk).only("pk", "state", "secret_env").first()
+    instance = (
+        Instance.objects.filter(pk=instance_pk).only("pk", "state", "secret_env", "tenant").first()
+    )
     if instance is None or instance.state not in states:
         return None
     allocation = (
@@ -62,14 +68,20 @@ def job(instance_pk: int, states: tuple[str, ...]) -> Job | None:
         host=allocation.host if allocation else None,
         request=allocation.request if allocation else {},
         secret_env=instance.secret_env,
+        tenant_id=instance.tenant_id,
     )
 
 
 def mark_running(
-    instance_pk: int, allocation_id: str, message: str = "Running", at: datetime | None = None
+    instance_pk: int,
+    allocation_id: str,
+    message: str = "Running",
+    at: datetime | None = None,
+    image_digest: str = "",
 ) -> bool:
     """The agent runs the allocation (since `at`, its time; default now): provisioning/
-    starting/rebooting → running. An instance of a suspended tenant never runs: it stops."""
+    starting/rebooting → running. An instance of a suspended tenant never runs: it stops.
+    `image_digest`: the digest the agent pulled its image at (pin_digest)."""
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
         if instance is None or instance.state not in (S.PROVISIONING, S.STARTING, S.REBOOTING):
@@ -85,8 +97,22 @@ def mark_running(
             queue.enqueue("stop", instance.pk)
             return True
         lifecycle.transition(instance, S.RUNNING, message=message, at=at)
-        if instance.image.reference and allocation.host.image_settings:  # a host with images
-            images.note_held(allocation.host_id, instance.image.reference)
+        pin_digest(instance, image_digest)
+        if allocation.host.image_settings:  # a host with images
+            images.note_held(allocation.host_id, instance.pull_reference)
+    return True
+
+
+def pin_digest(instance: Instance, digest: str) -> bool:
+    """Pin a tenant's own image reference to the digest of its first pull (the caller holds
+    the instance's lock): every later allocation runs repository@digest (placement.
+    agent_request), so a tag moved since runs nothing new. Catalog images are the operator's
+    and follow their tag; a digest already pinned stays. Answers whether it pinned."""
+    if instance.image_id is not None or instance.image_digest or not DIGEST.fullmatch(digest):
+        return False
+    instance.image_digest = digest
+    Instance.objects.filter(pk=instance.pk).update(image_digest=digest)
+    lifecycle.note(instance, f"Pinned {instance.image_reference} to {digest}")
     return True
 
 
@@ -261,6 +287,9 @@ NEVER_RAN = (
     reasons.Code.COMMAND_NOT_FOUND,
     reasons.Code.IMAGE_NOT_FOUND,
     reasons.Code.IMAGE_PULL_FAILED,
+    reasons.Code.REGISTRY_UNREACHABLE,
+    reasons.Code.REGISTRY_NEEDS_CREDENTIALS,
+    reasons.Code.REGISTRY_REFUSED_CREDENTIALS,
     reasons.Code.LAUNCH_FAILED,
 )
 
@@ -276,6 +305,7 @@ class Outcome:
     exit_code: int | None = None
     at: datetime | None = None
     message: str = ""
+    image_digest: str = ""  # the digest the agent pulled the image at (pin_digest)
 
 
 def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
@@ -291,7 +321,11 @@ def record_outcome(host: Host, instance_pk: int, outcome: Outcome) -> bool:
         return False
     if outcome.state == "running":
         return mark_running(
-            instance_pk, outcome.allocation_id, outcome.message or "Running", at=outcome.at
+            instance_pk,
+            outcome.allocation_id,
+            outcome.message or "Running",
+            at=outcome.at,
+            image_digest=outcome.image_digest,
         )
     if outcome.state == "exited":
         return _workload_exited(instance_pk, outcome)
@@ -371,7 +405,7 @@ def record_progress(
         last = instance.events.last()
         if last is not None and last.kind == "note" and _same_pull(last.message, message):
             # one event per pull, saying how far it got: a long pull reports every second
-            InstanceEvent.objects.filter(pk=last.pk).update(message=message[:300])
+            InstanceEvent.objects.filter(pk=last.pk).update(message=reasons.shorten(message, 300))
             lifecycle.announce_unchanged(instance, timezone.now())
         else:
             lifecycle.announce_note(instance, message)

@@ -354,15 +354,19 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
     command, environment, limits, disk). The command is the tenant's, else the image's
     default, else None (the image's own CMD); the environment is the image's default with
     the tenant's laid over it, and the instance's app token when its image serves Jupyter."""
-    image = instance.image
+    ports = instance.image_ports
     return {
         "mode": spec.mode,
         "gpus": list(choice.gpu_indexes),
         "mig": choice.mig,
         "shared": choice.shared,
-        "image": image.reference,
-        "command": instance.command or image.command or None,
-        "env": {**image.env, **instance.env, **sign_in.token_env(image.ports, instance.app_token)},
+        "image": instance.pull_reference,
+        "command": instance.command or instance.image_command or None,
+        "env": {
+            **instance.image_env,
+            **instance.env,
+            **sign_in.token_env(ports, instance.app_token),
+        },
         "resources": resources(spec),
         "volume": {"name": instance.disk_name}
         | ({"size_gib": instance.disk_gib} if instance.disk_gib else {}),
@@ -384,12 +388,17 @@ def agent_request(instance: Instance, spec: Spec, choice: Choice) -> dict:
     }
 
 
-def agent_body(request: dict, sealed: dict) -> dict:
+def agent_body(request: dict, sealed: dict, registry_auth: dict | None = None) -> dict:
     """The agent request as sent: the stored one (which holds no secret) with the instance's
-    sealed secrets opened into its environment, over the image's and the plain env's names."""
-    if not sealed:
-        return request
-    return {**request, "env": {**request.get("env", {}), **secret_env.open_all(sealed)}}
+    sealed secrets opened into its environment, over the image's and the plain env's names,
+    and the tenant's credential for its image's registry (registry_credentials.pull_auth),
+    which the agent uses for that pull only and keeps nowhere."""
+    body = dict(request)
+    if sealed:
+        body["env"] = {**request.get("env", {}), **secret_env.open_all(sealed)}
+    if registry_auth:
+        body["registry_auth"] = registry_auth
+    return body
 
 
 def allocate(

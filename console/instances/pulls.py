@@ -21,7 +21,7 @@ def pull_note(
     host = Host.objects.only("name", "image_settings").get(pk=allocation.host_id)
     if not host.image_settings:  # a runtime without images (sim, process)
         return ""
-    reference = instance.image.reference
+    reference = instance.pull_reference
     pulling = f"Pulling {reference} on {host.name}"
     if pinned is not None:
         return f"{pulling}, which holds its disk"

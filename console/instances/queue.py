@@ -74,7 +74,7 @@ def place(
     An instance that has a disk goes only to the host that holds it (a disk does not move
     between hosts)."""
     pinned = placement.pinned_host(instance)
-    holding = images.holders(instance.region_id, instance.image.reference)
+    holding = images.holders(instance.region_id, instance.pull_reference)
     try:
         allocation = placement.allocate(
             instance,

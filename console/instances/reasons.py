@@ -33,6 +33,9 @@ class Code(models.TextChoices):
     COMMAND_NOT_FOUND = "command_not_found"
     IMAGE_NOT_FOUND = "image_not_found"
     IMAGE_PULL_FAILED = "image_pull_failed"
+    REGISTRY_UNREACHABLE = "registry_unreachable"
+    REGISTRY_NEEDS_CREDENTIALS = "registry_needs_credentials"
+    REGISTRY_REFUSED_CREDENTIALS = "registry_refused_credentials"
     LAUNCH_FAILED = "launch_failed"
     ENGINE_UNAVAILABLE = "engine_unavailable"
     DISK_FAILED = "disk_failed"
@@ -82,9 +85,25 @@ class Reason:
         return self.code or self.detail
 
     def fitted(self) -> "Reason":
-        """This reason, its detail cut so that its text is at most MAX_TEXT long."""
+        """This reason, its detail shortened (at a word's end) so that its text is at most
+        MAX_TEXT long."""
         room = MAX_TEXT - (len(self.text) - len(self.detail))
-        return Reason(self.code, self.detail[: max(room, 0)])
+        return Reason(self.code, shorten(self.detail, max(room, 0)))
+
+
+ELLIPSIS = "…"
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: as it is when it fits, else cut at the end of a
+    word with "…" (mid-word only when its first word alone is longer)."""
+    if len(text) <= limit:
+        return text
+    if limit <= len(ELLIPSIS):
+        return text[:limit]
+    cut = text[: limit - len(ELLIPSIS) + 1]
+    cut = cut[: cut.rstrip().rfind(" ")] if " " in cut.strip() else cut[:-1]
+    return cut.rstrip(" ,;:(") + ELLIPSIS
 
 
 def from_agent(text: str) -> Reason:
@@ -166,10 +185,27 @@ REASONS: dict[Code, Callable[[Facts], str]] = {
         f"its command is not in the image{f.said} — fix the command or choose another image"
     ),
     Code.IMAGE_NOT_FOUND: lambda f: (
-        f"its image was not found{f.said} — check the image's name, or choose another image"
+        f"its image was not found{f.said} — check the reference for a typo (registry, "
+        "repository and tag), or choose another image"
     ),
     Code.IMAGE_PULL_FAILED: lambda f: (
-        f"its image could not be downloaded{f.said} — {AGAIN} in a moment; {OPERATOR}"
+        f"its image could not be downloaded{f.said} — check the reference and its registry; "
+        f"{OPERATOR}"
+    ),
+    # the agent's detail names the registry and the engine's error (agent/image_store.py)
+    Code.REGISTRY_UNREACHABLE: lambda f: (
+        f"its image's registry could not be reached{f.said} — the hosts cannot reach that "
+        "registry: ask your operator for a registry mirror or for network access to it, or "
+        "push the image to a registry the region allows"
+    ),
+    Code.REGISTRY_NEEDS_CREDENTIALS: lambda f: (
+        f"{f.detail or 'its image registry asks for credentials'} — add them under Registry "
+        f"credentials (an admin of your tenant can), or check the reference for a typo, then "
+        f"{AGAIN}"
+    ),
+    Code.REGISTRY_REFUSED_CREDENTIALS: lambda f: (
+        f"{f.detail or 'its image registry refused the credentials'} — check the username and "
+        f"token under Registry credentials, then {AGAIN}"
     ),
     Code.LAUNCH_FAILED: lambda f: (
         f"its workload could not be started{f.said} — {AGAIN}; {OPERATOR}"
@@ -245,6 +281,8 @@ def explain(
         return reason.detail
     facts = Facts(reason.detail.strip(), ram_mib, gpu_memory_mib, exit_code)
     text = REASONS[reason.code](facts)
+    if facts.detail and text.startswith(facts.detail):  # a registry's name keeps its case
+        return text + "."
     return text[:1].upper() + text[1:] + "."
 
 

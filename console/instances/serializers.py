@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console import integers, secret_env
+from console.catalog import registries
 from console.catalog.models import (
     MAX_ARGS,
     MAX_VALUE,
@@ -85,6 +86,11 @@ class InstanceSerializer(serializers.Serializer):
     spec = serializers.CharField(read_only=True)
     image = serializers.CharField(read_only=True)
     image_reference = serializers.CharField(read_only=True)
+    image_digest = serializers.CharField(
+        read_only=True,
+        help_text="the digest its own image reference is pinned to (sha256:…), which every "
+        "start runs; empty for a catalog image or before the first pull",
+    )
     command = serializers.JSONField(read_only=True, allow_null=True)
     env = serializers.JSONField(read_only=True)
     secret_env = serializers.DictField(
@@ -196,6 +202,15 @@ class LaunchSerializer(serializers.Serializer):
         help_text="An image's name. Default: the first active image by name, as the console's "
         "form preselects.",
     )
+    image_ref = serializers.CharField(
+        max_length=registries.MAX_REFERENCE + 1,  # longer: refusal says the limit in words
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        help_text="An image reference of your own instead of a catalog image (not both), e.g. "
+        f"{registries.EXAMPLE}: the region decides which registries it may name; pinned to its "
+        "digest at the first pull.",
+    )
     disk_gib = integers.Field(
         required=False,
         allow_null=True,
@@ -271,7 +286,14 @@ class LaunchSerializer(serializers.Serializer):
     def validate_secret_env(self, secrets):
         return self.validate_env(secrets)
 
+    def validate_image_ref(self, reference):
+        return (reference or "").strip() or None
+
     def validate(self, data):
+        if data.get("image") is not None and data.get("image_ref"):
+            raise serializers.ValidationError(
+                {"image_ref": ["Give a catalog image or an image reference, not both."]}
+            )
         if "spec" not in data and not data.get("template"):
             raise serializers.ValidationError({"spec": ["Give a spec, or a template."]})
         return data

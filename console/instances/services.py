@@ -20,7 +20,15 @@ from accounts import locks as account_locks
 from accounts.models import Quota, Tenant
 from console import secret_env
 from console.audit import recorder as audit
-from console.catalog.models import Image, Region, Spec, command_errors, env_errors
+from console.catalog import registries
+from console.catalog.models import (
+    Image,
+    Region,
+    RestartPolicy,
+    Spec,
+    command_errors,
+    env_errors,
+)
 from console.errors import DomainError, ErrorCode
 from console.fleet import agent_client, image_availability
 from console.fleet.models import Host
@@ -136,7 +144,7 @@ def validate_launch(
     tenant: Tenant,
     name: str,
     spec: Spec,
-    image: Image,
+    image: Image | None,
     command: list[str] | None = None,
     env: dict[str, str] | None = None,
     disk_gib: int | None = None,
@@ -162,7 +170,7 @@ def validate_launch(
         errors["name"] = _name_taken_message(name)
     if not spec.active:
         errors["spec"] = f"{spec.code} is retired and cannot be launched."
-    if not image.active:
+    if image is not None and not image.active:
         errors["image"] = f"{image.name} is retired and cannot be launched."
     if errors:
         raise ValidationError(errors)
@@ -205,6 +213,7 @@ def launch_instance(
     name: str | None = None,
     spec: Spec,
     image: Image | None = None,
+    image_ref: str | None = None,
     region: Region | None = None,
     disk_gib: int | None = None,
     command: list[str] | None = None,
@@ -227,15 +236,22 @@ def launch_instance(
     (default: the image's) and `on_host_loss` say what it does when its host is lost
     (recovery.fail_over_hosts). Without a `name` it gets a generated one (names.generate),
     without an `image` the default one, without `disk_gib` the spec's disk (a bigger one may
-    be asked for).
+    be asked for). `image_ref`, instead of `image`, runs a reference of the tenant's own where
+    the region allows it (catalog/registries.py), with the image's own command, environment
+    and ports; its first pull pins it to a digest (outcomes.pin_digest).
 
     What needs no lock is checked first: the request's own fields, the region, whether its
     hardware could ever hold the spec. The transaction (on SQLite the database's one write
     lock, which every launch, task and agent event waits for) holds only what must be
     decided together with the other launches: the name, the quota, the budget, the slice."""
-    image = image or default_image()
-    if image is None:
-        raise ValidationError({"image": "The catalog has no image to launch yet."})
+    if image is not None and image_ref:
+        raise ValidationError(
+            {"image_ref": "Give a catalog image or an image reference, not both."}
+        )
+    if not image_ref:
+        image = image or default_image()
+        if image is None:
+            raise ValidationError({"image": "The catalog has no image to launch yet."})
     name = name or names.generate(spec.code, lambda candidate: _name_taken(tenant, candidate))
     env, secrets = secret_env.split(env or {}, secrets or {})
     validate_launch(tenant, name, spec, image, command, env, disk_gib, secrets)
@@ -244,6 +260,8 @@ def launch_instance(
     region = region or default_region(spec)
     if region is None:
         raise ValidationError({"region": "There is no region to launch in yet."})
+    if image_ref and (refused := registries.refusal(image_ref, region)):
+        raise ValidationError({"image_ref": refused})
     if not availability.can_ever_place(spec, region):
         detail = availability.hardware_detail(spec, region)
         quota = Quota.objects.filter(tenant_id=tenant.pk).first()
@@ -265,13 +283,15 @@ def launch_instance(
             name=name,
             spec=spec,
             image=image,
+            image_reference=image_ref or "",
             region=region,
             command=command or None,
             env=env,
             secret_env=secret_env.seal(secrets),
             disk_gib=disk_gib or spec.disk_gib,
             ports=ports or [],
-            restart_policy=restart_policy or image.restart_policy,
+            restart_policy=restart_policy
+            or (image.restart_policy if image is not None else RestartPolicy.ON_FAILURE),
             on_host_loss=on_host_loss,
             state=S.PENDING,
             created_at=now,
@@ -396,7 +416,7 @@ def _launched(instance: Instance) -> dict:
     return {
         "name": instance.name,
         "spec": instance.spec.code,
-        "image": instance.image.name,
+        "image": instance.image_label,
         "region": instance.region.code,
         "disk_gib": instance.disk_gib,
         "state": instance.state,

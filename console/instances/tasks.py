@@ -36,6 +36,7 @@ from console.instances import (
 )
 from console.instances.models import Allocation, State
 from console.instances.reasons import Code, Reason
+from console.registry_credentials import services as registry_credentials
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def _outcome(allocation_id: str, item: dict) -> outcomes.Outcome:
         reason=str(item.get("reason") or ""),
         exit_code=exit_code if isinstance(exit_code, int) else None,
         at=at,
+        image_digest=str(item.get("image_digest") or ""),
     )
 
 
@@ -119,12 +121,15 @@ def _settle(job: outcomes.Job, result: dict, running_message: str) -> bool:
             job.host, job.instance_pk, job.allocation_id, "Starting the workload on its host"
         )
         return True
-    return outcomes.mark_running(job.instance_pk, job.allocation_id, running_message)
+    return outcomes.mark_running(
+        job.instance_pk, job.allocation_id, running_message, image_digest=outcome.image_digest
+    )
 
 
 def _put(task: HostTask, job: outcomes.Job) -> dict:
     try:
-        body = placement.agent_body(job.request, job.secret_env)
+        auth = registry_credentials.pull_auth(job.tenant_id, job.request.get("image") or "")
+        body = placement.agent_body(job.request, job.secret_env, auth)
         return agent_client.create_allocation(job.host, job.allocation_id, body)
     except AgentRejected as exc:
         if exc.status == 409:

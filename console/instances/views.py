@@ -225,6 +225,7 @@ def _launch_fields(data: dict) -> dict:
     return {
         "spec": data["spec"],
         "image": data["image"],
+        "image_ref": data["image_ref"] or None,
         "region": data["region"],
         "disk_gib": data["disk_gib"],
         "ports": data["ports"],
@@ -368,7 +369,7 @@ def _detail_context(request, instance):
         "ssh": access.ssh_target(instance) if request.membership.can(OPERATE) else None,
         "ports": [
             {**entry, "path": _port_link(instance, entry, can_operate)}
-            for entry in access.declared_ports(instance.image.ports, instance.ports)
+            for entry in access.declared_ports(instance.image_ports, instance.ports)
         ],
     }
 

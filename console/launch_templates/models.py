@@ -42,6 +42,11 @@ class LaunchTemplate(models.Model):
         Image, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
         help_text="empty: the default image at launch",
     )  # fmt: skip
+    # a tenant's own image reference instead of a catalog image (the region's rules apply
+    # at launch: catalog/registries.py)
+    image_ref = models.CharField(
+        max_length=255, blank=True, help_text="an image reference of the tenant's own, or empty"
+    )
     region = models.ForeignKey(
         Region, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
         help_text="empty: where the spec fits at launch",

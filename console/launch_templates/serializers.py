@@ -73,8 +73,8 @@ class TemplateSerializer(serializers.ModelSerializer):
     class Meta:
         model = LaunchTemplate
         fields = [
-            "id", "name", "description", "public", "mine", "spec", "image", "region", "command",
-            "env", "secret_env", "ports", "disk_gib", "restart_policy", "on_host_loss",
+            "id", "name", "description", "public", "mine", "spec", "image", "image_ref", "region",
+            "command", "env", "secret_env", "ports", "disk_gib", "restart_policy", "on_host_loss",
             "volumes", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = ["public", "created_at", "updated_at"]

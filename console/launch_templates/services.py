@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from console import integers, secret_env
-from console.catalog.models import command_errors, env_errors, port_errors
+from console.catalog.models import REFERENCE, command_errors, env_errors, port_errors
 from console.launch_templates.models import LaunchTemplate
 
 MAX_DISK_GIB = 65536
@@ -20,6 +20,7 @@ MAX_PORTS = 16
 FIELDS = (
     "spec",
     "image",
+    "image_ref",
     "region",
     "command",
     "env",
@@ -63,6 +64,11 @@ def _check(fields: dict, secrets: dict) -> None:
     disk_gib, spec = fields.get("disk_gib"), fields.get("spec")
     if disk_gib is not None and spec is not None and not spec.disk_gib <= disk_gib <= MAX_DISK_GIB:
         errors["disk_gib"] = f"{spec.code} comes with {spec.disk_gib} GiB: give at least that."
+    image_ref = fields.get("image_ref")
+    if image_ref and fields.get("image") is not None:
+        errors["image_ref"] = "Give a catalog image or an image reference, not both."
+    elif image_ref and not REFERENCE.fullmatch(image_ref):
+        errors["image_ref"] = "Not an image reference: registry/repository:tag, e.g. ghcr.io/x/y:1."
     command = fields.get("command")
     if command is not None and (problems := command_errors(command)):
         errors["command"] = problems
@@ -105,6 +111,7 @@ def create_template(
     FIELDS and `description`."""
     env, secrets = secret_env.split(fields.pop("env", None) or {}, secrets or {})
     fields["env"] = env
+    fields["image_ref"] = fields.get("image_ref") or ""
     _check(fields, secrets)
     now = timezone.now()
     template = LaunchTemplate(
@@ -134,7 +141,8 @@ def update_template(
     for field, value in fields.items():
         setattr(template, field, value)
     template.env = env
-    checked = ("spec", "command", "ports", "disk_gib")
+    template.image_ref = template.image_ref or ""
+    checked = ("spec", "image", "image_ref", "command", "ports", "disk_gib")
     _check({**{field: getattr(template, field) for field in checked}, "env": env}, opened)
     template.secret_env = secret_env.seal(opened)
     template.updated_at = timezone.now()
@@ -155,6 +163,7 @@ def save_from_instance(instance, name: str, *, actor=None) -> LaunchTemplate:
         name=name,
         spec_id=instance.spec_id,
         image_id=instance.image_id,
+        image_ref=instance.image_reference,
         region_id=instance.region_id,
         command=instance.command,
         env=instance.env,
@@ -181,6 +190,7 @@ def launch_fields(template: LaunchTemplate, given: dict) -> dict:
     fields = {
         "spec": template.spec,
         "image": template.image,
+        "image_ref": template.image_ref or None,
         "region": template.region,
         "command": template.command,
         "env": template.env,
@@ -192,6 +202,8 @@ def launch_fields(template: LaunchTemplate, given: dict) -> dict:
         "volumes": template.volumes or None,
     }
     given = {field: value for field, value in given.items() if value is not None}
+    if given.get("image") is not None or given.get("image_ref"):  # the launch's image wins
+        fields["image"] = fields["image_ref"] = None
     env = {**fields["env"], **given.pop("env", {})}
     secrets = {
         **fields["secrets"],

@@ -18,6 +18,7 @@ SHARED_QUARTER = {"mode": "shared", "gpus": [2], "shared": {"milli": 250, "memor
 ALLOCATION_KEYS = {
     "id",
     "image",
+    "image_digest",
     "container",
     "finished_at",
     "mode",

@@ -19,6 +19,7 @@ from agent.host import LocalHost
 from agent.identity import HostSecret
 from agent.image_store import ImageStore, mirrored, normalize
 from agent.registry_probe import RegistryProbe
+from agent.runtimes import LaunchError
 from agent.runtimes.sim import SimRuntime
 from agent.state import StateStore
 
@@ -158,7 +159,10 @@ def test_pre_pulls_run_in_the_background_and_report_their_state(store):
         time.sleep(0.01)
     states = {p["reference"]: p for p in images.inventory()["pre_pulls"]}
     assert states[f"{ORIGIN}/team/a:1"]["state"] == "failed"
-    assert "image_pull_failed" in states[f"{ORIGIN}/team/a:1"]["detail"]
+    assert (
+        states[f"{ORIGIN}/team/a:1"]["detail"]
+        == "registry_unreachable: registry.example:5000: connection refused"
+    )
 
 
 def test_clean_up_keeps_pre_pull_in_use_and_what_the_agent_did_not_pull(store):
@@ -376,3 +380,41 @@ def test_a_registry_is_asked_again_once_its_answer_is_old_and_a_new_one_at_once(
     assert [entry["reachable"] for entry in probe.report()] == [True, True]
     probe.want(["docker.io"])
     assert [entry["registry"] for entry in probe.report()] == ["docker.io"]
+
+
+class PrivateEngine(FakeEngine):
+    """A registry that serves ORIGIN's images to the credential `allowed` only."""
+
+    allowed = {"username": "ci-bot", "password": "right"}
+
+    def pull(self, repository, tag, stream, decode, auth_config=None):
+        if auth_config != self.allowed:
+            self.pulled.append(f"{repository}:{tag}")
+            raise APIError("unauthorized: authentication required")
+        return super().pull(repository, tag, stream, decode)
+
+    def inspect_image(self, image_id):
+        digest = "sha256:" + "e" * 64
+        return {**super().inspect_image(image_id), "RepoDigests": [f"{ORIGIN}/team/p@{digest}"]}
+
+
+def test_an_image_pulled_with_a_credential_is_no_other_tenants(tmp_path):
+    engine = PrivateEngine()
+    images = ImageStore(engine.client, tmp_path / "images.json")
+    reference = f"{ORIGIN}/team/p:1"
+    right = {"registry": ORIGIN, **PrivateEngine.allowed}
+    images.ensure(reference, lambda *_: None, right)
+    assert images.is_private(reference)
+    assert images.is_private(f"{ORIGIN}/team/p@sha256:" + "e" * 64)
+    # the host holds it, yet a launch without the credential asks the registry, which refuses
+    with pytest.raises(LaunchError, match="registry_needs_credentials"):
+        images.ensure(reference, lambda *_: None)
+    wrong = {**right, "password": "wrong"}
+    with pytest.raises(LaunchError, match="registry_refused_credentials") as refused:
+        images.ensure(reference, lambda *_: None, wrong)
+    assert "wrong" not in str(refused.value).replace("‘ci-bot’", "")
+    images.ensure(reference, lambda *_: None, right)  # the owner's launch pulls again
+    assert "right" not in (tmp_path / "images.json").read_text()
+    # an agent restarted remembers which are private
+    again = ImageStore(engine.client, tmp_path / "images.json")
+    assert again.is_private(reference)

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("instances", "0014_instance_state_reason_code"),
+        ("instances", "0015_tenant_image_reference"),
     ]
 
     operations = [
