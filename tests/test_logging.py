@@ -72,7 +72,6 @@ def _wait_for(path: Path, text: str, proc, timeout: float = 60) -> str:
     raise AssertionError(f"{text!r} never logged:\n{path.read_text()[-3000:]}")
 
 
-@pytest.mark.integration
 def test_an_exception_nothing_caught_is_logged_critical_with_its_traceback(monkeypatch, caplog):
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     monkeypatch.setattr(threading, "excepthook", threading.excepthook)
@@ -95,6 +94,7 @@ def test_an_exception_nothing_caught_is_logged_critical_with_its_traceback(monke
     assert all(record.exc_info[1].args == ("disk gone",) for record in caplog.records)
 
 
+@pytest.mark.integration
 def test_a_worker_without_a_level_logs_each_task_received_and_its_outcome(
     migrated, redis_url, tmp_path
 ):

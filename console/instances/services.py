@@ -196,15 +196,20 @@ def default_image() -> Image | None:
     return Image.objects.filter(active=True).order_by("name").first()
 
 
-def check_image_obtainable(image: Image, region: Region) -> None:
-    """A field error when no host of `region` can obtain `image`: its registry is out of every
-    host's reach, or it is a local image no host holds (console/fleet/image_availability.py).
-    Rather refused now, with the reason, than failed on a host after a wait."""
-    found = image_availability.classify(region, image.reference)
+def check_image_obtainable(image: Image | None, region: Region, image_ref: str = "") -> None:
+    """A field error when no host of `region` can obtain the launch's image (the tenant's
+    `image_ref`, else the catalog's `image`): its registry is out of every host's reach, or
+    it is a local image no host holds (console/fleet/image_availability.py). Rather refused
+    now, with the reason, than failed on a host after a wait."""
+    if image_ref:
+        field, name, reference = "image_ref", image_ref, image_ref
+    elif image is not None:
+        field, name, reference = "image", image.name, image.reference
+    else:
+        return
+    found = image_availability.classify(region, reference)
     if not found.launchable:
-        raise ValidationError(
-            {"image": f"{image.name} cannot run in {region.name}: {found.detail}"}
-        )
+        raise ValidationError({field: f"{name} cannot run in {region.name}: {found.detail}"})
 
 
 def launch_instance(
@@ -269,7 +274,7 @@ def launch_instance(
         raise ValidationError(
             {"spec": f"{spec.name} cannot be launched: {detail} {over_quota}".strip()}
         )
-    check_image_obtainable(image, region)
+    check_image_obtainable(image, region, image_ref or "")
     with transaction.atomic():
         quota = _lock_quota(tenant)  # first: it also serialises the name check below
         _check_name_free(tenant, name)
