@@ -8,8 +8,8 @@ Both are a Debian root file system of this machine's release from its own apt mi
   JupyterLab on 8888 over /workspace; Jupyter Server reads the token the console gives each
   instance from JUPYTER_TOKEN (without one it makes its own and logs it).
 - `localhost/gpucloud/pytorch:latest`: the CPU build of PyTorch at /opt/pytorch, from a local
-  folder of wheels where pip is told of one (this machine's /opt/wheels: offline, as CI builds
-  it), else from PyTorch's own index; its dependencies from PyPI. Its command trains a small
+  folder of wheels (GPUCLOUD_WHEELS, /opt/wheels: CI's machine holds it there), else from
+  PyTorch's own index; its dependencies and NumPy from PyPI. Its command trains a small
   network on synthetic data (on the GPU where the container has one), printing the loss as it
   falls, then stays up for the instance's terminal.
 
@@ -140,7 +140,7 @@ PYTORCH = Recipe(
     name="pytorch",
     reference="localhost/gpucloud/pytorch:latest",
     venv="/opt/pytorch",
-    requirements=("torch==2.13.0+cpu",),
+    requirements=("torch==2.13.0+cpu", "numpy==2.4.6"),  # torch warns without NumPy
     command=("/opt/pytorch/bin/python", "/opt/pytorch/train.py"),
     files={"opt/pytorch/train.py": TRAIN_SCRIPT},
 )

@@ -117,7 +117,7 @@ def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`--dist loadgroup`, `make test`), keep together what shares a process
     or a resource: a module that starts processes runs in one worker (its module-scoped stacks,
     browsers and agents start once; tests/backing.py's Redis database is the module's); the
-    JupyterLab image's tests share its build cache (agent/images.py); the INSTALLS run one after
+    JupyterLab and PyTorch images' tests share their build cache (agent/images.py); the INSTALLS run one after
     another; every Docker test runs in one worker (dockerd's iptables chains are the host's).
     Each worker has a Podman engine of its own, on subnets of its own (container_engine)."""
     for item in items:
@@ -127,7 +127,7 @@ def pytest_collection_modifyitems(items):
             callspec and callspec.params.get("oci_engine") == "docker"
         ):
             item.add_marker(pytest.mark.xdist_group("docker"))
-        elif "jupyter_image" in item.fixturenames:
+        elif {"jupyter_image", "pytorch_image"} & set(item.fixturenames):
             item.add_marker(pytest.mark.xdist_group("jupyter"))
         elif item.module.__name__ in INSTALLS:
             item.add_marker(pytest.mark.xdist_group("installs"))
