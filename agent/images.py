@@ -169,7 +169,11 @@ class Progress:
         image.update(changes, updated=time.time())
         if self.path:
             partial = self.path.with_name(f".{self.path.name}")
-            partial.write_text(json.dumps(self.state))
+            # its reader's alone (make run's state directory), whatever the build's umask
+            with os.fdopen(
+                os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
+            ) as f:
+                f.write(json.dumps(self.state))
             partial.rename(self.path)
 
 

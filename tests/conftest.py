@@ -108,6 +108,7 @@ INSTALLS = {
     "tests.test_distributed",
     "tests.test_benches",
     "tests.test_agent_package",
+    "tests.browser.test_make_run_images",
 }
 
 

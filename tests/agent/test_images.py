@@ -75,6 +75,7 @@ def test_progress_is_written_whole_for_the_console(tmp_path):
     assert images[JUPYTER.reference] == {"state": "waiting", "step": 0, "steps": 4}
     assert images[PYTORCH.reference]["doing"] == "Python packages (pip)"
     assert [p.name for p in tmp_path.iterdir()] == ["image-builds.json"]
+    assert path.stat().st_mode & 0o077 == 0  # make run's state directory's
 
 
 def test_a_failed_image_does_not_stop_the_next(tmp_path, monkeypatch):
