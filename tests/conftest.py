@@ -118,8 +118,9 @@ def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`--dist loadgroup`, `make test`), keep together what shares a process
     or a resource: a module that starts processes runs in one worker (its module-scoped stacks,
     browsers and agents start once; tests/backing.py's Redis database is the module's); the
-    JupyterLab and PyTorch images' tests share their build cache (agent/images.py); the INSTALLS run one after
-    another; every Docker test runs in one worker (dockerd's iptables chains are the host's).
+    JupyterLab and PyTorch images' tests share their build cache (agent/images.py); the INSTALLS
+    run one after another; every Docker test runs in one worker (dockerd's iptables chains are
+    the host's).
     Each worker has a Podman engine of its own, on subnets of its own (container_engine)."""
     for item in items:
         starts_processes = any(item.get_closest_marker(name) for name in PROCESS_MARKERS)

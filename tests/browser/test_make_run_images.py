@@ -114,10 +114,19 @@ def built(make_run, chromium):
 
 
 def launch(page, url: str, name: str, image: str) -> None:
+    """Fill the launch form and submit it: filled again where the page came back empty (steady
+    loads it again when a container's network change dropped one of its scripts)."""
     page.goto(f"{url}/instances/launch/")
-    page.fill("#id_name", name)
-    page.select_option("#id_image", image)
-    page.locator("tr[data-spec=a100-quarter] input").check()
+    expect(page.locator("[data-role=spec-counts]")).to_contain_text("can run here")
+    spec = page.locator("#spec-a100-quarter")
+    for _ in range(3):
+        page.fill("#id_name", name)
+        page.select_option("#id_image", image)
+        spec.click()
+        if spec.is_checked() and page.input_value("#id_name") == name:
+            break
+        page.wait_for_timeout(1000)
+    expect(spec).to_be_checked()
     page.click("[data-testid=launch-submit]")
     expect(page.locator("h1")).to_contain_text(name)
 
