@@ -36,6 +36,7 @@ from agent import images
 from agent.backends.sim import sim_capacity
 from agent.devtools import engine
 from agent.host import memory_mib
+from agent.podman import EngineError
 from agent.runtimes.oci import LABEL_INSTANCE, running_engine
 from console import processes, state_dir
 
@@ -167,11 +168,14 @@ def images_main() -> int:
     var_dir = Path(os.environ.get("GPUCLOUD_VAR_DIR", ROOT / "var")).resolve()
     storage = podman_storage(var_dir)
     mounted_here = engine.mount_type(storage) is None
-    engine.layer_storage(storage, PODMAN_STORAGE_GIB)
     try:
+        engine.layer_storage(storage, PODMAN_STORAGE_GIB)
         print(f"building into {storage} (make run's engine)", flush=True)
         engine.build_demo_image(storage=storage)
         return images.main(["--storage", str(storage), *sys.argv[2:]])
+    except EngineError as error:  # not root, no podman or busybox: said in full
+        print(error, file=sys.stderr)
+        return 1
     finally:
         if mounted_here:
             engine.unmount_layer_storage(storage)

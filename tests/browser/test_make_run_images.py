@@ -128,6 +128,9 @@ def launch(page, url: str, name: str, image: str) -> None:
         page.wait_for_timeout(1000)
     expect(spec).to_be_checked()
     page.click("[data-testid=launch-submit]")
+    page.wait_for_load_state()
+    refused = page.get_by_test_id("error-summary")
+    assert refused.count() == 0, refused.inner_text()
     expect(page.locator("h1")).to_contain_text(name)
 
 
@@ -147,7 +150,7 @@ def test_a_tenant_launches_pytorch_from_the_form_and_its_logs_show_the_loss_fall
 
 def test_jupyterlab_opens_signed_in(built, chromium):
     page = signed_in(chromium, built, "alice", "alice-gpu-demo")
-    launch(page, built, "notebook", "jupyterlab")
+    launch(page, built, "lab", "jupyterlab")  # the demo has a "notebook"
     link = page.get_by_test_id("port-link")
     expect(link).to_have_text("Open JupyterLab", timeout=180_000)
     with page.expect_popup() as opened:
