@@ -145,8 +145,6 @@ PYTORCH = Recipe(
     files={"opt/pytorch/train.py": TRAIN_SCRIPT},
 )
 RECIPES = (JUPYTER, PYTORCH)
-JUPYTER_IMAGE = JUPYTER.reference
-PYTORCH_IMAGE = PYTORCH.reference
 
 
 class Progress:
@@ -368,12 +366,6 @@ def build_image(
     _run(*podman_command(storage, "import", *changes, str(tar), recipe.reference), env=podman_env())
     progress(recipe.reference, state="built", doing="built")
     return True
-
-
-def build_jupyter_image(
-    reference: str = JUPYTER_IMAGE, storage: Path | None = None, cache: Path = CACHE
-) -> bool:
-    return build_image(JUPYTER, storage, cache)
 
 
 def build_all(storage: Path | None, cache: Path = CACHE, progress_file: Path | None = None) -> int:
