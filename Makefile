@@ -15,9 +15,10 @@ install: $(BIN)/.installed
 run: $(BIN)/.installed
 	$(BIN)/python -m console.launcher
 
-# JupyterLab on Debian, built from Debian's packages and PyPI into the local engine (root)
+# The demo catalog's images (busybox, JupyterLab, PyTorch), built from Debian's packages and
+# PyPI into make run's engine (root); `python -m agent.images --storage DIR` builds them elsewhere
 images: $(BIN)/.installed
-	$(BIN)/python -m agent.images
+	$(BIN)/python -m console.launcher images
 
 # The host agent's own wheel (agent/pyproject.toml) for GPU hosts: no console, no Django;
 # it needs only pip (and PyPI, or a mirror, for setuptools), not the console's venv.

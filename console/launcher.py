@@ -11,7 +11,16 @@ or Podman socket, or Podman installed, whose API this starts), else as processes
 The state directory (GPUCLOUD_VAR_DIR, var/) is this user's alone: 0700, and everything in it
 0600 (0700 a directory), since this process and all it starts make files with umask 077. Podman's
 own directory (its socket and storage) lies beside it, in `<var>-podman/`: Podman makes every
-directory above a container's root file system traversable, which it may do to its own."""
+directory above a container's root file system traversable, which it may do to its own.
+
+With Podman started here, the demo catalog's images are built into its storage: the busybox one
+before the agents start (seconds), JupyterLab's and PyTorch's in the background (agent/images.py:
+minutes the first time, seconds once cached; nothing once built), saying how far in
+`<var>/image-builds.json`, which the console's pages show. GPUCLOUD_BUILD_IMAGES=0 skips that
+background build (the tests that start make run and need no such image).
+
+`python -m console.launcher images` (`make images`) builds the same images into the same
+storage, in the foreground, whether make run is running or not."""
 
 import os
 import signal
@@ -23,9 +32,11 @@ from pathlib import Path
 
 import docker
 
+from agent import images
 from agent.backends.sim import sim_capacity
 from agent.devtools import engine
 from agent.host import memory_mib
+from agent.podman import EngineError
 from agent.runtimes.oci import LABEL_INSTANCE, running_engine
 from console import processes, state_dir
 
@@ -39,6 +50,10 @@ STOP_INSTANCES_WAIT = 60
 PODMAN_STORAGE_GIB = 100
 # where the SSH front listens when SSH_FRONT is unset (a free port if this one is taken)
 SSH_FRONT_PORT = 2222
+# what the console reads to say how far the background build of the demo images is
+IMAGE_BUILDS = "image-builds.json"
+# children that may end on their own: the background build of the images
+MAY_END = {"images"}
 DEMO_AGENTS = [
     # hostname, GPUs, model, per-GPU modes
     ("host-a", 8, "a100-80gb", "mig,mig,mig,mig,shared,shared,shared,shared"),
@@ -126,6 +141,46 @@ def choose_runtime(var_dir: Path, children: list) -> tuple[str, str | None, str]
     return "oci", f"unix://{socket}", "containers through Podman (started here)"
 
 
+def start_image_build(var_dir: Path, env: dict[str, str]) -> subprocess.Popen | None:
+    """The demo catalog's JupyterLab and PyTorch images built into make run's Podman storage in
+    the background (a process of its own, which the console does not wait for), saying how far
+    in <var>/image-builds.json; None where GPUCLOUD_BUILD_IMAGES=0."""
+    progress = var_dir / IMAGE_BUILDS
+    progress.unlink(missing_ok=True)  # an earlier run's
+    if os.environ.get("GPUCLOUD_BUILD_IMAGES", "1") == "0":
+        return None
+    log = (var_dir / "images.log").open("ab")
+    command = [processes.PYTHON, "-m", "agent.images", "--storage", str(podman_storage(var_dir))]
+    return subprocess.Popen(
+        [*command, "--progress", str(progress)],
+        env=env,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        process_group=0,
+        umask=0o022,  # the cache's tars and the images' files are everyone's to read
+    )
+
+
+def images_main() -> int:
+    """`make images`: the demo catalog's images built into make run's Podman storage (mounted
+    for the build where make run is not running), in the foreground."""
+    var_dir = Path(os.environ.get("GPUCLOUD_VAR_DIR", ROOT / "var")).resolve()
+    storage = podman_storage(var_dir)
+    mounted_here = engine.mount_type(storage) is None
+    try:
+        engine.layer_storage(storage, PODMAN_STORAGE_GIB)
+        print(f"building into {storage} (make run's engine)", flush=True)
+        engine.build_demo_image(storage=storage)
+        return images.main(["--storage", str(storage), *sys.argv[2:]])
+    except EngineError as error:  # not root, no podman or busybox: said in full
+        print(error, file=sys.stderr)
+        return 1
+    finally:
+        if mounted_here:
+            engine.unmount_layer_storage(storage)
+
+
 def podman_dir(var_dir: Path) -> Path:
     return var_dir.with_name(f"{var_dir.name}-podman")
 
@@ -209,6 +264,17 @@ def serve(port: int, var_dir: Path, children: list) -> int:
     start("ssh-front", [processes.PYTHON, str(ROOT / "manage.py"), "ssh_front"])
     processes.wait_http(f"{url}/healthz", timeout=60, proc=web)
     runtime, engine_url, runs_as = choose_runtime(var_dir, children)
+    builds = "none (no Podman started here: `sudo make images` builds them into the default one)"
+    if any(name == "podman" for name, _ in children):
+        build = start_image_build(var_dir, env)
+        if build:
+            children.append(("images", build))
+            builds = (
+                "JupyterLab and PyTorch being built in the background into make run's Podman "
+                f"(how far: the console's pages; log {var_dir / 'images.log'})"
+            )
+        else:
+            builds = "JupyterLab and PyTorch not built (GPUCLOUD_BUILD_IMAGES=0: `make images`)"
     for hostname, gpus, model, mode in DEMO_AGENTS:
         state_dir = var_dir / "agents" / hostname
         token = None
@@ -241,6 +307,7 @@ def serve(port: int, var_dir: Path, children: list) -> int:
         f"web ({processes.web_workers()} uvicorn workers), worker, beat, ssh-front "
         f"({env['SSH_FRONT']}), agent-host-a, agent-host-b (logs in {var_dir})\n"
         f"  workloads: {runs_as}\n"
+        f"  images: {builds}\n"
         + "".join(f"  {line}\n" for line in simulated_hosts(os.cpu_count() or 1, memory_mib()))
         + f"  API docs: {url}/api/v1/docs/   admin: {url}/admin/\n"
         f"  instances' web ports: http://i<id>-<port>.{ports_domain}/ (PORTS_DOMAIN)\n"
@@ -260,7 +327,7 @@ def serve(port: int, var_dir: Path, children: list) -> int:
     exit_code = 0
     while not stopping:
         for name, proc in children:
-            if proc.poll() is not None:
+            if proc.poll() is not None and name not in MAY_END:
                 print(f"{name} exited with {proc.returncode}; see {var_dir / name}.log", flush=True)
                 stopping, exit_code = True, 1
         time.sleep(0.5)
@@ -316,4 +383,4 @@ def stop_all(children: list) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(images_main() if sys.argv[1:2] == ["images"] else main())

@@ -155,6 +155,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "accounts.context_processors.tenancy",
                 "billing.context_processors.budget_notices",
+                "console.web.image_builds.image_builds",
             ],
         },
     },

@@ -108,6 +108,7 @@ INSTALLS = {
     "tests.test_distributed",
     "tests.test_benches",
     "tests.test_agent_package",
+    "tests.browser.test_make_run_images",
 }
 
 
@@ -117,8 +118,9 @@ def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`--dist loadgroup`, `make test`), keep together what shares a process
     or a resource: a module that starts processes runs in one worker (its module-scoped stacks,
     browsers and agents start once; tests/backing.py's Redis database is the module's); the
-    JupyterLab image's tests share its build cache (agent/images.py); the INSTALLS run one after
-    another; every Docker test runs in one worker (dockerd's iptables chains are the host's).
+    JupyterLab and PyTorch images' tests share their build cache (agent/images.py); the INSTALLS
+    run one after another; every Docker test runs in one worker (dockerd's iptables chains are
+    the host's).
     Each worker has a Podman engine of its own, on subnets of its own (container_engine)."""
     for item in items:
         starts_processes = any(item.get_closest_marker(name) for name in PROCESS_MARKERS)
@@ -127,7 +129,7 @@ def pytest_collection_modifyitems(items):
             callspec and callspec.params.get("oci_engine") == "docker"
         ):
             item.add_marker(pytest.mark.xdist_group("docker"))
-        elif "jupyter_image" in item.fixturenames:
+        elif {"jupyter_image", "pytorch_image"} & set(item.fixturenames):
             item.add_marker(pytest.mark.xdist_group("jupyter"))
         elif item.module.__name__ in INSTALLS:
             item.add_marker(pytest.mark.xdist_group("installs"))

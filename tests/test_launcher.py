@@ -36,7 +36,8 @@ def wait_for(check, timeout: float, what: str, log: Path, proc: subprocess.Popen
 
 def make_run_env(var: Path, port: int) -> dict[str, str]:
     """`make run`'s environment on a fresh machine: its own var/ and port, no DATABASE_URL or
-    REDIS_URL (the embedded default)."""
+    REDIS_URL (the embedded default), and no background build of the JupyterLab and PyTorch
+    images (minutes of CPU no test but tests/browser/test_make_run_images.py needs)."""
     dropped = ("DATABASE_URL", "REDIS_URL", "GPUCLOUD_SQLITE_PATH", "PORTS_DOMAIN")
     return {
         **{k: v for k, v in os.environ.items() if k not in dropped},
@@ -44,6 +45,7 @@ def make_run_env(var: Path, port: int) -> dict[str, str]:
         "PORT": str(port),
         "WEB_CONCURRENCY": "1",
         "WORKER_CONCURRENCY": "2",
+        "GPUCLOUD_BUILD_IMAGES": "0",
     }
 
 

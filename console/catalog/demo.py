@@ -66,29 +66,34 @@ SPECS = [
     ("l4-half", "l4", Mode.SHARED, 1, None, 500, 11517, 4, 16384, 100, "0.3200"),
 ]  # fmt: skip
 
-# name, OCI reference, CUDA, description, default command, default env, ports. The first by
-# name (demo-busybox) is what the launch form preselects: `make run` builds it locally, and
-# `make images` the JupyterLab one; the others are pulled from Docker Hub, and say so.
-KEEP_RUNNING = ["sleep", "infinity"]
-REGISTRY = "Pulled from Docker Hub: needs a registry."
+# name, OCI reference, CUDA, description, default command, default env, ports. Only what this
+# install obtains without an image registry: make run builds all three into its agents' engine
+# (busybox before they start, the others in the background), as `make images` does. The first
+# by name (demo-busybox) is what the launch form preselects.
 IMAGES = [
     ("demo-busybox", "localhost/gpucloud/demo:latest", "",
      "A tiny local image for hosts without a registry: busybox serving a web page on 8888 "
      "(make run builds it).", [], {}, [{"port": 8888, "name": "Web page"}]),
     ("jupyterlab", "localhost/gpucloud/jupyter:latest", "",
      "JupyterLab 4.6 and Python 3 on Debian, over /workspace; Open JupyterLab signs you in. "
-     "Built on the host without a registry: run make images there first.", [], {},
+     "Built on the host from Debian's and PyPI's packages (make run builds it in the "
+     "background, or make images).", [], {},
      [{"port": 8888, "name": "JupyterLab", "app": "jupyter"}]),
-    ("pytorch-2.5-cuda12.4", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "12.4",
-     f"PyTorch 2.5, CUDA 12.4, cuDNN 9, Python 3.11. {REGISTRY}", KEEP_RUNNING, {}, []),
-    ("vllm-0.6-cuda12.4", "vllm/vllm-openai:v0.6.6", "12.4",
-     f"vLLM 0.6 OpenAI-compatible inference server. {REGISTRY}", [],
-     {"HF_HOME": "/workspace/hf"}, [{"port": 8000, "name": "OpenAI API"}]),
-    ("tensorflow-2.17-cuda12.3", "tensorflow/tensorflow:2.17.0-gpu", "12.3",
-     f"TensorFlow 2.17, CUDA 12.3, Python 3.11. {REGISTRY}", KEEP_RUNNING, {}, []),
-    ("ubuntu-22.04-cuda12.4", "nvidia/cuda:12.4.1-base-ubuntu22.04", "12.4",
-     f"Ubuntu 22.04 with the CUDA 12.4 toolkit, nothing else. {REGISTRY}", KEEP_RUNNING, {}, []),
+    ("pytorch", "localhost/gpucloud/pytorch:latest", "",
+     "PyTorch 2.13 (its CPU build) and Python 3.11 on Debian. Its command trains a small "
+     "network on synthetic data and prints the loss as it falls (the instance's logs), then "
+     "stays up for the terminal. Built on the host from Debian's and PyPI's packages (make run "
+     "builds it in the background, or make images).", [], {}, []),
 ]  # fmt: skip
+# Images earlier demos offered that need Docker Hub, which a demo's hosts may not reach: seeding
+# again retires them (name: the reference they had), so no launch picks them; instances that
+# use them keep them. One an operator pointed elsewhere is left alone.
+RETIRED_IMAGES = {
+    "pytorch-2.5-cuda12.4": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+    "vllm-0.6-cuda12.4": "vllm/vllm-openai:v0.6.6",
+    "tensorflow-2.17-cuda12.3": "tensorflow/tensorflow:2.17.0-gpu",
+    "ubuntu-22.04-cuda12.4": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+}
 
 # username, password, staff, memberships (tenant slug, role)
 USERS = [
@@ -154,6 +159,8 @@ def load_catalog() -> None:
                 "ports": ports,
             },
         )
+    for name, reference in RETIRED_IMAGES.items():
+        Image.objects.filter(name=name, reference=reference, active=True).update(active=False)
 
 
 def _spec_name(model: GpuModel, mode: str, count: int, profile: str | None, milli: int | None):

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from agent.images import JUPYTER_IMAGE, build_jupyter_image
+from agent.images import JUPYTER, build_image
 from agent.podman import EngineError
 from console.instances.models import Instance
 from tests.factories import ImageFactory
@@ -33,12 +33,12 @@ def jupyter_image(container_engine):
     """The image in the test engine; skipped where it cannot be built (no debootstrap, no
     Debian mirror or PyPI), except in CI."""
     try:
-        build_jupyter_image(storage=container_engine.storage)
+        build_image(JUPYTER, storage=container_engine.storage)
     except EngineError as error:
         if os.environ.get("CI"):
             pytest.fail(f"the JupyterLab image could not be built: {error}")
         pytest.skip(f"the JupyterLab image could not be built here: {error}")
-    return JUPYTER_IMAGE
+    return JUPYTER.reference
 
 
 @pytest.fixture
