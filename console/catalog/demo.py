@@ -70,7 +70,7 @@ SPECS = [
 # install obtains without an image registry: make run builds all three into its agents' engine
 # (busybox before they start, the others in the background), as `make images` does. The first
 # by name (demo-busybox) is what the launch form preselects.
-IMAGES = [
+IMAGES: list[tuple] = [
     ("demo-busybox", "localhost/gpucloud/demo:latest", "",
      "A tiny local image for hosts without a registry: busybox serving a web page on 8888 "
      "(make run builds it).", [], {}, [{"port": 8888, "name": "Web page"}]),

@@ -150,7 +150,7 @@ class Instance(models.Model):
     @property
     def reference(self) -> str:
         """The image reference it was launched with (its catalog image's, or the tenant's)."""
-        return self.image.reference if self.image_id is not None else self.image_reference
+        return self.image.reference if self.image is not None else self.image_reference
 
     @property
     def pull_reference(self) -> str:
@@ -162,20 +162,20 @@ class Instance(models.Model):
     def image_label(self) -> str:
         """Its image as the pages and the API name it: the catalog image's name, or the
         tenant's reference."""
-        return self.image.name if self.image_id is not None else self.image_reference
+        return self.image.name if self.image is not None else self.image_reference
 
     @property
     def image_command(self) -> list[str]:
         """Its image's default command ([]: the image's own CMD, always for a tenant's)."""
-        return self.image.command if self.image_id is not None else []
+        return self.image.command if self.image is not None else []
 
     @property
     def image_env(self) -> dict[str, str]:
-        return self.image.env if self.image_id is not None else {}
+        return self.image.env if self.image is not None else {}
 
     @property
     def image_ports(self) -> list[dict]:
-        return self.image.ports if self.image_id is not None else []
+        return self.image.ports if self.image is not None else []
 
     @property
     def masked_secrets(self) -> dict[str, str]:

@@ -8,8 +8,7 @@ class RegistryCredentialAdmin(admin.ModelAdmin):
     """Operators see who holds a credential for which registry, never its token."""
 
     list_display = ["tenant", "registry", "username", "created_at", "last_used_at"]
-    fields = ["tenant", "registry", "username", "created_at", "last_used_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("tenant", "registry", "username", "created_at", "last_used_at")
 
     def has_add_permission(self, request):
         return False

@@ -68,11 +68,12 @@ def remove_credential(credential: RegistryCredential) -> None:
     credential.delete()
 
 
-def pull_auth(tenant_id: int, reference: str) -> dict | None:
+def pull_auth(tenant_id: int | None, reference: str) -> dict | None:
     """{registry, username, password} for the agent's pull of `reference`, when the tenant
-    holds a credential for its registry (None otherwise); its last use is noted."""
+    holds a credential for its registry (None otherwise, and for a job of no tenant); its
+    last use is noted."""
     registry = registries.registry_of(reference)
-    if not registry:
+    if not registry or tenant_id is None:
         return None
     credential = RegistryCredential.objects.filter(tenant_id=tenant_id, registry=registry).first()
     if credential is None:

@@ -28,7 +28,7 @@ def read() -> list[dict]:
         return []
     builds = []
     for reference, image in state.get("images", {}).items():
-        error = (image.get("error") or "").strip().splitlines()
+        said = (image.get("error") or "").strip().splitlines()
         builds.append(
             {
                 "reference": reference,
@@ -36,7 +36,7 @@ def read() -> list[dict]:
                 "step": image.get("step", 0),
                 "steps": image.get("steps", 0),
                 "doing": image.get("doing", ""),
-                "error": error[-1] if error else "",
+                "error": said[-1] if said else "",
             }
         )
     return builds

@@ -116,12 +116,17 @@ def built(make_run, chromium):
 def launch(page, url: str, name: str, image: str) -> None:
     """Fill the launch form and submit it: filled again where the page came back empty (steady
     loads it again when a container's network change dropped one of its scripts)."""
+    radio = page.locator(f'input[name=image][value="{image}"]')
+    deadline = time.monotonic() + 90  # the agents see a built image at their next inventory
     page.goto(f"{url}/instances/launch/")
+    while not radio.is_enabled() and time.monotonic() < deadline:
+        page.wait_for_timeout(2000)
+        page.reload()
     expect(page.locator("[data-role=spec-counts]")).to_contain_text("can run here")
     spec = page.locator("#spec-a100-quarter")
     for _ in range(3):
         page.fill("#id_name", name)
-        page.select_option("#id_image", image)
+        radio.check()
         spec.click()
         if spec.is_checked() and page.input_value("#id_name") == name:
             break
