@@ -45,6 +45,7 @@ from agent.image_store import DISK_HIGH_PERCENT, DISK_LOW_PERCENT, ImageStore
 from agent.mps import CLIENT_PIPE, MpsDaemons
 from agent.networks import TenantNetworks
 from agent.runtimes import Exit, LaunchError
+from agent.runtimes.engine_state import EngineState
 from agent.runtimes.output import (
     KEPT_LOG_BYTES,
     file_end,
@@ -92,6 +93,8 @@ PIDS_FLOOR = 256
 # what one GPU may hold: 7 MIG instances, or 8 fractions of the catalog's smallest (1/8)
 CONTAINERS_PER_GPU = 8
 ENGINE_TIMEOUT_SECONDS = 30
+# how long a ping may take before the engine counts as not answering (EngineState)
+PING_TIMEOUT_SECONDS = 2
 KMSG = Path("/dev/kmsg")
 KERNEL_PIDS = ("pid_max", "threads-max")
 LIVE_STATES = ("running", "created", "configured", "initialized", "paused")
@@ -337,6 +340,13 @@ class OciRuntime:
         components = [c.get("Name", "") for c in version.get("Components", [])]
         self.engine = "podman" if any("Podman" in c for c in components) else "docker"
         self.engine_version = version.get("Version", "")
+        self.engine_state = EngineState(self.engine_url)
+        self._pinger = docker.APIClient(
+            base_url=self.engine_url,
+            version=self.client.api.api_version,
+            timeout=PING_TIMEOUT_SECONDS,
+        )
+        self._ping_lock = threading.Lock()  # the heartbeat and the events' thread both ping
         info = self.client.info()
         self._check_userns(info)
         # Docker refuses a CPU limit above the machine's CPUs (Podman takes it): what a
@@ -741,10 +751,23 @@ class OciRuntime:
                         if event.get("Action") == "die" and LABEL_ALLOCATION in attributes:
                             on_exit()
                 except Exception as exc:  # the engine restarted or went away: follow again
-                    log.warning("engine events: %s; following again in 1 s", exc)
+                    if self.check_engine()["state"] == "up":
+                        log.warning("engine events: %s; following again in 1 s", exc)
                 time.sleep(1)
 
         threading.Thread(target=follow, name="engine-events", daemon=True).start()
+
+    def check_engine(self) -> dict:
+        """Ping the engine (at most PING_TIMEOUT_SECONDS; blocking: call it off the event
+        loop) and answer its state as the heartbeat carries it (EngineState.report)."""
+        try:
+            with self._ping_lock:
+                self._pinger.ping()
+        except (DockerException, requests.RequestException) as exc:
+            self.engine_state.failed(exc)
+        else:
+            self.engine_state.answered()
+        return self.engine_state.report()
 
     def cpu_seconds(self, alloc: Allocation) -> float | None:
         """The CPU its container's cgroup used (what its shells ran too), while it runs."""
