@@ -520,10 +520,8 @@ def _engine_fields(host: Host, engine: dict | None, now: datetime) -> dict:
     if engine["state"] == "up":
         if down is None:
             return {}
-        report(
-            host,
-            f"the container engine answers again (it did not for {(now - down).total_seconds():.0f} s)",
-        )
+        silent = (now - down).total_seconds()
+        report(host, f"the container engine answers again (it did not for {silent:.0f} s)")
         return {"engine_down_since": None, "engine_detail": ""}
     if down is not None:
         return {}
