@@ -155,13 +155,17 @@ def gpu_path(engine: str, info: dict) -> str:
     return "nvidia"
 
 
-def describe_engine(engine_url: str | None) -> tuple[str, str | None]:
-    """What the oci runtime would find at `engine_url` (None: the usual sockets), read-only:
-    the engine and how GPUs would reach its containers, in words; and the gpu_path (None when
-    no engine answers)."""
+def describe_engine(engine_url: str | None) -> dict:
+    """What the oci runtime would find at `engine_url` (None: the usual sockets), read-only, for
+    `gpucloud-agent probe`: the engine (kind, version), how GPUs would reach its containers
+    (`gpu_path`, None when no engine answers), and in words whether its containers get user
+    namespaces of their own, whether their writable layers are bounded and what a restart of
+    the engine would do to them; `line` says it in one line, `warnings` what the operator
+    should change."""
     url = engine_url or running_engine()
     if url is None:
-        return f"container engine: none found ({', '.join(DEFAULT_ENGINE_URLS)})", None
+        line = f"container engine: none found ({', '.join(DEFAULT_ENGINE_URLS)})"
+        return {"url": None, "line": line, "gpu_path": None, "warnings": []}
     try:
         client = docker.DockerClient(base_url=url, timeout=ENGINE_TIMEOUT_SECONDS)
         try:
@@ -169,14 +173,79 @@ def describe_engine(engine_url: str | None) -> tuple[str, str | None]:
         finally:
             client.close()
     except DockerException as exc:
-        return f"container engine at {url} does not answer: {exc}", None
+        line = f"container engine at {url} does not answer: {exc}"
+        return {"url": url, "line": line, "gpu_path": None, "warnings": []}
     components = [c.get("Name", "") for c in version.get("Components", [])]
     engine = "podman" if any("Podman" in c for c in components) else "docker"
     path = gpu_path(engine, info)
+    userns, userns_ok = user_namespaces(engine, info)
+    restart, restart_ok = engine_restart(engine, info)
+    layers = layers_bounded(info)
+    warnings = [] if userns_ok else [f"user namespaces: {userns}"]
+    warnings += [] if restart_ok else [f"engine restart: {restart}"]
+    if layers.startswith("not bounded"):
+        warnings.append(
+            f"containers' writable layers {layers}: the agent refuses to start unless given "
+            "--unbounded-layers (keep the engine's storage on xfs with pquota, or use the btrfs "
+            "driver: README, host section)"
+        )
+    return {
+        "url": url,
+        "kind": engine,
+        "version": version.get("Version", ""),
+        "gpu_path": path,
+        "user_namespaces": userns,
+        "writable_layers": layers,
+        "restart": restart,
+        "line": f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs "
+        f"{GPU_PATHS[path]}; containers' writable layers {layers}",
+        "warnings": warnings,
+    }
+
+
+def user_namespaces(engine: str, info: dict) -> tuple[str, bool]:
+    """Whether the engine gives containers user namespaces of their own (the agent refuses an
+    engine that does not), in words, and whether that is so."""
+    if engine == "podman":
+        if _subid_range("containers"):
+            return (
+                "each container its own (userns auto, the `containers` range of /etc/subuid)",
+                True,
+            )
+        return (
+            "no `containers` range in /etc/subuid and /etc/subgid: the agent refuses to start "
+            "(add `containers:2147483647:2147483648` to both)",
+            False,
+        )
+    if any("name=userns" in option for option in info.get("SecurityOptions") or []):
+        return "remapped (dockerd --userns-remap)", True
     return (
-        f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs {GPU_PATHS[path]}"
-        f"; containers' writable layers {layers_bounded(info)}",
-        path,
+        "NOT remapped: containers would run as the host's root, and the agent refuses to start "
+        '(daemon.json: "userns-remap": "default")',
+        False,
+    )
+
+
+def engine_restart(engine: str, info: dict) -> tuple[str, bool]:
+    """What a restart (or upgrade) of the engine would do to the running containers, in words,
+    and whether they survive it."""
+    if engine == "podman":
+        return (
+            "containers survive: conmon runs each container, not the API service, so a restart "
+            "of `podman system service` (podman.socket) keeps them and their processes",
+            True,
+        )
+    if info.get("LiveRestoreEnabled"):
+        return (
+            "containers survive (live-restore on): dockerd can restart or be upgraded and the "
+            "same containers and processes keep running; the agent follows them again",
+            True,
+        )
+    return (
+        "every container is stopped (live-restore off): a restart of dockerd kills every "
+        'tenant\'s processes; set "live-restore": true in /etc/docker/daemon.json and '
+        "`systemctl reload docker`",
+        False,
     )
 
 
