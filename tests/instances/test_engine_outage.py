@@ -1,0 +1,107 @@
+"""An engine outage end to end (issue 50 item 2): a real agent with the `oci` runtime, on a
+Podman API service of the test's own (over the worker's engine storage, so that stopping it
+disturbs no other test), whose service is stopped for a while and started again. Meanwhile
+the host says its engine is down, /healthz is degraded, the instance is unreachable with the
+reason in words and not billed as running; once the engine answers again the instance, whose
+container outlived the service (conmon runs it, as Docker's live-restore keeps its own), is
+adopted back: the same container and process, billed for the outage, since the engine vouches
+that it ran."""
+
+import httpx
+import pytest
+
+from agent.devtools import engine
+from agent.devtools.engine import DEMO_IMAGE
+from console.fleet.models import Host
+from console.instances import recovery, tasks
+from console.instances.models import Instance
+from tests.factories import ImageFactory
+from tests.instances.e2e import (
+    api_client,
+    make_catalog,
+    make_tenant,
+    start_agent,
+    wait_for,
+    wait_state,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.containers]
+
+
+def _service(container_engine, run):
+    """Another `podman system service` over the worker engine's storage and settings."""
+    return engine.start_podman_service(
+        run / "podman.sock",
+        run / "podman.log",
+        container_engine.storage,
+        CONTAINERS_REGISTRIES_CONF=str(container_engine.registries_conf),
+        CONTAINERS_CONF=str(container_engine.storage.parent / "containers.conf"),
+    )
+
+
+def _pid(container_engine, name: str) -> str:
+    return container_engine.podman("inspect", "--format", "{{.State.Pid}}", name).stdout.strip()
+
+
+def _healthz(stack) -> str:
+    return httpx.get(f"{stack.url}/healthz", timeout=10).json()["status"]
+
+
+def test_an_engine_outage_is_shown_unbilled_and_its_surviving_container_adopted_back(
+    stack, container_engine, tmp_path
+):
+    make_catalog()
+    ImageFactory(name="demo-busybox", reference=DEMO_IMAGE, command=[], cuda_version="-")
+    _, membership = make_tenant()
+    run = tmp_path / "own-engine"
+    service = _service(container_engine, run)
+    url = f"unix://{run / 'podman.sock'}"
+    try:
+        _, host = start_agent(stack, "gpu-1", gpus=1, mode="shared", runtime="oci", engine_url=url)
+        api = api_client(stack, membership)
+        body = {"name": "box", "spec": "a100-quarter", "image": "demo-busybox"}
+        body["command"] = ["sleep", "1000"]
+        iid = api.post("/instances/", json=body).json()["id"]
+        wait_state(api, iid, "running", stack, timeout=40)
+        pid = _pid(container_engine, f"gpucloud-{iid}")
+        assert pid not in ("", "0")
+        assert _healthz(stack) == "ok"
+
+        service.terminate()
+        service.wait(10)
+        down = wait_for(
+            lambda: Host.objects.filter(pk=host.pk, engine_down_since__isnull=False).first(),
+            what="the host's engine down",
+            stack=stack,
+        )
+        assert down.status == Host.Status.ACTIVE  # its agent is heard
+        assert _healthz(stack) == "degraded"
+        recovery.fail_over_hosts()  # the watchdog's beat
+        seen = wait_state(api, iid, "unreachable", stack)
+        assert seen["state_reason"].startswith(
+            "engine_down: the container engine on host gpu-1 does not answer since"
+        )
+        instance = Instance.objects.get(pk=iid)
+        gone = instance.events.order_by("-at", "-pk").first()
+        assert gone.to_state == "unreachable" and gone.at == down.engine_down_since
+        assert tasks.reconcile_host(host.pk) == {}  # no adoption while the engine is down
+        assert _pid(container_engine, f"gpucloud-{iid}") == pid  # conmon keeps it running
+
+        service = _service(container_engine, run)
+        wait_for(
+            lambda: Host.objects.filter(pk=host.pk, engine_down_since__isnull=True).exists(),
+            what="the engine answering again",
+            stack=stack,
+        )
+        assert tasks.reconcile_host(host.pk)["adopted"] == [iid]
+        back = wait_state(api, iid, "running", stack)
+        assert back["state_reason"] == ""
+        assert _pid(container_engine, f"gpucloud-{iid}") == pid  # the same process
+        adopted = instance.events.order_by("-pk").first()
+        assert (adopted.to_state, adopted.at) == ("running", gone.at)  # the outage billed
+        assert _healthz(stack) == "ok"
+        assert api.post(f"/instances/{iid}/terminate/").status_code == 202
+        wait_state(api, iid, "terminated", stack)
+    finally:
+        service.terminate()
+        service.wait(10)
