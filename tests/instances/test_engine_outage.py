@@ -5,8 +5,12 @@ the host says its engine is down, /healthz is degraded, the instance is unreacha
 reason in words and not billed as running; once the engine answers again the instance, whose
 container outlived the service (conmon runs it, as Docker's live-restore keeps its own), is
 adopted back: the same container and process, billed for the outage, since the engine vouches
-that it ran."""
+that it ran. On Docker Engine (its socket taken away by a proxy, tests/engine_proxy.py, the
+engine being shared by the worker's Docker tests), a container that dies meanwhile, as Docker
+without live-restore kills every container when dockerd stops, is reported ended once the engine
+answers: the instance follows its restart policy and the outage stays unbilled."""
 
+import docker
 import httpx
 import pytest
 
@@ -15,6 +19,7 @@ from agent.devtools.engine import DEMO_IMAGE
 from console.fleet.models import Host
 from console.instances import recovery, tasks
 from console.instances.models import Instance
+from tests.engine_proxy import EngineProxy
 from tests.factories import ImageFactory
 from tests.instances.e2e import (
     api_client,
@@ -105,3 +110,61 @@ def test_an_engine_outage_is_shown_unbilled_and_its_surviving_container_adopted_
     finally:
         service.terminate()
         service.wait(10)
+
+
+def test_on_docker_a_container_that_died_with_the_engine_follows_its_restart_policy_unbilled(
+    stack, docker_engine, tmp_path
+):
+    make_catalog()
+    ImageFactory(name="demo-busybox", reference=DEMO_IMAGE, command=[], cuda_version="-")
+    _, membership = make_tenant()
+    proxy = EngineProxy(docker_engine.url, tmp_path / "docker.sock")
+    proxy.restore()
+    try:
+        _, host = start_agent(
+            stack, "gpu-1", gpus=1, mode="shared", runtime="oci", engine_url=proxy.url
+        )
+        api = api_client(stack, membership)
+        body = {"name": "box", "spec": "a100-quarter", "image": "demo-busybox"}
+        body["command"] = ["sleep", "1000"]
+        iid = api.post("/instances/", json=body).json()["id"]
+        wait_state(api, iid, "running", stack, timeout=40)
+
+        proxy.cut()
+        down = wait_for(
+            lambda: Host.objects.filter(pk=host.pk, engine_down_since__isnull=False).first(),
+            what="the host's engine down",
+            stack=stack,
+        )
+        recovery.fail_over_hosts()
+        assert wait_state(api, iid, "unreachable", stack)["state_reason"].startswith(
+            "engine_down: "
+        )
+        engine_client = docker.DockerClient(base_url=docker_engine.url)
+        try:  # what a dockerd without live-restore does to its containers when it stops
+            engine_client.containers.get(f"gpucloud-{iid}").kill()
+        finally:
+            engine_client.close()
+
+        proxy.restore()
+        wait_for(
+            lambda: Host.objects.filter(pk=host.pk, engine_down_since__isnull=True).exists(),
+            what="the engine answering again",
+            stack=stack,
+        )
+        outcome = tasks.reconcile_host(host.pk)
+        assert outcome["adopted"] == []
+        ended = wait_state(api, iid, "failed", stack)
+        assert ended["state_reason"].startswith("exit code 137")
+        instance = Instance.objects.get(pk=iid)
+        assert instance.restart_at is not None  # on-failure: it runs again after its backoff
+        states = list(instance.events.order_by("at", "pk").values_list("to_state", "at"))
+        unreachable = next(at for state, at in states if state == "unreachable")
+        assert unreachable == down.engine_down_since
+        # nothing running (billed) from the outage on: unreachable, then failed
+        after = [state for state, at in states if at >= unreachable]
+        assert after[:2] == ["unreachable", "failed"] and "running" not in after, states
+        assert api.post(f"/instances/{iid}/terminate/").status_code == 202
+        wait_state(api, iid, "terminated", stack)
+    finally:
+        proxy.cut()
