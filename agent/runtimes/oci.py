@@ -198,7 +198,7 @@ def describe_engine(engine_url: str | None) -> dict:
         "writable_layers": layers,
         "restart": restart,
         "line": f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs "
-        f"{GPU_PATHS[path]}; containers' writable layers {layers}",
+        f"{GPU_PATHS[path]}",
         "warnings": warnings,
     }
 
