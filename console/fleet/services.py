@@ -540,7 +540,7 @@ def _engine_fields(host: Host, engine: dict | None, now: datetime) -> dict:
             f"{since:%Y-%m-%d %H:%M:%S} UTC; your instance(s) there cannot be reached and are not "
             f"billed as running until it answers: {', '.join(names)}."
         ),
-        {"host": host.name, "since": since.isoformat(), "detail": detail},
+        {"host": host.name, "since": since.isoformat()},  # the engine's error: the operators'
     )
     return {"engine_down_since": since, "engine_detail": detail}
 
