@@ -45,6 +45,8 @@ def test_an_engine_that_stops_answering_is_shown_until_it_answers_again(register
     assert host.status == Host.Status.ACTIVE and not host.schedulable
     for page in ("/fleet/", f"/fleet/hosts/{host.pk}/"):
         assert "engine down since" in staff_client.get(page).content.decode()
+    page = staff_client.get(f"/fleet/hosts/{host.pk}/").content.decode()
+    assert "connection refused [31m</span>" in page  # the engine's error, for its operators
     assert engine_up_metric(host.name) == 0
     # said again at every heartbeat: one event, the first time
     assert beat(host, secret, {**down, "since": time.time()}).status_code == 200
