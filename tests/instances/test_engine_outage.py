@@ -5,10 +5,15 @@ the host says its engine is down, /healthz is degraded, the instance is unreacha
 reason in words and not billed as running; once the engine answers again the instance, whose
 container outlived the service (conmon runs it, as Docker's live-restore keeps its own), is
 adopted back: the same container and process, billed for the outage, since the engine vouches
-that it ran. On Docker Engine (its socket taken away by a proxy, tests/engine_proxy.py, the
-engine being shared by the worker's Docker tests), a container that dies meanwhile, as Docker
-without live-restore kills every container when dockerd stops, is reported ended once the engine
-answers: the instance follows its restart policy and the outage stays unbilled."""
+that it ran. The same on a Docker Engine of the test's own with live-restore, stopped and
+started again. On Docker Engine without it (the worker's, its socket taken away by a proxy,
+tests/engine_proxy.py, since its other Docker tests share it), a container that dies
+meanwhile, as dockerd without live-restore kills every container when it stops, is reported
+ended once the engine answers: the instance follows its restart policy and the outage stays
+unbilled."""
+
+import tempfile
+from pathlib import Path
 
 import docker
 import httpx
@@ -19,6 +24,7 @@ from agent.devtools.engine import DEMO_IMAGE
 from console.fleet.models import Host
 from console.instances import recovery, tasks
 from console.instances.models import Instance
+from tests.conftest import LAYER_STORAGE_GIB, _remove_containers
 from tests.engine_proxy import EngineProxy
 from tests.factories import ImageFactory
 from tests.instances.e2e import (
@@ -168,3 +174,66 @@ def test_on_docker_a_container_that_died_with_the_engine_follows_its_restart_pol
         wait_state(api, iid, "terminated", stack)
     finally:
         proxy.cut()
+
+
+def _docker_pid(url: str, name: str) -> int:
+    client = docker.DockerClient(base_url=url)
+    try:
+        return client.containers.get(name).attrs["State"]["Pid"]
+    finally:
+        client.close()
+
+
+def test_on_docker_with_live_restore_the_same_container_is_adopted_back(stack, docker_engine):
+    """docker_engine: the worker's Docker tests run one after another; this one starts a
+    dockerd of its own beside it, on other subnets, and stops it under a running instance."""
+    make_catalog()
+    ImageFactory(name="demo-busybox", reference=DEMO_IMAGE, command=[], cuda_version="-")
+    _, membership = make_tenant()
+    root = Path(tempfile.mkdtemp(prefix="gpucloud-lr-"))  # a short path: the socket's
+    chains = engine.docker_chains()
+    engine.layer_storage(root / "data", LAYER_STORAGE_GIB)
+    own = {"live_restore": True, "address_pool": "172.29.0.0/16"}
+    dockerd = engine.start_docker_daemon(root, **own)
+    url = f"unix://{root / 'docker.sock'}"
+    try:
+        engine.import_demo_image_docker(url)
+        _, host = start_agent(stack, "gpu-1", gpus=1, mode="shared", runtime="oci", engine_url=url)
+        api = api_client(stack, membership)
+        body = {"name": "box", "spec": "a100-quarter", "image": "demo-busybox"}
+        body["command"] = ["sleep", "1000"]
+        iid = api.post("/instances/", json=body).json()["id"]
+        wait_state(api, iid, "running", stack, timeout=40)
+        pid = _docker_pid(url, f"gpucloud-{iid}")
+
+        dockerd.terminate()
+        dockerd.wait(30)
+        down = wait_for(
+            lambda: Host.objects.filter(pk=host.pk, engine_down_since__isnull=False).first(),
+            what="the host's engine down",
+            stack=stack,
+        )
+        recovery.fail_over_hosts()
+        assert wait_state(api, iid, "unreachable", stack)["state_reason"].startswith(
+            "engine_down: "
+        )
+        assert Path(f"/proc/{pid}").exists()  # live-restore: it runs on without dockerd
+
+        dockerd = engine.start_docker_daemon(root, **own)
+        wait_for(
+            lambda: Host.objects.filter(pk=host.pk, engine_down_since__isnull=True).exists(),
+            what="the engine answering again",
+            stack=stack,
+        )
+        assert tasks.reconcile_host(host.pk)["adopted"] == [iid]
+        wait_state(api, iid, "running", stack)
+        assert _docker_pid(url, f"gpucloud-{iid}") == pid  # the same container and process
+        adopted = Instance.objects.get(pk=iid).events.order_by("-pk").first()
+        assert (adopted.to_state, adopted.at) == ("running", down.engine_down_since)
+        assert api.post(f"/instances/{iid}/terminate/").status_code == 202
+        wait_state(api, iid, "terminated", stack)
+    finally:
+        if dockerd.poll() is None:
+            _remove_containers(url)  # with live-restore they would outlive the daemon
+        engine.stop_docker_daemon(dockerd, root)
+        engine.remove_docker_chains(engine.docker_chains() - chains)
