@@ -2,7 +2,7 @@
 
 - `POST {server}/agent/v1/register` once, with a join token, to get the host id and secret;
 - `POST {server}/agent/v1/heartbeat` every heartbeat interval with the API's address,
-  inventory and allocations;
+  inventory and allocations, and whether its container engine answers (`engine`);
 - each round of samples as soon as it is read, as a frame of the websocket
   `{server}/agent/v1/samples/stream` (agent/sample_stream.py), or as
   `POST {server}/agent/v1/samples` where the console has no stream (the rounds read while the
@@ -301,6 +301,9 @@ class Reporter:
             "inventory": inventory,
             "allocations": self.host.views(),
         }
+        engine = await self.host.engine()
+        if engine is not None:  # whether the container engine answers (runtimes with one)
+            payload["engine"] = engine
         try:
             response = await self.servers.apost(self.client, HEARTBEAT_PATH, json=payload)
         except httpx.HTTPError as exc:

@@ -86,3 +86,23 @@ def apply(install: str, bridges: list[str], egress: str) -> None:
 def remove(install: str) -> None:
     """Remove the install's chains (its networks are gone)."""
     apply(install, [], "all")
+
+
+def check() -> tuple[str, bool]:
+    """Whether this user can read and change the host's nftables (`nft list tables`, which
+    changes nothing), in words, for `gpucloud-agent probe`; and whether it can."""
+    try:
+        version = subprocess.run(["nft", "--version"], capture_output=True, text=True)
+        listed = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True)
+    except OSError as exc:
+        return (
+            f"nft cannot be run ({exc}): the agent needs it to confine containers' traffic",
+            False,
+        )
+    said = version.stdout.strip() or "nft"
+    if listed.returncode != 0:
+        why = listed.stderr.strip().splitlines()[-1:] or ["refused"]
+        return f"{said}, but `nft list tables` fails ({why[0]}): the agent needs root", False
+    mine = [line for line in listed.stdout.splitlines() if line.strip() == f"table {TABLE}"]
+    state = "the agent's table is there" if mine else "the agent's table is not there yet"
+    return f"{said}; usable ({state})", True

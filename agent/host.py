@@ -538,11 +538,31 @@ class LocalHost:
         try:
             await asyncio.to_thread(self.runtime.refresh, list(self.allocations.values()))
         except Exception as exc:
-            log.warning(
-                "cannot read the workloads' state from the %s runtime: %s", self.runtime.name, exc
-            )
+            if await self._engine_answers():  # an engine that is down is logged once
+                log.warning(
+                    "cannot read the workloads' state from the %s runtime: %s",
+                    self.runtime.name,
+                    exc,
+                )
             return False
         return True
+
+    async def _engine_answers(self) -> bool:
+        check = getattr(self.runtime, "check_engine", None)
+        return check is None or (await asyncio.to_thread(check))["state"] == "up"
+
+    async def engine(self) -> dict | None:
+        """The container engine's state, for the heartbeat (agent/runtimes/engine_state.py);
+        None where the runtime has no engine. When it answers again, the workloads are read
+        (and their exits acted on) before the console hears it is up: the console adopts back
+        what still runs by what the agent lists then."""
+        state = getattr(self.runtime, "engine_state", None)
+        if state is None:
+            return None
+        was_down = state.down
+        if await self._engine_answers() and was_down and await self.refresh():
+            self._act(set(), set())
+        return state.report()
 
     def _exited(self, alloc: Allocation, ended: Exit) -> None:
         """A workload ended by itself: exit 0 `exited`, anything else `failed` with why."""

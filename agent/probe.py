@@ -5,9 +5,12 @@ destroys or changes anything: no MIG instance, no GPU setting, no DCGM watch. Ru
 user the agent will run as, before joining the host: it prints the driver and CUDA versions,
 each GPU with its model key, memory, MIG mode and MIG devices (profile, start, UUID), which
 NVML readings are supported, unsupported or refused for lack of privilege, and what the agent
-would offer the console, and the container engine the `oci` runtime would use with how it would
-hand GPUs to containers (CDI devices, or the NVIDIA runtime's device requests). `--json`
-prints the same as one JSON document.
+would offer the console, and the container engine the `oci` runtime would use (kind, version)
+with how it would hand GPUs to containers (CDI devices, or the NVIDIA runtime's device
+requests), whether its containers get user namespaces of their own and bounded writable
+layers, what a restart of the engine would do to them (Docker's live-restore), and whether
+nftables can be used. A host where NVML cannot be used (no GPU yet, a demo host) gets all but
+the GPUs, and exit status 1. `--json` prints the same as one JSON document.
 """
 
 import argparse
@@ -16,6 +19,7 @@ import logging
 import shutil
 import sys
 
+from agent import firewall
 from agent.backends import nvml as nvml_backend
 from agent.backends.nvml import dcgm as nvml_dcgm
 from agent.backends.nvml.access import GRANT_HINT
@@ -135,21 +139,42 @@ def _warnings(backend, gpus: list[dict], dcgm_line: str) -> list[str]:
     return warnings
 
 
-def collect(backend, dcgm_line: str, engine: tuple[str, str | None]) -> dict:
-    """The probe's report from a backend (which it only reads) and the engine's description
-    (agent/runtimes/oci.py's describe_engine)."""
+def host_checks(engine_url: str | None) -> dict:
+    """What the probe reads of the host besides its GPUs, read-only: the container engine
+    (agent/runtimes/oci.py's describe_engine) and nftables (agent/firewall.py's check)."""
+    nftables, usable = firewall.check()
+    return {"engine": describe_engine(engine_url), "nftables": nftables, "nftables_ok": usable}
+
+
+def _host_part(host: dict) -> dict:
+    engine = host["engine"]
+    warnings = engine["warnings"] + _engine_warnings(engine["gpu_path"])
+    if not host["nftables_ok"]:
+        warnings.append(f"nftables: {host['nftables']}")
+    return {
+        "engine": engine,
+        "gpu_path": engine["gpu_path"],
+        "nftables": host["nftables"],
+        "warnings": warnings,
+    }
+
+
+def collect(backend, dcgm_line: str, host: dict) -> dict:
+    """The probe's report from a backend (which it only reads) and the host's other checks
+    (host_checks)."""
     gpus = backend.gpus()
     backend.sample([])  # the metric readings, for their outcomes
     nvml_version = nvml_backend.Reads().get(nvml_backend.pynvml.nvmlSystemGetNVMLVersion)
+    rest = _host_part(host)
     return {
         "read_only": True,
+        "nvml": "ok",
         "driver_version": backend.driver_version,
         "cuda_version": backend.cuda_version,
         "nvml_version": nvml_backend._text(nvml_version),
         "privileges": backend.access.describe(),
         "dcgm": dcgm_line,
-        "engine": engine[0],
-        "gpu_path": engine[1],
+        **rest,
         "gpus": [
             {
                 **gpu,
@@ -158,7 +183,21 @@ def collect(backend, dcgm_line: str, engine: tuple[str, str | None]) -> dict:
             }
             for gpu in gpus
         ],
-        "warnings": _warnings(backend, gpus, dcgm_line) + _engine_warnings(engine[1]),
+        "warnings": _warnings(backend, gpus, dcgm_line) + rest["warnings"],
+    }
+
+
+def collect_without_gpus(nvml_error: str, host: dict) -> dict:
+    """The report of a host where NVML cannot be used (no NVIDIA driver, no GPU): what the
+    agent would find of the rest, for a host that runs simulated GPUs (--backend sim) or that
+    is being made ready before its GPUs are."""
+    rest = _host_part(host)
+    return {
+        "read_only": True,
+        "nvml": f"NVML cannot be used on this host: {nvml_error}",
+        **rest,
+        "gpus": [],
+        "warnings": rest["warnings"],
     }
 
 
@@ -212,15 +251,30 @@ def _reading_lines(readings: dict) -> list[str]:
     return lines
 
 
+def _engine_lines(report: dict) -> list[str]:
+    engine = report["engine"]
+    lines = [engine["line"]]
+    if "kind" in engine:
+        lines.append(f"  user namespaces: {engine['user_namespaces']}")
+        lines.append(f"  writable layers: {engine['writable_layers']}")
+        lines.append(f"  engine restart: {engine['restart']}")
+    lines.append(f"nftables: {report['nftables']}")
+    return lines
+
+
 def render(report: dict) -> str:
     lines = [f"gpucloud-agent probe ({NOTHING_CHANGES})", ""]
+    if report["nvml"] != "ok":
+        lines += [f"GPUs: {report['nvml']}", *_engine_lines(report), ""]
+        lines += ["Warnings:" if report["warnings"] else "No warnings."]
+        return "\n".join(lines + [f"  - {warning}" for warning in report["warnings"]])
     lines.append(
         f"NVIDIA driver {report['driver_version'] or '?'}, CUDA {report['cuda_version'] or '?'}, "
         f"NVML {report['nvml_version'] or '?'}, {len(report['gpus'])} GPU(s)"
     )
     lines.append(f"privileges: {report['privileges']}")
     lines.append(report["dcgm"])
-    lines.append(report["engine"])
+    lines += _engine_lines(report)
     for gpu in report["gpus"]:
         lines += ["", f"GPU {gpu['index']}: {gpu['name'] or '?'}"]
         lines.append(f"  uuid {gpu['uuid'] or '?'}, PCI {gpu['pci_bus_id'] or '?'}")
@@ -250,13 +304,17 @@ def main(argv: list[str] | None = None) -> int:
     level = agent_log.level
     agent_log.setLevel(logging.ERROR)  # what the agent would warn about, the report says
     try:
+        host = host_checks(args.engine_url)
         try:
             backend = nvml_backend.NvmlBackend(None, False, dcgm=None)
         except (ValueError, nvml_backend.pynvml.NVMLError) as exc:
+            # the rest is reported all the same; the exit status says there is no GPU to offer
+            report = collect_without_gpus(str(exc), host)
+            print(json.dumps(report, indent=2) if args.json else render(report))
             print(f"gpucloud-agent probe: NVML cannot be used on this host: {exc}", file=sys.stderr)
             return 1
         try:
-            report = collect(backend, _dcgm_line(), describe_engine(args.engine_url))
+            report = collect(backend, _dcgm_line(), host)
         finally:
             backend.close()
     finally:

@@ -60,24 +60,34 @@ def _channel_layer() -> dict:
 
 
 def _agents() -> dict:
-    """The hosts whose agent was heard within the heartbeat grace. Any other, or no host
-    registered at all (nothing could run), makes it "degraded", with the counts and names:
-    still a 200, since the console itself serves (a load balancer must not take a web process
-    out for a GPU host's silence)."""
+    """The hosts whose agent was heard within the heartbeat grace. Any other, a host whose
+    agent says its container engine does not answer, or no host registered at all (nothing
+    could run), makes it "degraded", with the counts and names: still a 200, since the console
+    itself serves (a load balancer must not take a web process out for a GPU host's silence)."""
     grace = timedelta(seconds=settings.HOST_HEARTBEAT_GRACE_SECONDS)
     hosts = Host.objects.exclude(status=Host.Status.RETIRED)
     silent = hosts.exclude(last_heartbeat_at__gte=timezone.now() - grace).order_by("name")
     total, unreachable = hosts.count(), list(silent.values_list("name", flat=True))
+    engine_down = list(
+        hosts.filter(engine_down_since__isnull=False)
+        .exclude(name__in=unreachable)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    detail = (
+        f"{total - len(unreachable)} of {total} hosts reachable"
+        if total
+        else "no hosts registered: no agent has registered a GPU host yet"
+    )
+    if engine_down:
+        detail += f"; container engine down on {', '.join(engine_down)}"
     return {
-        "status": "degraded" if unreachable or not total else "ok",
+        "status": "degraded" if unreachable or engine_down or not total else "ok",
         "hosts": total,
         "reachable": total - len(unreachable),
         "unreachable": unreachable,
-        "detail": (
-            f"{total - len(unreachable)} of {total} hosts reachable"
-            if total
-            else "no hosts registered: no agent has registered a GPU host yet"
-        ),
+        "engine_down": engine_down,
+        "detail": detail,
     }
 
 

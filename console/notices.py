@@ -19,6 +19,7 @@ KINDS = {
     "instance.budget_stopped": "An instance was stopped by the budget",
     "budget.threshold": "Spending crossed a budget threshold",
     "host.maintenance": "A host running your instances went into maintenance",
+    "host.engine_down": "The container engine of a host running your instances does not answer",
     "snapshot.done": "A snapshot finished",
     "snapshot.failed": "A snapshot failed",
     "invoice.issued": "An invoice was issued",

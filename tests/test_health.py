@@ -46,6 +46,7 @@ def test_healthz_never_says_agents_are_ok_with_no_host_registered(monitor):
         "hosts": 0,
         "reachable": 0,
         "unreachable": [],
+        "engine_down": [],
         "detail": "no hosts registered: no agent has registered a GPU host yet",
     }
     _register_a_host()
@@ -93,6 +94,7 @@ def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachabl
         "hosts": 3,
         "reachable": 1,
         "unreachable": ["gpu-b", "gpu-c"],
+        "engine_down": [],
         "detail": "1 of 3 hosts reachable",
     }
     Host.objects.filter(name__in=["gpu-b", "gpu-c"]).update(last_heartbeat_at=now)
@@ -101,6 +103,24 @@ def test_healthz_says_agents_are_degraded_with_counts_while_a_host_is_unreachabl
         "ok",
         "3 of 3 hosts reachable",
     )
+
+
+@pytest.mark.django_db
+def test_healthz_is_degraded_naming_a_host_whose_container_engine_does_not_answer(monitor):
+    from django.utils import timezone
+
+    from console.fleet.models import Host
+
+    host = _register_a_host()
+    Host.objects.filter(pk=host.pk).update(engine_down_since=timezone.now())
+    body = monitor.get("/healthz").json()
+    agents = body["components"]["agents"]
+    assert (body["status"], agents["status"], agents["engine_down"]) == (
+        "degraded",
+        "degraded",
+        ["gpu-a"],
+    )
+    assert agents["detail"] == "1 of 1 hosts reachable; container engine down on gpu-a"
 
 
 @pytest.mark.django_db

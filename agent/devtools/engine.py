@@ -103,11 +103,16 @@ def dockerd() -> str | None:
     return shutil.which("dockerd")
 
 
-def start_docker_daemon(root: Path) -> subprocess.Popen:
+def start_docker_daemon(
+    root: Path, *, live_restore: bool = False, address_pool: str = "172.30.0.0/16"
+) -> subprocess.Popen:
     """Start Docker Engine with everything of its own under `root` (data, exec root, pid file,
     its containerd's namespace, the socket `root/docker.sock`) and the settings the README asks
-    of an operator: user namespaces remapped (`dockremap`), tenant networks of /24s, no default
-    bridge (the agent puts every container on its tenant's network); answer it once it serves."""
+    of an operator: user namespaces remapped (`dockremap`), tenant networks of /24s from
+    `address_pool` (one of its own for each engine that runs beside another), no default
+    bridge (the agent puts every container on its tenant's network), and with `live_restore`
+    containers that outlive the daemon; answer it once it serves. Started again on the same
+    `root`, it finds what it left there."""
     if dockerd() is None:
         raise EngineError("dockerd is not installed (apt-get install docker.io)")
     root.mkdir(parents=True, exist_ok=True)
@@ -116,12 +121,13 @@ def start_docker_daemon(root: Path) -> subprocess.Popen:
     command = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec")]
     command += ["--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{socket_path}"]
     command += ["--config-file", str(root / "daemon.json"), "--userns-remap=default"]
-    command += ["--bridge=none", "--default-address-pool", "base=172.30.0.0/16,size=24"]
+    command += ["--bridge=none", "--default-address-pool", f"base={address_pool},size=24"]
     command += ["--containerd-namespace", "gpucloud-test"]
     command += ["--containerd-plugins-namespace", "gpucloud-test-plugins"]
     if storage_driver(root / "data"):  # a data root on btrfs (layer_storage)
         command += ["--storage-driver", storage_driver(root / "data")]
-    (root / "daemon.json").write_text("{}\n")  # not the host's /etc/docker/daemon.json
+    # not the host's /etc/docker/daemon.json
+    (root / "daemon.json").write_text('{"live-restore": true}\n' if live_restore else "{}\n")
     with open(root / "dockerd.log", "ab") as log:
         proc = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, cwd=root, umask=ENGINE_UMASK

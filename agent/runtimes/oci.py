@@ -45,6 +45,7 @@ from agent.image_store import DISK_HIGH_PERCENT, DISK_LOW_PERCENT, ImageStore
 from agent.mps import CLIENT_PIPE, MpsDaemons
 from agent.networks import TenantNetworks
 from agent.runtimes import Exit, LaunchError
+from agent.runtimes.engine_state import EngineState
 from agent.runtimes.output import (
     KEPT_LOG_BYTES,
     file_end,
@@ -92,6 +93,8 @@ PIDS_FLOOR = 256
 # what one GPU may hold: 7 MIG instances, or 8 fractions of the catalog's smallest (1/8)
 CONTAINERS_PER_GPU = 8
 ENGINE_TIMEOUT_SECONDS = 30
+# how long a ping may take before the engine counts as not answering (EngineState)
+PING_TIMEOUT_SECONDS = 2
 KMSG = Path("/dev/kmsg")
 KERNEL_PIDS = ("pid_max", "threads-max")
 LIVE_STATES = ("running", "created", "configured", "initialized", "paused")
@@ -152,13 +155,17 @@ def gpu_path(engine: str, info: dict) -> str:
     return "nvidia"
 
 
-def describe_engine(engine_url: str | None) -> tuple[str, str | None]:
-    """What the oci runtime would find at `engine_url` (None: the usual sockets), read-only:
-    the engine and how GPUs would reach its containers, in words; and the gpu_path (None when
-    no engine answers)."""
+def describe_engine(engine_url: str | None) -> dict:
+    """What the oci runtime would find at `engine_url` (None: the usual sockets), read-only, for
+    `gpucloud-agent probe`: the engine (kind, version), how GPUs would reach its containers
+    (`gpu_path`, None when no engine answers), and in words whether its containers get user
+    namespaces of their own, whether their writable layers are bounded and what a restart of
+    the engine would do to them; `line` says it in one line, `warnings` what the operator
+    should change."""
     url = engine_url or running_engine()
     if url is None:
-        return f"container engine: none found ({', '.join(DEFAULT_ENGINE_URLS)})", None
+        line = f"container engine: none found ({', '.join(DEFAULT_ENGINE_URLS)})"
+        return {"url": None, "line": line, "gpu_path": None, "warnings": []}
     try:
         client = docker.DockerClient(base_url=url, timeout=ENGINE_TIMEOUT_SECONDS)
         try:
@@ -166,14 +173,79 @@ def describe_engine(engine_url: str | None) -> tuple[str, str | None]:
         finally:
             client.close()
     except DockerException as exc:
-        return f"container engine at {url} does not answer: {exc}", None
+        line = f"container engine at {url} does not answer: {exc}"
+        return {"url": url, "line": line, "gpu_path": None, "warnings": []}
     components = [c.get("Name", "") for c in version.get("Components", [])]
     engine = "podman" if any("Podman" in c for c in components) else "docker"
     path = gpu_path(engine, info)
+    userns, userns_ok = user_namespaces(engine, info)
+    restart, restart_ok = engine_restart(engine, info)
+    layers = layers_bounded(info)
+    warnings = [] if userns_ok else [f"user namespaces: {userns}"]
+    warnings += [] if restart_ok else [f"engine restart: {restart}"]
+    if layers.startswith("not bounded"):
+        warnings.append(
+            f"containers' writable layers {layers}: the agent refuses to start unless given "
+            "--unbounded-layers (keep the engine's storage on xfs with pquota, or use the btrfs "
+            "driver: README, host section)"
+        )
+    return {
+        "url": url,
+        "kind": engine,
+        "version": version.get("Version", ""),
+        "gpu_path": path,
+        "user_namespaces": userns,
+        "writable_layers": layers,
+        "restart": restart,
+        "line": f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs "
+        f"{GPU_PATHS[path]}",
+        "warnings": warnings,
+    }
+
+
+def user_namespaces(engine: str, info: dict) -> tuple[str, bool]:
+    """Whether the engine gives containers user namespaces of their own (the agent refuses an
+    engine that does not), in words, and whether that is so."""
+    if engine == "podman":
+        if _subid_range("containers"):
+            return (
+                "each container its own (userns auto, the `containers` range of /etc/subuid)",
+                True,
+            )
+        return (
+            "no `containers` range in /etc/subuid and /etc/subgid: the agent refuses to start "
+            "(add `containers:2147483647:2147483648` to both)",
+            False,
+        )
+    if any("name=userns" in option for option in info.get("SecurityOptions") or []):
+        return "remapped (dockerd --userns-remap)", True
     return (
-        f"container engine: {engine} {version.get('Version', '')} at {url}; GPUs {GPU_PATHS[path]}"
-        f"; containers' writable layers {layers_bounded(info)}",
-        path,
+        "NOT remapped: containers would run as the host's root, and the agent refuses to start "
+        '(daemon.json: "userns-remap": "default")',
+        False,
+    )
+
+
+def engine_restart(engine: str, info: dict) -> tuple[str, bool]:
+    """What a restart (or upgrade) of the engine would do to the running containers, in words,
+    and whether they survive it."""
+    if engine == "podman":
+        return (
+            "containers survive: conmon runs each container, not the API service, so a restart "
+            "of `podman system service` (podman.socket) keeps them and their processes",
+            True,
+        )
+    if info.get("LiveRestoreEnabled"):
+        return (
+            "containers survive (live-restore on): dockerd can restart or be upgraded and the "
+            "same containers and processes keep running; the agent follows them again",
+            True,
+        )
+    return (
+        "every container is stopped (live-restore off): a restart of dockerd kills every "
+        'tenant\'s processes; set "live-restore": true in /etc/docker/daemon.json and '
+        "`systemctl reload docker`",
+        False,
     )
 
 
@@ -337,6 +409,13 @@ class OciRuntime:
         components = [c.get("Name", "") for c in version.get("Components", [])]
         self.engine = "podman" if any("Podman" in c for c in components) else "docker"
         self.engine_version = version.get("Version", "")
+        self.engine_state = EngineState(self.engine_url)
+        self._pinger = docker.APIClient(
+            base_url=self.engine_url,
+            version=self.client.api.api_version,
+            timeout=PING_TIMEOUT_SECONDS,
+        )
+        self._ping_lock = threading.Lock()  # the heartbeat and the events' thread both ping
         info = self.client.info()
         self._check_userns(info)
         # Docker refuses a CPU limit above the machine's CPUs (Podman takes it): what a
@@ -742,10 +821,23 @@ class OciRuntime:
                         if event.get("Action") == "die" and LABEL_ALLOCATION in attributes:
                             on_exit()
                 except Exception as exc:  # the engine restarted or went away: follow again
-                    log.warning("engine events: %s; following again in 1 s", exc)
+                    if self.check_engine()["state"] == "up":
+                        log.warning("engine events: %s; following again in 1 s", exc)
                 time.sleep(1)
 
         threading.Thread(target=follow, name="engine-events", daemon=True).start()
+
+    def check_engine(self) -> dict:
+        """Ping the engine (at most PING_TIMEOUT_SECONDS; blocking: call it off the event
+        loop) and answer its state as the heartbeat carries it (EngineState.report)."""
+        try:
+            with self._ping_lock:
+                self._pinger.ping()
+        except (DockerException, requests.RequestException) as exc:
+            self.engine_state.failed(exc)
+        else:
+            self.engine_state.answered()
+        return self.engine_state.report()
 
     def cpu_seconds(self, alloc: Allocation) -> float | None:
         """The CPU its container's cgroup used (what its shells ran too), while it runs."""

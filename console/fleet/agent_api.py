@@ -3,6 +3,8 @@
 `errors`). Samples (console/metrics) and events (console/instances) come the same way."""
 
 import ipaddress
+import math
+from datetime import UTC, datetime
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
@@ -229,6 +231,31 @@ class RegisterSerializer(serializers.Serializer):
     inventory = InventorySerializer()
 
 
+class EngineSerializer(serializers.Serializer):
+    """Whether the agent's container engine answers: "up", or "down" since an epoch time (the
+    agent's clock; record_heartbeat keeps it between the last heartbeat and now) with the
+    engine's error."""
+
+    state = serializers.ChoiceField(choices=["up", "down"])
+    since = serializers.FloatField(required=False, min_value=0)
+    detail = serializers.CharField(
+        max_length=300, required=False, allow_blank=True, default="", trim_whitespace=True
+    )
+
+    def validate_since(self, since: float):
+        if not math.isfinite(since) or since > 32503680000:  # before the year 3000
+            raise serializers.ValidationError("must be a time in epoch seconds")
+        return datetime.fromtimestamp(since, UTC)
+
+    def validate_detail(self, detail: str) -> str:
+        return "".join(c if c.isprintable() else " " for c in detail)
+
+    def validate(self, attrs):
+        if attrs["state"] == "down" and "since" not in attrs:
+            raise serializers.ValidationError({"since": "an engine that is down says since when"})
+        return attrs
+
+
 class HeartbeatSerializer(serializers.Serializer):
     host_id = integers.Field()
     agent_version = serializers.CharField(
@@ -248,6 +275,7 @@ class HeartbeatSerializer(serializers.Serializer):
         return address
 
     allocations = serializers.ListField(child=serializers.DictField(), required=False, default=list)
+    engine = EngineSerializer(required=False, allow_null=True, default=None)
 
 
 def validated(serializer_class, request) -> dict:
@@ -342,6 +370,7 @@ class HeartbeatView(AgentView):
             inventory_digest=data["inventory_digest"],
             inventory=data["inventory"],
             address=data["address"],
+            engine=data["engine"],
         )
         return Response(
             {

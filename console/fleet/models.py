@@ -108,6 +108,12 @@ class Host(models.Model):
     operator_note = models.CharField(max_length=500, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     unreachable_since = models.DateTimeField(null=True, blank=True)
+    # Since when the agent, still heard, says its container engine does not answer (its
+    # heartbeat's `engine`), and the engine's error: the host takes no placement, and its
+    # running instances are unreachable from then (console/instances/recovery.py). Null:
+    # the engine answers, or the runtime has none.
+    engine_down_since = models.DateTimeField(null=True, blank=True)
+    engine_detail = models.CharField(max_length=300, blank=True)
     inventory_digest = models.CharField(max_length=64, blank=True)
     # The agent's SSH gateway (its inventory's `ssh`): the port, its host key and that key's
     # fingerprint, which users check on first connect. No port: the gateway is off.
@@ -136,7 +142,7 @@ class Host(models.Model):
 
     @property
     def schedulable(self) -> bool:
-        return self.status in self.SCHEDULABLE
+        return self.status in self.SCHEDULABLE and self.engine_down_since is None
 
     @property
     def gateway_uncertified(self) -> bool:

@@ -464,16 +464,18 @@ def record_heartbeat(
     inventory_digest: str = "",
     inventory: dict | None = None,
     address: str = "",
+    engine: dict | None = None,
 ) -> Host:
     """An agent is alive: note it, sync its GPUs when its inventory changed, and bring an
     unreachable host back to the status its operator chose. The address it reports never moves
     the host (only the operator or a new join does, console/fleet/identity.py): another one is
-    a host event, once."""
+    a host event, once. `engine`: whether its container engine answers (_engine_fields)."""
     now = timezone.now()
     with transaction.atomic():
         locked = locks.host(host.pk)
         updates: dict = {"last_heartbeat_at": now}
         updates.update(_reported_address(locked, address.rstrip("/")))
+        updates.update(_engine_fields(locked, engine, now))
         if agent_version:
             updates["agent_version"] = agent_version[:40]
         digest = inventory_digest or (inventory or {}).get("digest") or ""
@@ -503,6 +505,44 @@ def record_heartbeat(
     if "ssh_port" in updates:
         certify_when_due(host)
     return host
+
+
+def _engine_fields(host: Host, engine: dict | None, now: datetime) -> dict:
+    """The host's fields after its agent said whether its container engine answers
+    (`engine`: {"state": "up"|"down", "since": datetime, "detail": str}; None: the agent has
+    no engine, nothing changes). A change is a host event and, when the engine went down, a
+    `host.engine_down` notice to the tenants with instances there. The agent's `since` is
+    taken between the host's previous heartbeat (whose ping found the engine up) and now, so
+    that an agent's clock can neither move the outage before it nor after it."""
+    if engine is None:
+        return {}
+    down = host.engine_down_since
+    if engine["state"] == "up":
+        if down is None:
+            return {}
+        silent = (now - down).total_seconds()
+        report(host, f"the container engine answers again (it did not for {silent:.0f} s)")
+        return {"engine_down_since": None, "engine_detail": ""}
+    if down is not None:
+        return {}
+    since = min(engine.get("since") or now, now)
+    if host.last_heartbeat_at is not None:
+        since = max(since, host.last_heartbeat_at)
+    detail = engine.get("detail") or "no answer"
+    report(
+        host, f"the container engine does not answer since {since:%Y-%m-%d %H:%M:%S} UTC: {detail}"
+    )
+    _tell_tenants(
+        host,
+        "host.engine_down",
+        lambda names: (
+            f"The container engine on host {host.name} does not answer since "
+            f"{since:%Y-%m-%d %H:%M:%S} UTC; your instance(s) there cannot be reached and are not "
+            f"billed as running until it answers: {', '.join(names)}."
+        ),
+        {"host": host.name, "since": since.isoformat()},  # the engine's error: the operators'
+    )
+    return {"engine_down_since": since, "engine_detail": detail}
 
 
 def _reported_address(host: Host, address: str) -> dict:
@@ -642,6 +682,21 @@ HOST_STATUS_FIELDS = ["admin_status", "status", "operator_note"]
 def announce_to_tenants(host: Host, status: str, note: str) -> None:
     """Once committed, a `host.maintenance` notice to each tenant with instances holding GPUs
     on `host`, naming them (console.notices)."""
+    said = f" ({note})" if note else ""
+    _tell_tenants(
+        host,
+        "host.maintenance",
+        lambda names: (
+            f"Host {host.name} is going into {status}{said}; your instance(s) on it: "
+            f"{', '.join(names)}."
+        ),
+        {"host": host.name, "status": status, "note": note},
+    )
+
+
+def _tell_tenants(host: Host, kind: str, text, data: dict) -> None:
+    """Once committed, a `kind` notice to each tenant with instances holding GPUs on `host`:
+    `text(names)` says it with the names of its instances, which `data` gets too."""
     claim = Gpu.claims.rel.related_model
     names: dict[int, list[str]] = {}
     for tenant_id, name in (
@@ -651,15 +706,13 @@ def announce_to_tenants(host: Host, status: str, note: str) -> None:
         .distinct()
     ):
         names.setdefault(tenant_id, []).append(name)
-    said = f" ({note})" if note else ""
     for tenant_id, instances in names.items():
         told = {
             "tenant": tenant_id,
-            "kind": "host.maintenance",
+            "kind": kind,
             "subject": host,
-            "text": f"Host {host.name} is going into {status}{said}; your instance(s) on it: "
-            f"{', '.join(instances)}.",
-            "data": {"host": host.name, "status": status, "note": note, "instances": instances},
+            "text": text(instances),
+            "data": {**data, "instances": instances},
         }
         transaction.on_commit(lambda told=told: notice.send(sender=__name__, **told))
 

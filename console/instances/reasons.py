@@ -53,6 +53,7 @@ class Code(models.TextChoices):
     AGENT_REJECTED = "agent_rejected"
     INTERNAL_ERROR = "internal_error"
     HOST_UNREACHABLE = "host_unreachable"
+    ENGINE_DOWN = "engine_down"
     HOST_LOST = "host_lost"
     # billing
     BUDGET_STOPPED = "budget_stopped"
@@ -159,6 +160,7 @@ def _exit(facts: Facts) -> str:
 
 
 AGAIN = "start it again"
+DEFAULT_ENGINE_DOWN = "its host's container engine does not answer"
 OPERATOR = "if it happens again, tell your operator"
 
 REASONS: dict[Code, Callable[[Facts], str]] = {
@@ -247,6 +249,13 @@ REASONS: dict[Code, Callable[[Facts], str]] = {
     Code.HOST_UNREACHABLE: lambda f: (
         f"its host stopped answering{f.said}; it may still run there and comes back by itself "
         "if so — wait, or terminate it"
+    ),
+    Code.ENGINE_DOWN: lambda f: (
+        f"its workload cannot be reached: {f.detail or DEFAULT_ENGINE_DOWN}"
+        "; it may still run, and is not billed as running meanwhile — if the engine still runs "
+        "it when it answers again, it is running again and billed for the outage too (the "
+        "engine vouches that it ran); if it died with the engine, its restart policy applies "
+        "and the outage stays unbilled"
     ),
     Code.HOST_LOST: lambda f: (
         f"its host was lost{f.said} — start it again when the host returns, or terminate it"

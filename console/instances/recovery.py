@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from console.catalog.models import RestartPolicy
@@ -51,16 +52,35 @@ def fail_over_hosts(now: datetime | None = None) -> int:
 
 
 def mark_unreachable() -> int:
-    """Running instances whose host is unreachable: `unreachable` from the host's last heartbeat
-    (billing stops there), their slices kept, since their agent may well still run them (an
-    upgrade, a reboot of its unit). Answers how many."""
+    """Running instances whose host is unreachable, or whose host's container engine does not
+    answer (its agent, still heard, says so): `unreachable` from the host's last heartbeat, or
+    from when the engine stopped answering (billing stops there: nothing vouches that the
+    workload ran since), their slices kept, since the workload may well still run (an agent's
+    upgrade, a reboot of its unit; an engine restarted with Docker's live-restore, or Podman's
+    containers, which outlive its service). adopt() brings them back. Answers how many."""
     rows = Allocation.objects.filter(
-        released_at__isnull=True, host__status=Host.Status.UNREACHABLE, instance__state=S.RUNNING
-    ).values_list("instance_id", "pk", "host__name", "host__last_heartbeat_at")
+        Q(host__status=Host.Status.UNREACHABLE) | Q(host__engine_down_since__isnull=False),
+        released_at__isnull=True,
+        instance__state=S.RUNNING,
+    ).values_list(
+        "instance_id",
+        "pk",
+        "host__name",
+        "host__status",
+        "host__last_heartbeat_at",
+        "host__engine_down_since",
+    )
     return sum(_mark_unreachable(*row) for row in rows)
 
 
-def _mark_unreachable(instance_pk: int, allocation_id: str, host_name: str, seen) -> bool:
+def _mark_unreachable(
+    instance_pk: int,
+    allocation_id: str,
+    host_name: str,
+    host_status: str,
+    seen: datetime | None,
+    engine_down_since: datetime | None,
+) -> bool:
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
         if instance is None or instance.state != S.RUNNING:
@@ -68,11 +88,20 @@ def _mark_unreachable(instance_pk: int, allocation_id: str, host_name: str, seen
         current = instance.current_allocation()
         if current is None or current.pk != allocation_id:
             return False
+        silent = host_status == Host.Status.UNREACHABLE or engine_down_since is None
+        since = (seen if silent else engine_down_since) or timezone.now()
         last = instance.events.order_by("-at").values_list("at", flat=True).first()
-        at = max(seen or timezone.now(), last) if last is not None else seen or timezone.now()
-        silent = f"host {host_name} not heard since {at:%Y-%m-%d %H:%M:%S} UTC"
-        reason = reasons.Reason(reasons.Code.HOST_UNREACHABLE, silent)
-        message = f"Unreachable: {silent}; it may still run there, and is adopted back if so"
+        at = max(since, last) if last is not None else since
+        if silent:
+            said = f"host {host_name} not heard since {at:%Y-%m-%d %H:%M:%S} UTC"
+            reason = reasons.Reason(reasons.Code.HOST_UNREACHABLE, said)
+        else:
+            said = (
+                f"the container engine on host {host_name} does not answer since "
+                f"{at:%Y-%m-%d %H:%M:%S} UTC"
+            )
+            reason = reasons.Reason(reasons.Code.ENGINE_DOWN, said)
+        message = f"Unreachable: {said}; it may still run there, and is adopted back if so"
         lifecycle.transition(instance, S.UNREACHABLE, message=message, reason=reason, at=at)
     return True
 
@@ -81,7 +110,13 @@ def adopt(host: Host, instance_pk: int, allocation_id: str) -> bool:
     """The agent of `host`, heard again, still runs the allocation of an unreachable instance:
     running again, as it is (same container, processes and start time). Its container never
     stopped (the engine restarts none by itself), so billing goes on from where it stopped,
-    the host's last heartbeat. Answers whether it did."""
+    the host's last heartbeat. The same when the host's container engine answers again and
+    still runs it (Docker's live-restore, Podman): the engine vouches that it ran meanwhile,
+    so the outage is billed; one whose container died with the engine is reported ended by
+    the agent instead, and its outage stays unbilled. Never while the engine is still down
+    (`host` as read now): the agent cannot tell then. Answers whether it did."""
+    if host.engine_down_since is not None:
+        return False
     with transaction.atomic():
         instance = locks.instance_to_change(instance_pk)
         if instance is None or instance.state != S.UNREACHABLE:

@@ -303,9 +303,12 @@ def reconcile_host(host_pk: int) -> dict:
     runs is adopted back; what the agent reports of the others is applied as its events
     would have been (running, exited, failed, lost: an event lost on the way); a running or
     unreachable instance whose allocation vanished from the agent is marked failed; a launch
-    whose allocation never reached the agent (its worker died) is queued again."""
+    whose allocation never reached the agent (its worker died) is queued again. Nothing while
+    the host's container engine does not answer: the agent's listing is stale then."""
     host = Host.objects.filter(pk=host_pk).first()
     if host is None or host.status in (Host.Status.UNREACHABLE, Host.Status.RETIRED):
+        return {}
+    if host.engine_down_since is not None:  # its agent cannot read its workloads now
         return {}
     # List the agent before reading the database: any allocation the agent lists had its row
     # committed before it was created, so it is either owned below or truly released.

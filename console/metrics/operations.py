@@ -109,11 +109,16 @@ class OperationsCollector(Collector):
             "1 when the host's SSH gateway holds a valid certificate of the console's CA.",
             labels=["host"],
         )
+        engine_up = GaugeMetricFamily(
+            "gpucloud_host_engine_up",
+            "0 while the host's agent says its container engine does not answer, else 1.",
+            labels=["host"],
+        )
         counts = dict.fromkeys(Host.Status.values, 0)
         now = timezone.now()
         hosts = Host.objects.only(
             "name", "status", "last_heartbeat_at", "ssh_port", "ssh_host_key",
-            "ssh_certificate_expires_at",
+            "ssh_certificate_expires_at", "engine_down_since",
         ).order_by("name")  # fmt: skip
         for host in hosts:
             counts[host.status] = counts.get(host.status, 0) + 1
@@ -124,11 +129,13 @@ class OperationsCollector(Collector):
                 heartbeat.add_metric([host.name], max(age, 0.0))
             if settings.SSH_FRONT and host.ssh_port and host.ssh_host_key:
                 certified.add_metric([host.name], 0 if ssh_authority.uncertified(host, now) else 1)
+            engine_up.add_metric([host.name], 0 if host.engine_down_since else 1)
         for status, n in counts.items():
             by_status.add_metric([status], n)
         yield by_status
         yield heartbeat
         yield certified
+        yield engine_up
 
     def _instances(self):
         metric = GaugeMetricFamily("gpucloud_instances", "Instances by state.", labels=["state"])
