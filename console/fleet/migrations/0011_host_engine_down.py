@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0009_host_identity"),
+        ("fleet", "0010_host_registry_checks"),
     ]
 
     operations = [
