@@ -61,5 +61,5 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/scheduler.py --nodes ../shared/traces/openb_node_list_gpu_node.csv --pods ../shared/traces/openb_pod_list_default.csv --fractions
 
 clean:
-	-umount --lazy --recursive var/podman/storage 2>/dev/null
-	rm -rf var staticfiles
+	-umount --lazy --recursive var-podman/storage 2>/dev/null
+	rm -rf var var-podman staticfiles
