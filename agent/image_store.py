@@ -158,6 +158,11 @@ def pull_failure(reference: str, error: str, auth: dict | None) -> str:
     username may be named, never its password)."""
     registry = registry_of(normalize(reference))
     raw = shorten(error.replace(auth["password"], "••••••") if auth else error)
+    if registry == "localhost":  # no registry holds it: it is built on the host, or absent
+        return (
+            f"image_not_found: {reference} is not on this host (an image of the host's own is "
+            "built or loaded there, e.g. by make images)"
+        )
     if _UNAUTHORIZED.search(error):
         if auth:
             return (

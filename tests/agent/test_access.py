@@ -186,9 +186,11 @@ def test_the_terminal_websocket_is_a_pty_shell(gateway):
 
     async def session():
         async with websockets.connect(url, additional_headers=auth) as ws:
-            await ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 43}))
             seen = b""
-            for _ in range(20):  # the resize reaches the pty beside the input, not before it
+            for _ in range(40):  # the resize reaches the pty beside the input, not before it
+                # sent again, as a browser does on each layout change: an engine that is busy
+                # starting the session may refuse a resize for longer than the agent retries it
+                await ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 43}))
                 await ws.send(b"stty size; echo $((6*7))\r")
                 while b"42\r\n" not in seen:
                     seen += await asyncio.wait_for(ws.recv(), 10)

@@ -90,3 +90,11 @@ def test_the_pull_credential_is_never_saved(tmp_path):
     assert "pull_auth" not in saved[0]
     assert store.load_allocations()[0].pull_auth is None
     assert "pw-Zq81" not in repr(alloc)
+
+
+def test_an_image_of_the_hosts_own_that_is_not_there_is_not_found_not_a_registry_outage():
+    error = 'pinging container registry localhost: Get "https://localhost/v2/": dial tcp'
+    assert pull_failure("localhost/gpucloud/no-such:1", error, None) == (
+        "image_not_found: localhost/gpucloud/no-such:1 is not on this host (an image of the "
+        "host's own is built or loaded there, e.g. by make images)"
+    )

@@ -106,8 +106,9 @@ def test_launch_wait_then_ssh_with_the_pinned_host_key(gpucloud, laptop_key, tmp
     assert f"host key of {pattern} changed to {host.ssh_host_key_fingerprint}" in again.stderr
 
 
-def test_launch_wait_reports_a_failure_with_its_reason_and_exit_status(gpucloud):
-    ImageFactory(name="ghost", reference="localhost/gpucloud/ghost:1", cuda_version="-")
+def test_launch_wait_reports_a_failure_with_its_reason_and_exit_status(gpucloud, registry):
+    # a registry the host reaches, which has no such image: the launch is taken, its pull fails
+    ImageFactory(name="ghost", reference=f"{registry}/gpucloud/ghost:1", cuda_version="-")
     failed = gpucloud("launch", "ghost", "--spec", "a100-quarter", "--image", "ghost", "--wait")
     assert failed.returncode == 1, failed.stdout
     assert failed.stdout == ""

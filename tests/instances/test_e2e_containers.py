@@ -114,8 +114,9 @@ def test_workspace_survives_stop_and_start_and_goes_with_terminate(stack, cloud,
     )
 
 
-def test_an_image_that_cannot_be_had_fails_the_launch_and_frees_the_slice(stack, cloud):
-    ImageFactory(name="ghost", reference="localhost/gpucloud/ghost:1", cuda_version="-")
+def test_an_image_that_cannot_be_had_fails_the_launch_and_frees_the_slice(stack, cloud, registry):
+    # a registry the host reaches, which has no such image: the launch is taken, its pull fails
+    ImageFactory(name="ghost", reference=f"{registry}/gpucloud/ghost:1", cuda_version="-")
     body = {"name": "ghost", "spec": "a100-quarter", "image": "ghost"}
     iid = cloud.post("/instances/", json=body).json()["id"]
     failed = wait_state(cloud, iid, "failed", stack)

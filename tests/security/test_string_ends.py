@@ -180,6 +180,7 @@ def _patterns_ending_in_dollar() -> list[str]:
     return found
 
 
+@pytest.mark.slow  # a parse of every source file: a lint of the whole tree, not a unit's check
 def test_no_validating_pattern_ends_in_a_dollar():
     assert _patterns_ending_in_dollar() == []
 
