@@ -43,6 +43,9 @@ def make_run_env(var: Path, port: int) -> dict[str, str]:
         **{k: v for k, v in os.environ.items() if k not in dropped},
         "GPUCLOUD_VAR_DIR": str(var),
         "PORT": str(port),
+        # a port of its own for the SSH front: two make runs of the suite's workers would both
+        # take 2222 when free, and the second one's front would find it taken
+        "SSH_FRONT": f"127.0.0.1:{processes.free_port()}",
         "WEB_CONCURRENCY": "1",
         "WORKER_CONCURRENCY": "2",
         "GPUCLOUD_BUILD_IMAGES": "0",

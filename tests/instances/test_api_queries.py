@@ -66,6 +66,7 @@ def client(member, token_client):
     return client
 
 
+@pytest.mark.slow  # fifty instances made first: 5 s on a loaded 2-core machine
 def test_a_page_of_fifty_costs_what_one_costs(fleet, client, django_assert_num_queries):
     fleet(1)
     with django_assert_num_queries(LIST_QUERIES):

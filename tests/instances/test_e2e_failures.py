@@ -126,8 +126,9 @@ def test_a_host_lost_for_good_its_instances_come_back_elsewhere_or_say_why_not(s
     lost = f"host gpu-a lost at {host_a.last_heartbeat_at:%Y-%m-%d %H:%M} UTC"
 
     # the failover queued its provisioning; this process's broker is not the stack's, so the
-    # task runs here, against gpu-b's real agent
-    assert Instance.objects.get(pk=fresh["id"]).state == State.STARTING
+    # task runs here, against gpu-b's real agent (unless the stack's own periodic tasks, which
+    # share the database, got there first on a busy machine: provisioning is idempotent)
+    assert Instance.objects.get(pk=fresh["id"]).state in (State.STARTING, State.RUNNING)
     tasks.provision(fresh["id"])
     back = wait_state(api, fresh["id"], "running", stack)
     assert back["disk"]["host"] == "gpu-b"
