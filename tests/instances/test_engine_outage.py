@@ -170,6 +170,8 @@ def test_on_docker_a_container_that_died_with_the_engine_follows_its_restart_pol
         # nothing running (billed) from the outage on: unreachable, then failed
         after = [state for state, at in states if at >= unreachable]
         assert after[:2] == ["unreachable", "failed"] and "running" not in after, states
+        # its restart policy runs it again once the backoff is over (10 s), from then billed
+        wait_state(api, iid, "running", stack, timeout=60)
         assert api.post(f"/instances/{iid}/terminate/").status_code == 202
         wait_state(api, iid, "terminated", stack)
     finally:
